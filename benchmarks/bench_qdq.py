@@ -1,0 +1,190 @@
+#!/usr/bin/env python3
+"""QuantizeLinear / DequantizeLinear throughput: qlinear vs ONNX Runtime vs naive NumPy, in one run.
+
+Input: 2^k float32 elements (default k = 26, 256 MiB) viewed as [4096, 2^k / 4096].
+Rows (issue 3):
+  q_u8_tensor   per-tensor uint8 (zero point 128)        dq_u8_tensor   inverse
+  q_i8_tensor   per-tensor int8 (zero point 0)            dq_i8_tensor
+  q_i8_axis0    per-axis int8 on axis 0 (4096 scales)     dq_i8_axis0
+  q_i4_block32  blocked int4, block 32 on axis 1, packed  dq_i4_block32  (packed int4 input)
+Engines, same data, same process:
+  qlinear  threads 1 and 2, preallocated output (``out=``), like ORT's IOBinding
+  ORT      single-node opset-25 model, optimizations off, IOBinding with a preallocated output,
+           intra_op_num_threads 1 and 2
+  numpy    the naive expression ``clip(rint(x / s) + zp)`` / ``(q - zp) * s`` (int4 left unpacked)
+Metric: median of --reps runs after a warm-up, GB/s of the *input* read (4 B/elem for Q, 1 B/elem for
+8-bit DQ, 0.5 B/elem for packed int4). Every qlinear output is checked bit-exact against ORT first.
+
+Usage: python benchmarks/bench_qdq.py [--log2n 26] [--reps 7] [--markdown]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import platform
+import statistics
+import time
+
+import ml_dtypes
+import numpy as np
+import onnxruntime as ort
+from onnx import TensorProto as T
+from onnx import helper
+
+import qlinear
+
+
+def timeit(fn, reps: int) -> float:
+    fn()
+    ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts)
+
+
+def model(op, xt, yt, shape, sshape, zt=None, **attrs):
+    ins = ["x", "s"] + (["z"] if zt else [])
+    vis = [helper.make_tensor_value_info("x", xt, shape), helper.make_tensor_value_info("s", T.FLOAT, sshape)]
+    if zt:
+        vis.append(helper.make_tensor_value_info("z", zt, sshape))
+    g = helper.make_graph([helper.make_node(op, ins, ["y"], **attrs)], "b", vis,
+                          [helper.make_tensor_value_info("y", yt, shape)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 25)])
+    m.ir_version = 13
+    return m.SerializeToString()
+
+
+class OrtRunner:
+    """IOBinding with inputs and a preallocated output bound once; run() only executes."""
+
+    def __init__(self, m: bytes, feeds: dict[str, tuple[np.ndarray, int]], out_shape, out_type, threads: int):
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        so.intra_op_num_threads = threads
+        so.inter_op_num_threads = 1
+        so.log_severity_level = 4
+        self.sess = ort.InferenceSession(m, so, providers=["CPUExecutionProvider"])
+        self.bind = self.sess.io_binding()
+        self.keep = []
+        for name, (arr, t) in feeds.items():
+            ov = self._ov(arr, t)
+            self.bind.bind_ortvalue_input(name, ov)
+        self.out = ort.OrtValue.ortvalue_from_shape_and_type(list(out_shape), out_type, "cpu", 0)
+        self.bind.bind_ortvalue_output("y", self.out)
+
+    def _ov(self, a, t):
+        if t in (T.INT4, T.UINT4):
+            ov = ort.OrtValue.ortvalue_from_shape_and_type(list(a.shape), t, "cpu", 0)
+            packed = qlinear.pack(a).data
+            ctypes.memmove(ov.data_ptr(), packed.ctypes.data, packed.size)
+            self.keep.append(packed)
+            return ov
+        self.keep.append(a)
+        return ort.OrtValue.ortvalue_from_numpy(a)
+
+    def __call__(self):
+        self.sess.run_with_iobinding(self.bind)
+
+    def result_bytes(self) -> bytes:
+        return ctypes.string_at(self.out.data_ptr(), self.out.tensor_size_in_bytes())
+
+
+def configs(n: int):
+    rows, cols = 4096, n // 4096
+    shape = (rows, cols)
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal(shape, dtype=np.float32) * 3).astype(np.float32)
+    s0 = np.array(0.02, np.float32)
+    s_ax = rng.uniform(0.01, 0.05, rows).astype(np.float32)
+    s_bk = rng.uniform(0.1, 0.5, (rows, cols // 32)).astype(np.float32)
+    u8 = rng.integers(0, 256, shape, dtype=np.uint8)
+    i8 = rng.integers(-128, 128, shape, dtype=np.int8)
+    i4 = rng.integers(-8, 8, shape, dtype=np.int8).astype(ml_dtypes.int4)
+    i4p = qlinear.pack(i4)
+    z128, z0 = np.array(128, np.uint8), np.array(0, np.int8)
+    zax = np.zeros(rows, np.int8)
+    C = []
+    # name, bytes read, qlinear fn(threads, out), ort (model, feeds, out type), out alloc, numpy fn
+    C.append(("q_u8_tensor", 4 * x.size,
+              lambda th, out: qlinear.quantize_linear(x, s0, z128, out=out, threads=th), np.empty(shape, np.uint8),
+              (model("QuantizeLinear", T.FLOAT, T.UINT8, shape, [], T.UINT8), {"x": (x, T.FLOAT), "s": (s0, T.FLOAT), "z": (z128, T.UINT8)}, shape, T.UINT8),
+              lambda: np.clip(np.rint(x / s0) + 128, 0, 255).astype(np.uint8)))
+    C.append(("q_i8_tensor", 4 * x.size,
+              lambda th, out: qlinear.quantize_linear(x, s0, z0, out=out, threads=th), np.empty(shape, np.int8),
+              (model("QuantizeLinear", T.FLOAT, T.INT8, shape, [], T.INT8), {"x": (x, T.FLOAT), "s": (s0, T.FLOAT), "z": (z0, T.INT8)}, shape, T.INT8),
+              lambda: np.clip(np.rint(x / s0), -128, 127).astype(np.int8)))
+    C.append(("q_i8_axis0", 4 * x.size,
+              lambda th, out: qlinear.quantize_linear(x, s_ax, zax, axis=0, out=out, threads=th), np.empty(shape, np.int8),
+              (model("QuantizeLinear", T.FLOAT, T.INT8, shape, [rows], T.INT8, axis=0), {"x": (x, T.FLOAT), "s": (s_ax, T.FLOAT), "z": (zax, T.INT8)}, shape, T.INT8),
+              lambda: np.clip(np.rint(x / s_ax[:, None]), -128, 127).astype(np.int8)))
+    C.append(("q_i4_block32", 4 * x.size,
+              lambda th, out: qlinear.quantize_linear(x, s_bk, axis=1, block_size=32, output_dtype="int4", packed=True,
+                                                      out=out, threads=th), np.empty(x.size // 2, np.uint8),
+              (model("QuantizeLinear", T.FLOAT, T.INT4, shape, [rows, cols // 32], axis=1, block_size=32, output_dtype=T.INT4),
+               {"x": (x, T.FLOAT), "s": (s_bk, T.FLOAT)}, shape, T.INT4),
+              lambda: np.clip(np.rint(x.reshape(rows, -1, 32) / s_bk[:, :, None]), -8, 7).astype(np.int8)))
+    C.append(("dq_u8_tensor", u8.size,
+              lambda th, out: qlinear.dequantize_linear(u8, s0, z128, out=out, threads=th), np.empty(shape, np.float32),
+              (model("DequantizeLinear", T.UINT8, T.FLOAT, shape, [], T.UINT8), {"x": (u8, T.UINT8), "s": (s0, T.FLOAT), "z": (z128, T.UINT8)}, shape, T.FLOAT),
+              lambda: (u8.astype(np.float32) - 128) * s0))
+    C.append(("dq_i8_tensor", i8.size,
+              lambda th, out: qlinear.dequantize_linear(i8, s0, z0, out=out, threads=th), np.empty(shape, np.float32),
+              (model("DequantizeLinear", T.INT8, T.FLOAT, shape, [], T.INT8), {"x": (i8, T.INT8), "s": (s0, T.FLOAT), "z": (z0, T.INT8)}, shape, T.FLOAT),
+              lambda: i8.astype(np.float32) * s0))
+    C.append(("dq_i8_axis0", i8.size,
+              lambda th, out: qlinear.dequantize_linear(i8, s_ax, zax, axis=0, out=out, threads=th), np.empty(shape, np.float32),
+              (model("DequantizeLinear", T.INT8, T.FLOAT, shape, [rows], T.INT8, axis=0), {"x": (i8, T.INT8), "s": (s_ax, T.FLOAT), "z": (zax, T.INT8)}, shape, T.FLOAT),
+              lambda: i8.astype(np.float32) * s_ax[:, None]))
+    C.append(("dq_i4_block32", i4.size // 2,
+              lambda th, out: qlinear.dequantize_linear(i4p, s_bk, axis=1, block_size=32, out=out, threads=th), np.empty(shape, np.float32),
+              (model("DequantizeLinear", T.INT4, T.FLOAT, shape, [rows, cols // 32], axis=1, block_size=32), {"x": (i4, T.INT4), "s": (s_bk, T.FLOAT)}, shape, T.FLOAT),
+              lambda: (i4.astype(np.int8).reshape(rows, -1, 32).astype(np.float32) * s_bk[:, :, None])))
+    return C
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--log2n", type=int, default=26)
+    ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--only", nargs="*", help="row names to run")
+    ap.add_argument("--no-numpy", action="store_true")
+    args = ap.parse_args()
+    n = 1 << args.log2n
+    print(f"# qlinear {qlinear.__version__}, onnxruntime {ort.__version__}, numpy {np.__version__}; "
+          f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores; N = 2^{args.log2n}; "
+          f"median of {args.reps}; GB/s of input read")
+    print(f"# loadavg before: {open('/proc/loadavg').read().split()[:3]}")
+    heads = [f"qlinear {t}t" for t in args.threads] + [f"ORT {t}t" for t in args.threads] + ([] if args.no_numpy else ["numpy"])
+    heads += [f"ratio {t}t" for t in args.threads]
+    print("| config | " + " | ".join(heads) + " |")
+    print("|---|" + "---|" * len(heads))
+    for name, nbytes, qfn, out, (m, feeds, oshape, otype), npfn in configs(n):
+        if args.only and name not in args.only:
+            continue
+        cells, q_t, o_t = [], {}, {}
+        for th in args.threads:
+            q_t[th] = timeit(lambda: qfn(th, out), args.reps)
+        for th in args.threads:
+            r = OrtRunner(m, feeds, oshape, otype, th)
+            o_t[th] = timeit(r, args.reps)
+            ours = qfn(th, out)
+            ours_bytes = (ours.data if isinstance(ours, qlinear.PackedTensor) else ours).tobytes()
+            assert ours_bytes == r.result_bytes(), f"{name}: qlinear output differs from ORT"
+            del r
+        gb = lambda t: f"{nbytes / t / 1e9:.2f} ({t * 1e3:.1f} ms)"  # noqa: E731
+        cells += [gb(q_t[t]) for t in args.threads] + [gb(o_t[t]) for t in args.threads]
+        if not args.no_numpy:
+            cells.append(gb(timeit(npfn, max(1, args.reps // 3))))
+        cells += [f"{o_t[t] / q_t[t]:.2f}x" for t in args.threads]
+        print(f"| {name} | " + " | ".join(cells) + " |", flush=True)
+    print(f"# loadavg after: {open('/proc/loadavg').read().split()[:3]}")
+    print("# ratio = ORT time / qlinear time at the same thread count (> 1: qlinear faster); outputs bit-identical")
+
+
+if __name__ == "__main__":
+    main()

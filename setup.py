@@ -1,0 +1,24 @@
+"""Build the optional compiled kernel (plain C, no NumPy headers, loaded through ctypes).
+
+The fused quantize/dequantize loops live in ``src/qlinear/core/_native.c``. If no C compiler is
+available the build is skipped (``optional=True``) and qlinear falls back to its NumPy path,
+which computes bit-identical results, only slower (``qlinear.core.native.available()`` tells).
+"""
+import platform
+
+from setuptools import Extension, setup
+
+args = ["-O3", "-fno-math-errno", "-fno-trapping-math", "-ffp-contract=off", "-std=c11"]
+if platform.machine().lower() in ("x86_64", "amd64"):
+    args.append("-DQL_X86_CLONES")
+
+setup(
+    ext_modules=[
+        Extension(
+            "qlinear.core._native",
+            sources=["src/qlinear/core/_native.c"],
+            extra_compile_args=args,
+            optional=True,
+        )
+    ]
+)

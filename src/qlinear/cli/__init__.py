@@ -1,0 +1,1 @@
+"""qlinear's command line: a thin typer shell over the Python API."""
