@@ -48,7 +48,9 @@ def _register() -> None:
             app.command(name)(sub)
 
 
-_GROUPS: list[tuple[str, str, str]] = []
+_GROUPS: list[tuple[str, str, str]] = [
+    ("qlinear.cli.encodings", "app", "encodings"),
+]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -59,7 +61,9 @@ def main(argv: list[str] | None = None) -> int:
     except QlinearError as e:
         from rich.console import Console
 
-        Console(stderr=True).print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True, markup=True)
+        from rich.markup import escape
+
+        Console(stderr=True).print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
         return 2
     except SystemExit as e:
         return int(e.code or 0) if not isinstance(e.code, str) else 1

@@ -1,0 +1,59 @@
+"""Load/save speed of large AIMET 2.0.0 encoding files.
+
+The file: N per-block int4 weight encodings (blocks of 32) whose shapes are a 1B-parameter decoder's linear layers
+scaled down so the file has exactly N entries (default 100,000 entries, 64x256 weights: 512 block scales each,
+51.2M scales in total is beyond any JSON tool; see --scales-per-entry). Compared in the same run with the stdlib
+``json`` module alone (parse / dump of the same document), which is the floor for any Python reader built on it.
+
+    python benchmarks/bench_encodings.py [--entries 100000] [--scales-per-entry 16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+
+import numpy as np
+
+from qlinear import encodings as E
+
+
+def build(n: int, per: int) -> E.EncodingSet:
+    rng = np.random.default_rng(0)
+    rows = max(1, per // 2)
+    encs = []
+    for i in range(n):
+        s = (rng.random((rows, 2), dtype=np.float32) * 0.01 + 1e-4).astype(np.float64)
+        encs.append(E.Encoding(f"model.layers.{i // 7}.proj{i % 7}.weight", "int4", scale=s, axis=1, block_size=32,
+                               role="param"))
+    return E.EncodingSet(tuple(encs), producer={"package": "aimet-onnx", "version": "2.42.0"}, version="2.0.0")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--entries", type=int, default=100_000)
+    ap.add_argument("--scales-per-entry", type=int, default=16)
+    a = ap.parse_args()
+    es = build(a.entries, a.scales_per_entry)
+    with tempfile.TemporaryDirectory() as d:
+        p = os.path.join(d, "big.encodings")
+        t0 = time.perf_counter(); E.save(es, p); t_save = time.perf_counter() - t0
+        size = os.path.getsize(p)
+        t0 = time.perf_counter(); es2 = E.load(p); t_load = time.perf_counter() - t0
+        assert es2.same_parameters(es)
+        text = open(p).read()
+        t0 = time.perf_counter(); doc = json.loads(text); t_jl = time.perf_counter() - t0
+        t0 = time.perf_counter(); json.dumps(doc, indent=4, sort_keys=True); t_jd = time.perf_counter() - t0
+    n_scales = a.entries * a.scales_per_entry
+    print(f"{a.entries} per-block entries, {n_scales} scales, file {size / 1e6:.1f} MB")
+    print(f"| step | qlinear (s) | stdlib json alone (s) | ratio |")
+    print(f"|---|---|---|---|")
+    print(f"| load | {t_load:.2f} | {t_jl:.2f} | {t_load / t_jl:.2f}x |")
+    print(f"| save | {t_save:.2f} | {t_jd:.2f} | {t_save / t_jd:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,112 @@
+"""``qlinear encodings …``: inspect, convert, validate, apply and extract AIMET encodings (thin shell over
+:mod:`qlinear.encodings`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+app = typer.Typer(help="Read, convert, validate and apply AIMET encoding files (0.6.1, 1.0.0, 2.0.0, 2.1.0).",
+                  no_args_is_help=True, add_completion=False)
+
+_VERSION_HELP = "Target version: 0.6.1, 1.0.0, 2.0.0 or 2.1.0."
+
+
+def _fmt(a) -> str:  # noqa: ANN001
+    import numpy as np
+
+    a = np.asarray(a)
+    if a.size == 1:
+        return f"{float(a.reshape(-1)[0]):.6g}"
+    return f"{a.min():.4g} … {a.max():.4g}"
+
+
+@app.command()
+def inspect(file: Path = typer.Argument(..., help="Encodings file."),
+            model: Optional[Path] = typer.Option(None, "--model", "-m", help="ONNX model to resolve axes.")) -> None:
+    """Show a table: tensor, type, granularity, scale shape, scale range, zero points."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from qlinear import encodings as E
+
+    es = E.load(file, model=model)
+    t = Table(title=f"{file}  (version {es.version or 'none'}, {len(es)} encodings)")
+    for c in ("tensor", "role", "type", "granularity", "axis", "block", "scale shape", "scale", "zero point"):
+        t.add_column(c, overflow="fold")
+    for e in es:
+        if e.scale is None:
+            t.add_row(e.name, e.role, e.dtype, "cast", "", "", "", "", "")
+            continue
+        zp = "-" if e.zero_point is None else _fmt(e.zero_point)
+        gran = e.granularity + ("" if e.resolved else " (axis unresolved)")
+        t.add_row(e.name, e.role, e.dtype, gran, "" if e.axis is None else str(e.axis),
+                  str(e.block_size or ""), str(list(e.scale.shape)), _fmt(e.effective_scale if e.resolved else e.scale),
+                  zp)
+    import sys
+
+    Console(width=None if sys.stdout.isatty() else 200).print(t)
+
+
+@app.command()
+def convert(src: Path = typer.Argument(..., help="Input encodings file."),
+            dst: Path = typer.Argument(..., help="Output file (written atomically)."),
+            to: str = typer.Option(..., "--to", help=_VERSION_HELP),
+            model: Optional[Path] = typer.Option(None, "--model", "-m",
+                                                 help="ONNX model: resolves the axes 0.6.1/1.0.0 do not store."),
+            drop_float: bool = typer.Option(False, "--drop-float", help="Leave fp16 entries out of 2.x files.")) -> None:
+    """Convert between versions (every parameter kept, or a clear error)."""
+    from qlinear import encodings as E
+
+    es = E.load(src, model=model)
+    E.save(es, dst, version=to, drop_float=drop_float)
+    typer.echo(f"wrote {dst} (version {to}, {len(es)} encodings)")
+
+
+@app.command()
+def validate(file: Path = typer.Argument(..., help="Encodings file."),
+             model: Path = typer.Option(..., "--model", "-m", help="ONNX model.")) -> None:
+    """Check every encoding against the model; exit status 1 and a list of problems if any."""
+    from rich.console import Console
+
+    from qlinear import encodings as E
+
+    es = E.load(file)
+    rep = E.validate(es, model)
+    con = Console()
+    if rep.ok:
+        con.print(f"[green]ok[/]: {rep.checked} encodings valid against {model}")
+        return
+    from rich.markup import escape
+
+    con.print(f"[red]{len(rep.problems)} problem(s)[/] in {rep.checked} encodings:")
+    for p in rep.problems:
+        con.print(f"  {escape(str(p))}", highlight=False)
+    raise typer.Exit(1)
+
+
+@app.command("apply")
+def apply_cmd(file: Path = typer.Argument(..., help="Encodings file."),
+              model: Path = typer.Argument(..., help="Float ONNX model."),
+              output: Path = typer.Option(..., "--output", "-o", help="Q/DQ ONNX model to write (atomically).")) -> None:
+    """Write a Q/DQ ONNX model carrying the encodings."""
+    from qlinear import encodings as E
+    from qlinear.graph.save import save_model
+
+    es = E.load(file, model=model)
+    save_model(E.apply(es, model), output)
+    typer.echo(f"wrote {output}")
+
+
+@app.command()
+def extract(model: Path = typer.Argument(..., help="Q/DQ ONNX model."),
+            output: Path = typer.Option(..., "--output", "-o", help="Encodings file to write (atomically)."),
+            version: str = typer.Option("2.0.0", "--version", "-v", help=_VERSION_HELP)) -> None:
+    """Read the encodings back from a Q/DQ ONNX model."""
+    from qlinear import encodings as E
+
+    es = E.extract(model)
+    E.save(es, output, version=version)
+    typer.echo(f"wrote {output} (version {version}, {len(es)} encodings)")

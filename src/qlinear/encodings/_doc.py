@@ -1,0 +1,247 @@
+"""Reading JSON documents with errors that name the file and the JSON path (``param_encodings[3].scale[7]``),
+and writing them in a producer's layout. Shared by the per-version serializers."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from typing import Any, Callable
+
+import numpy as np
+
+from qlinear.encodings.model import Encoding, Style
+from qlinear.errors import EncodingError, QlinearError
+
+
+class Ctx:
+    """Where we are while reading: the file name (for messages)."""
+
+    def __init__(self, path: str | None) -> None:
+        self.path = path
+
+    def error(self, where: str, message: str) -> EncodingError:
+        return EncodingError(message, path=self.path, where=where)
+
+
+def type_name(v: Any) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", int: "an integer",
+            float: "a number", type(None): "null"}.get(type(v), type(v).__name__)
+
+
+def obj(ctx: Ctx, v: Any, where: str) -> dict:
+    if not isinstance(v, dict):
+        raise ctx.error(where, f"expected an object, got {type_name(v)}")
+    return v
+
+
+def lst(ctx: Ctx, v: Any, where: str) -> list:
+    if not isinstance(v, list):
+        raise ctx.error(where, f"expected a list, got {type_name(v)}")
+    return v
+
+
+def need(ctx: Ctx, d: dict, key: str, where: str) -> Any:
+    if key not in d:
+        raise ctx.error(where, f"missing mandatory field {key!r}")
+    return d[key]
+
+
+def string(ctx: Ctx, v: Any, where: str) -> str:
+    if not isinstance(v, str):
+        raise ctx.error(where, f"expected a string, got {type_name(v)}")
+    return v
+
+
+def integer(ctx: Ctx, v: Any, where: str, *, lo: int | None = None, hi: int | None = None) -> int:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, float) and not v.is_integer()):
+        raise ctx.error(where, f"expected an integer, got {v!r}")
+    i = int(v)
+    if (lo is not None and i < lo) or (hi is not None and i > hi):
+        raise ctx.error(where, f"{i} is out of range [{lo}, {hi}]")
+    return i
+
+
+def number(ctx: Ctx, v: Any, where: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ctx.error(where, f"expected a number, got {type_name(v)} {v!r}")
+    return float(v)
+
+
+def boolean(ctx: Ctx, v: Any, where: str) -> bool:
+    """JSON boolean, or the strings "True"/"False" (0.6.1 writes strings)."""
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, str) and v.lower() in ("true", "false"):
+        return v.lower() == "true"
+    raise ctx.error(where, f"expected true/false or \"True\"/\"False\", got {v!r}")
+
+
+def numbers(ctx: Ctx, v: Any, where: str, *, scalar_ok: bool = True) -> np.ndarray:
+    """A number or (nested, rectangular) list of numbers as a float64 array; strings, booleans, nulls and ragged
+    lists are errors naming the first bad element."""
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        if not scalar_ok:
+            raise ctx.error(where, "expected a list of numbers, got a single number")
+        return np.array(float(v))
+    if not isinstance(v, list):
+        raise ctx.error(where, f"expected a number or a list of numbers, got {type_name(v)}")
+    try:
+        a = np.array(v)
+    except (ValueError, OverflowError):
+        a = None
+    if a is not None and a.dtype.kind in "iuf" and a.size:
+        return a.astype(np.float64, copy=False)
+    if a is not None and a.dtype.kind == "f":
+        return a
+    _find_bad(ctx, v, where)
+    raise ctx.error(where, "expected a non-empty rectangular list of numbers")
+
+
+def _find_bad(ctx: Ctx, v: Any, where: str, depth: int | None = None) -> None:
+    if isinstance(v, list):
+        if not v:
+            raise ctx.error(where, "empty list")
+        kinds = {isinstance(x, list) for x in v}
+        if len(kinds) > 1:
+            raise ctx.error(where, "mixes numbers and lists")
+        lens = {len(x) for x in v if isinstance(x, list)}
+        if len(lens) > 1:
+            raise ctx.error(where, f"ragged nested list (row lengths {sorted(lens)})")
+        for i, x in enumerate(v):
+            _find_bad(ctx, x, f"{where}[{i}]")
+    elif isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ctx.error(where, f"expected a number, got {type_name(v)} {v!r}")
+
+
+def build(ctx: Ctx, where: str, keys: dict[str, str], **kw: Any) -> Encoding:
+    """``Encoding(**kw)``, with validation errors re-raised at the JSON path (``keys`` maps model fields to the
+    file's field names)."""
+    try:
+        return Encoding(**kw)
+    except EncodingError as e:
+        sub = e.where or ""
+        head, sep, tail = sub.partition("[")
+        key = keys.get(head, head)
+        loc = f"{where}.{key}{sep}{tail}" if key else where
+        msg = str(e)
+        if e.where and msg.startswith(f"{e.where}: "):
+            msg = msg[len(e.where) + 2:]
+        raise ctx.error(loc, msg) from None
+    except QlinearError as e:
+        raise ctx.error(where, str(e)) from None
+
+
+def offset_value(v: float, style: Style) -> int | float:
+    """An offset as the producer writes it (aimet-onnx: JSON float ``-128.0``; aimet-torch: int)."""
+    if style.int_offsets and float(v).is_integer():
+        return int(v)
+    return float(v)
+
+
+def detect_style(text: str, top_keys: list[str], first_entry_keys: list[str] | None, int_offsets: bool) -> Style:
+    indent: int | str | None = None
+    nl = text.find("\n")
+    if 0 <= nl < len(text) - 1:
+        rest = text[nl + 1:]
+        ws = rest[: len(rest) - len(rest.lstrip(" \t"))]
+        indent = ws if "\t" in ws else (len(ws) or None)
+    sorted_keys = top_keys == sorted(top_keys) and (first_entry_keys is None or first_entry_keys == sorted(first_entry_keys))
+    return Style(indent=indent, sort_keys=sorted_keys, int_offsets=int_offsets)
+
+
+def dumps(doc: Any, style: Style) -> str:
+    """Serialize exactly like Python's ``json.dump(doc, indent=..., sort_keys=...)`` (float ``repr``), but fast.
+
+    With an indent, the stdlib falls back to its pure-Python encoder; here containers are laid out by
+    :func:`_emit` and every flat list of numbers (the bulk of an encodings file) goes through the C encoder with
+    ``",\n" + indent`` as its item separator, which yields the same bytes.
+    """
+    if style.indent is None:
+        return json.dumps(doc, sort_keys=style.sort_keys)
+    ind = " " * style.indent if isinstance(style.indent, int) else str(style.indent)
+    out: list[str] = []
+    _emit(doc, 0, ind, style.sort_keys, out)
+    return "".join(out)
+
+
+_ENC_CACHE: dict[str, Any] = {}
+
+
+def _flat_encoder(sep: str) -> Any:
+    enc = _ENC_CACHE.get(sep)
+    if enc is None:
+        from json import encoder as je
+
+        make = je.c_make_encoder or None
+        if make is None:  # pragma: no cover - CPython always has it
+            enc = lambda v, _i: [json.dumps(v).replace(", ", sep)]  # noqa: E731
+        else:
+            enc = make(None, None, je.encode_basestring_ascii, None, ": ", sep, False, False, True)
+        _ENC_CACHE[sep] = enc
+    return enc
+
+
+def _emit_matrix(o: list, level: int, ind: str, out: list[str]) -> bool:
+    """A list of equally long, non-empty lists of numbers, in one C-encoder call (rows rebuilt by joins)."""
+    if type(o[0]) is not list or not o[0]:
+        return False
+    n = len(o[0])
+    for row in o:
+        if type(row) is not list or len(row) != n:
+            return False
+    flat = list(itertools.chain.from_iterable(o))
+    if not all(type(v) in (float, int) for v in flat):
+        return False
+    parts = "".join(_flat_encoder(",\x00")(flat, 0))[1:-1].split(",\x00")
+    i1, i2 = "\n" + ind * (level + 1), "\n" + ind * (level + 2)
+    sep = "," + i2
+    rows = ["[" + i2 + sep.join(parts[k:k + n]) + i1 + "]" for k in range(0, len(parts), n)]
+    out.append("[" + i1 + ("," + i1).join(rows) + "\n" + ind * level + "]")
+    return True
+
+
+def _emit(o: Any, level: int, ind: str, sort: bool, out: list[str]) -> None:
+    if isinstance(o, dict):
+        if not o:
+            out.append("{}")
+            return
+        inner = "\n" + ind * (level + 1)
+        out.append("{")
+        items = sorted(o.items()) if sort else o.items()
+        first = True
+        for k, v in items:
+            out.append(("" if first else ",") + inner + json.dumps(str(k)) + ": ")
+            first = False
+            _emit(v, level + 1, ind, sort, out)
+        out.append("\n" + ind * level + "}")
+    elif isinstance(o, list):
+        if not o:
+            out.append("[]")
+            return
+        inner = "\n" + ind * (level + 1)
+        if all(type(v) in (float, int) for v in o):
+            out.append("[" + inner)
+            out.append("".join(_flat_encoder("," + inner)(o, 0))[1:-1])
+            out.append("\n" + ind * level + "]")
+            return
+        if _emit_matrix(o, level, ind, out):
+            return
+        out.append("[")
+        first = True
+        for v in o:
+            out.append(("" if first else ",") + inner)
+            first = False
+            _emit(v, level + 1, ind, sort, out)
+        out.append("\n" + ind * level + "]")
+    else:
+        out.append(json.dumps(o))
+
+
+def check_finite_doc(x: float) -> float:
+    if not math.isfinite(x):
+        raise ValueError
+    return x
+
+
+Reader = Callable[[Ctx, dict, str], Any]

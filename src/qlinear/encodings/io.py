@@ -1,0 +1,162 @@
+"""``load`` / ``save`` of AIMET encoding files, with version detection (notes ``aimet.md`` §3.4 "Version
+inference": list sections -> 1.0.0, dict sections -> 0.6.1, ``encodings`` -> 2.x)."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from pathlib import Path
+from typing import IO, Any, Union
+
+from qlinear.encodings import _doc as d
+from qlinear.encodings import v0_6_1, v1_0_0, v2_0_0, v2_1_0
+from qlinear.encodings.model import AIMET_ONNX, EncodingSet, Style
+from qlinear.errors import EncodingError, QlinearError
+
+VERSIONS = ("0.6.1", "1.0.0", "2.0.0", "2.1.0")
+_MODULES = {"0.6.1": v0_6_1, "1.0.0": v1_0_0, "2.0.0": v2_0_0, "2.1.0": v2_1_0}
+Source = Union[str, os.PathLike, IO[str], IO[bytes]]
+
+
+def detect_version(doc: Any, *, path: str | None = None) -> str:
+    """The format of a parsed document: its ``version`` key checked against its structure, or the structure alone."""
+    ctx = d.Ctx(path)
+    d.obj(ctx, doc, "$")
+    v = doc.get("version")
+    if v is not None:
+        v = d.string(ctx, v, "version")
+    if "encodings" in doc:
+        if isinstance(doc["encodings"], list):
+            meta = any(isinstance(e, dict) and isinstance(e.get("y_scale"), dict) for e in doc["encodings"])
+            structural = "2.1.0" if meta else "2.0.0"
+        else:
+            raise ctx.error("encodings", f"expected a list, got {d.type_name(doc['encodings'])}")
+        allowed = ("2.0.0", "2.1.0")
+    elif "activation_encodings" in doc or "param_encodings" in doc:
+        sec = doc.get("activation_encodings", doc.get("param_encodings"))
+        if isinstance(sec, dict):
+            structural, allowed = "0.6.1", ("0.6.1",)
+        elif isinstance(sec, list):
+            structural, allowed = "1.0.0", ("1.0.0",)
+        else:
+            key = "activation_encodings" if "activation_encodings" in doc else "param_encodings"
+            raise ctx.error(key, f"expected an object (0.6.1) or a list (1.0.0), got {d.type_name(sec)}")
+    else:
+        raise ctx.error("$", "not an encodings file: none of 'encodings', 'activation_encodings', "
+                             "'param_encodings' is present")
+    if v is None:
+        return structural
+    if v not in VERSIONS:
+        raise ctx.error("version", f"unsupported version {v!r}; qlinear reads {', '.join(VERSIONS)}")
+    if v not in allowed:
+        raise ctx.error("version", f"says {v!r} but the entries have the {structural} layout")
+    return v
+
+
+def _read_text(src: Source) -> tuple[str, str | None]:
+    if isinstance(src, (str, os.PathLike)):
+        p = Path(src)
+        try:
+            raw = p.read_bytes()
+        except FileNotFoundError:
+            raise EncodingError("file not found", path=str(p)) from None
+        except OSError as e:
+            raise EncodingError(f"cannot read: {e.strerror}", path=str(p)) from None
+        name: str | None = str(p)
+    else:
+        raw = src.read()
+        name = getattr(src, "name", None)
+        name = str(name) if name is not None else None
+    if isinstance(raw, bytes):
+        try:
+            raw = raw.decode("utf-8-sig")
+        except UnicodeDecodeError as e:
+            raise EncodingError(f"not UTF-8 text (byte {e.start})", path=name) from None
+    return raw, name
+
+
+def loads(text: str, *, path: str | None = None, model: Any = None) -> EncodingSet:
+    """Parse the text of an encodings file (any version); ``model`` resolves axes and roles."""
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise EncodingError(f"invalid JSON at line {e.lineno} column {e.colno}: {e.msg}", path=path) from None
+    except (RecursionError, ValueError) as e:
+        raise EncodingError(f"invalid JSON: {e}", path=path) from None
+    try:
+        es = from_document(doc, path=path, text=text)
+    except QlinearError:
+        raise
+    except (ValueError, TypeError, OverflowError, RecursionError, IndexError, KeyError, AttributeError) as e:
+        raise EncodingError(f"malformed encodings file ({type(e).__name__}: {e})", path=path) from None
+    return es.resolve(model) if model is not None else es
+
+
+def load(src: Source, *, model: Any = None) -> EncodingSet:
+    """Read an AIMET encodings file (0.6.1, 1.0.0, 2.0.0, 2.1.0 or without a version key).
+
+    Args:
+        src: path or open file.
+        model: optional ONNX model (``ModelProto`` or path): resolves the axes that 0.6.1/1.0.0 do not store and
+            tells params from activations in 2.x files.
+    """
+    text, name = _read_text(src)
+    return loads(text, path=name, model=model)
+
+
+def from_document(doc: Any, *, path: str | None = None, text: str | None = None) -> EncodingSet:
+    ctx = d.Ctx(path)
+    version = detect_version(doc, path=path)
+    encs, int_offsets, first_keys = _MODULES[version].read(ctx, doc)
+    qa = doc.get("quantizer_args")
+    if qa is not None:
+        qa = d.obj(ctx, qa, "quantizer_args")
+    ex = doc.get("excluded_layers")
+    if ex is not None:
+        for i, n in enumerate(d.lst(ctx, ex, "excluded_layers")):
+            d.string(ctx, n, f"excluded_layers[{i}]")
+    prod = doc.get("producer")
+    if prod is not None:
+        prod = d.obj(ctx, prod, "producer")
+    style = d.detect_style(text, list(doc), first_keys, int_offsets) if text is not None else AIMET_ONNX
+    seen: dict[str, int] = {}
+    for i, e in enumerate(encs):
+        if e.name in seen:
+            raise ctx.error(e.name, f"duplicate encoding for tensor {e.name!r}: each tensor may have one encoding")
+        seen[e.name] = i
+    return EncodingSet(tuple(encs), quantizer_args=qa, excluded_layers=ex, producer=prod,
+                       version=doc.get("version"), style=style)
+
+
+def to_document(es: EncodingSet, version: str, *, style: Style | None = None, drop_float: bool = False) -> dict:
+    if version not in _MODULES:
+        raise EncodingError(f"unknown version {version!r}; qlinear writes {', '.join(VERSIONS)}")
+    return _MODULES[version].write(es, style or es.style, drop_float=drop_float)
+
+
+def dumps(es: EncodingSet, version: str | None = None, *, style: Style | None = None, drop_float: bool = False) -> str:
+    """The text of ``es`` in ``version`` (default: the version it was read from, else 2.0.0)."""
+    version = version or es.version or "2.0.0"
+    st = style or es.style
+    return d.dumps(to_document(es, version, style=st, drop_float=drop_float), st)
+
+
+def save(es: EncodingSet, path: str | os.PathLike | IO[str], version: str | None = None, *,
+         style: Style | None = None, drop_float: bool = False) -> None:
+    """Write ``es`` as an AIMET encodings file of ``version`` (atomically when given a path).
+
+    Conversions keep every parameter the target can express; what it cannot (per-block/LPBQ/float8 in 0.6.1,
+    float8 in 1.0.0, fp16 in 2.x without ``drop_float``, unresolved axes in 2.x) raises an ``EncodingError`` naming
+    the tensor.
+    """
+    text = dumps(es, version, style=style, drop_float=drop_float)
+    if isinstance(path, (str, os.PathLike)):
+        from qlinear._atomic import write_text
+
+        write_text(path, text)
+    else:
+        path.write(text)
+
+
+__all__ = ["VERSIONS", "detect_version", "dumps", "from_document", "load", "loads", "save", "to_document", "io"]

@@ -1,0 +1,100 @@
+"""Which axis of a weight is the output channel and which is blocked, per consuming operator.
+
+The AIMET table (notes ``aimet.md`` §2.7, ``QuantizationSimModel._get_quantization_axes``), which is also what ONNX
+Runtime's quantizer uses:
+
+==================  =======  =====
+op                  channel  block
+==================  =======  =====
+Conv                0        1
+ConvTranspose       1        0
+Gemm transB=1       0        1
+Gemm transB=0       1        0
+MatMul              -1       -2
+1-D params (bias)   0        -
+==================  =======  =====
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from qlinear.encodings.model import Encoding, EncodingSet
+from qlinear.errors import EncodingError
+from qlinear.graph.model import GraphIndex, attr, load_model
+
+
+def param_axes(g: GraphIndex, name: str) -> tuple[int, int | None] | None:
+    """(channel axis, block axis) of initializer ``name`` (normalised, non-negative), from its first consumer."""
+    shape = g.shape(name)
+    if shape is None:
+        return None
+    rank = len(shape)
+    if rank <= 1:
+        return (0, None)
+    for node, idx in g.consumers.get(name, []):
+        op = node.op_type
+        if op == "Conv" and idx == 1:
+            return (0, 1)
+        if op == "ConvTranspose" and idx == 1:
+            return (1, 0)
+        if op == "Gemm":
+            tb = attr(node, "transB", 0) if idx == 1 else attr(node, "transA", 0)
+            return (0, 1) if (tb if idx == 1 else not tb) else (1, 0)
+        if op == "MatMul":
+            return (rank - 1, rank - 2) if idx == 1 else (rank - 2, rank - 1)
+    return (0, 1)
+
+
+def _place(flat: np.ndarray, shape: tuple[int, ...], c: int, b: int, nb: int) -> np.ndarray:
+    """Un-flatten a (channel, block)-ordered array into the AIMET block shape (dims on c and b, 1 elsewhere)."""
+    rank = len(shape)
+    C = shape[c]
+    a = flat.reshape(C, nb)
+    order = [c, b] + [i for i in range(rank) if i not in (c, b)]
+    full = a.reshape((C, nb) + (1,) * (rank - 2))
+    inv = np.argsort(order)
+    return full.transpose(inv)
+
+
+def resolve_encoding(e: Encoding, g: GraphIndex) -> Encoding:
+    is_param = e.name in g.initializers
+    role = "param" if is_param else ("activation" if g.exists(e.name) else e.role)
+    changes: dict[str, Any] = {}
+    if role != e.role:
+        changes["role"] = role
+    if not e.resolved and is_param:
+        shape = tuple(int(d) for d in g.shape(e.name))
+        c, b = param_axes(g, e.name)
+        n = e.scale.size
+        if e.granularity == "per_channel":
+            if n != shape[c]:
+                raise EncodingError(f"{e.name}: {n} per-channel scales, but the tensor {list(shape)} has {shape[c]} "
+                                    f"channels on its channel axis {c}")
+            changes["axis"] = c
+        else:
+            if b is None:
+                raise EncodingError(f"{e.name}: a per-block encoding on a 1-D tensor")
+            nb = -(-shape[b] // e.block_size)
+            grid = e.int_scale if e.int_scale is not None else e.scale
+            if grid.size != shape[c] * nb:
+                raise EncodingError(f"{e.name}: {grid.size} block values, but the tensor {list(shape)} with "
+                                    f"block_size {e.block_size} on axis {b} has {shape[c]} x {nb}")
+            changes["axis"] = b
+            if e.int_scale is not None:
+                changes["int_scale"] = _place(e.int_scale, shape, c, b, nb)
+                ks = [1] * len(shape)
+                ks[c] = shape[c]
+                changes["scale"] = e.scale.reshape(ks)
+            else:
+                changes["scale"] = _place(e.scale, shape, c, b, nb)
+                if e.zero_point is not None:
+                    changes["zero_point"] = _place(e.zero_point, shape, c, b, nb)
+    return e.replace(**changes) if changes else e
+
+
+def resolve_set(es: EncodingSet, model: Any) -> EncodingSet:
+    g = GraphIndex.build(load_model(model), infer_shapes=False)
+    return es.with_encodings(resolve_encoding(e, g) for e in es.encodings)

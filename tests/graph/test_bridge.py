@@ -1,0 +1,129 @@
+"""validate / apply / extract against ONNX Runtime: the golden model with every golden file."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import numpy_helper
+
+from qlinear import encodings as E
+from qlinear.errors import EncodingError
+
+
+@pytest.fixture(scope="module")
+def gold(shared_dir):
+    d = shared_dir / "aimet-golden"
+    return d, d / "tiny_model.onnx", np.load(d / "calib_inputs.npz")["x"]
+
+
+def _run(m, x):
+    s = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    return s.run(None, {"x": x})[0]
+
+
+def _dq_params(m):
+    inits = {t.name: numpy_helper.to_array(t) for t in m.graph.initializer}
+    out = {}
+    for n in m.graph.node:
+        if n.op_type == "DequantizeLinear" and n.input[1] in inits:
+            out[n.output[0]] = inits[n.input[1]]
+    return out
+
+
+def test_apply_every_golden_file_runs_in_ort_and_extracts_back(gold):
+    d, model, xs = gold
+    ref = _run(onnx.load(model), xs[0])
+    for f in sorted(d.glob("*.encodings")):
+        es = E.load(f, model=model)
+        assert E.validate(es, model).ok, f.name
+        q = E.apply(es, model)
+        y = _run(q, xs[0])
+        assert y.shape == ref.shape and np.isfinite(y).all()
+        # quantization noise only: the Q/DQ model stays close to the float model (int2 weights: coarse)
+        assert np.corrcoef(y.ravel(), ref.ravel())[0, 1] > (0.7 if "int2" in f.name else 0.98), f.name
+        back = E.extract(q)
+        assert back == es, f.name
+        assert E.dumps(back) == E.dumps(es)  # extract(apply) re-saves to the same bytes
+        if f.name.endswith("v2.0.0.encodings"):
+            assert E.dumps(back, "2.0.0") == f.read_text()
+
+
+def test_q_dq_parameters_equal_the_file(gold):
+    d, model, xs = gold
+    for f in sorted(d.glob("*v2.0.0.encodings")):
+        es = E.load(f, model=model)
+        q = E.apply(es, model)
+        params = _dq_params(q)
+        for e in es:
+            if e.granularity in ("lpbq",) or e.shifted:
+                continue
+            got = params[e.name] if e.role == "param" else params[f"{e.name}_dequantized"] if e.name != "y" else params["y"]
+            wshape = tuple(next(t.dims for t in onnx.load(model).graph.initializer if t.name == e.name)) \
+                if e.role == "param" else None
+            want = e.onnx_params(wshape)["scale"]
+            assert np.array_equal(got, np.broadcast_to(want, got.shape)), (f.name, e.name)
+        # without the metadata, extract reads float32 scales: the same parameters at float32
+        stripped = onnx.ModelProto()
+        stripped.CopyFrom(q)
+        del stripped.metadata_props[:]
+        raw = E.extract(stripped)
+        for e in es:
+            r = raw[e.name]
+            if e.qtype.bits == 2:
+                continue
+            assert np.array_equal(r.effective_scale.astype(np.float32), e.effective_scale.astype(np.float32)), e.name
+
+
+def test_activation_dequantized_values_match_the_encoding(gold):
+    """ORT's Q/DQ of the input equals Encoding.fake_quantize bit for bit."""
+    d, model, xs = gold
+    es = E.load(d / "aimet-onnx-2.42.0_per_tensor_tf_v2.0.0.encodings")
+    q = E.apply(es, model)
+    q.graph.output.append(onnx.helper.make_tensor_value_info("x_dequantized", onnx.TensorProto.FLOAT, None))
+    s = ort.InferenceSession(q.SerializeToString(), providers=["CPUExecutionProvider"])
+    got = s.run(["x_dequantized"], {"x": xs[1]})[0]
+    assert np.array_equal(got.view(np.uint32), es["x"].fake_quantize(xs[1]).view(np.uint32))
+
+
+def test_validate_reports_every_problem(gold):
+    d, model, _ = gold
+    es = E.load(d / "aimet-onnx-2.42.0_per_channel_tf_v2.0.0.encodings")
+    bad = es.with_encodings([
+        *es.encodings,
+        E.Encoding("nope", "uint8", scale=0.1),
+        E.Encoding("fc2.weight_x", "int8", scale=[0.1] * 3, axis=5, role="param"),
+    ])
+    bad = bad.with_encodings([e if e.name != "conv.weight" else e.replace(scale=e.scale[:7]) for e in bad])
+    rep = E.validate(bad, model)
+    names = {p.tensor for p in rep.problems}
+    assert {"nope", "fc2.weight_x", "conv.weight"} <= names and not rep.ok
+    with pytest.raises(EncodingError, match="problem"):
+        E.apply(bad, model)
+
+
+def test_extract_reads_onnxruntime_quantize_static(gold, tmp_path):
+    """A model quantized by ORT's own tool: extract finds its params and activations, and apply() of them
+    reproduces ORT's scales."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    d, model, xs = gold
+
+    class R(CalibrationDataReader):
+        def __init__(self):
+            self.it = iter([{"x": xs[i]} for i in range(4)])
+
+        def get_next(self):
+            return next(self.it, None)
+
+    out = tmp_path / "ort_qdq.onnx"
+    quantize_static(str(model), str(out), R(), quant_format=QuantFormat.QDQ, per_channel=True,
+                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+    es = E.extract(out)
+    assert "conv.weight" in es and es["conv.weight"].granularity == "per_channel" and es["conv.weight"].axis == 0
+    assert es["x"].dtype == "uint8" and es["x"].role == "activation"
+    ort_params = _dq_params(onnx.load(out))
+    assert any(np.array_equal(v, es["x"].scale.astype(np.float32)) for v in ort_params.values())
+    q = E.apply(es.with_encodings(e for e in es if e.role == "param" or e.name in ("x",)), model)
+    assert _run(q, xs[0]).shape == (1, 16)

@@ -1,0 +1,43 @@
+"""The ``qlinear encodings`` commands, run in-process through the real entry point."""
+
+from __future__ import annotations
+
+import pytest
+
+from qlinear.cli.main import main
+
+
+@pytest.fixture()
+def g(shared_dir):
+    return shared_dir / "aimet-golden"
+
+
+def test_inspect_convert_apply_extract_validate(g, tmp_path, capsys):
+    f = g / "aimet-onnx-2.42.0_blockwise_tf_v1.0.0.encodings"
+    assert main(["encodings", "inspect", str(f), "--model", str(g / "tiny_model.onnx")]) == 0
+    out = capsys.readouterr().out
+    assert "fc1.weight" in out and "per_block" in out
+    dst = tmp_path / "b2.encodings"
+    assert main(["encodings", "convert", str(f), str(dst), "--to", "2.0.0", "-m", str(g / "tiny_model.onnx")]) == 0
+    assert dst.read_text() != "" and '"block_size": 16' in dst.read_text()
+    q = tmp_path / "q.onnx"
+    assert main(["encodings", "apply", str(dst), str(g / "tiny_model.onnx"), "-o", str(q)]) == 0
+    back = tmp_path / "back.encodings"
+    assert main(["encodings", "extract", str(q), "-o", str(back)]) == 0
+    assert back.read_text() == dst.read_text()
+    assert main(["encodings", "validate", str(back), "--model", str(g / "tiny_model.onnx")]) == 0
+
+
+def test_failures_leave_no_partial_file_and_keep_old_output(g, tmp_path, capsys):
+    dst = tmp_path / "out.encodings"
+    dst.write_text("previous")
+    # LPBQ cannot be written as 0.6.1: error names the tensor, exit 2, old file intact, no temp files left
+    rc = main(["encodings", "convert", str(g / "aimet-onnx-2.42.0_lpbq_tf_v2.0.0.encodings"), str(dst), "--to", "0.6.1"])
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert "fc1.weight" in err and "0.6.1" in err
+    assert dst.read_text() == "previous"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.encodings"]
+    rc = main(["encodings", "validate", str(g / "aimet-onnx-2.42.0_per_tensor_tf_v2.0.0.encodings"), "--model",
+               str(tmp_path / "missing.onnx")])
+    assert rc == 2 and "not found" in capsys.readouterr().err
