@@ -1,0 +1,86 @@
+"""Mergeable histograms on a dyadic grid.
+
+Each group's histogram has ``2*half`` bins of width ``2^k`` covering ``[-half*2^k, half*2^k)``, anchored at 0. A
+batch whose ``max|x|`` needs a wider range raises ``k``; old counts are merged ``2^d`` to one (bin edges of the
+coarse grid are edges of the fine one). The histogram of the union of batches is therefore the histogram of all
+the data at the final ``k``, whatever the order or split of the batches: :meth:`merge` is exact (integer counts),
+which a data-dependent range (ORT's ``np.histogram`` over the first batch's range) cannot be.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+K_EMPTY = -1100  # level of a group that has seen no finite non-zero value
+
+
+def level(amax: np.ndarray, half: int) -> np.ndarray:
+    """Smallest ``k`` with ``amax < half * 2^k`` (exact: frexp of a power-of-two quotient)."""
+    _, e = np.frexp(np.asarray(amax, np.float64) / half)
+    return np.where(amax > 0, e, K_EMPTY).astype(np.int64)
+
+
+def rebin(counts: np.ndarray, k_old: np.ndarray, k_new: np.ndarray, half: int) -> np.ndarray:
+    """Counts of each group moved from level ``k_old`` to the coarser ``k_new`` (exact)."""
+    d = k_new - k_old
+    if not np.any(d > 0):
+        return counts
+    out = counts.copy()
+    nbins = 2 * half
+    rel = np.arange(nbins, dtype=np.int64) - half
+    for g in np.nonzero(d > 0)[0]:
+        new_idx = (rel >> int(min(d[g], 62))) + half  # floor division by 2^d (arithmetic shift)
+        out[g] = 0
+        np.add.at(out[g], new_idx, counts[g])
+    return out
+
+
+def add(counts: np.ndarray, k: np.ndarray, x2d: np.ndarray, half: int) -> None:
+    """Add the finite values of ``x2d`` (groups, n) to ``counts`` (groups, 2*half) at levels ``k``."""
+    g, n = x2d.shape
+    nbins = 2 * half
+    finite = np.isfinite(x2d)
+    kk = np.where(k == K_EMPTY, 0, k)
+    scaled = np.ldexp(np.where(finite, x2d, 0).astype(np.float64), -kk[:, None].astype(np.int32))
+    idx = np.floor(scaled).astype(np.int64) + half
+    np.clip(idx, 0, nbins - 1, out=idx)
+    idx += (np.arange(g, dtype=np.int64) * nbins)[:, None]
+    w = finite.reshape(-1)
+    flat = idx.reshape(-1)
+    if not w.all():
+        flat = flat[w]
+    counts += np.bincount(flat, minlength=g * nbins).reshape(g, nbins)
+
+
+def centers(k: np.ndarray, half: int) -> np.ndarray:
+    """Bin centres (groups, 2*half) in float64."""
+    rel = np.arange(2 * half, dtype=np.float64) - half + 0.5
+    return np.ldexp(rel[None, :], np.where(k == K_EMPTY, 0, k)[:, None].astype(np.int32))
+
+
+def compact(counts: np.ndarray, k: np.ndarray, half: int, target: int = 512) -> tuple[np.ndarray, np.ndarray]:
+    """(centres, counts) of each group restricted to its used span and merged down to at most ``target`` bins
+    (for range searches; keeps mass exactly, positions to bin-centre accuracy)."""
+    g, nb = counts.shape
+    used = counts > 0
+    first = np.where(used.any(1), used.argmax(1), half)
+    last = np.where(used.any(1), nb - 1 - used[:, ::-1].argmax(1), half)
+    span = last - first + 1
+    factor = np.maximum(1, 2 ** np.ceil(np.log2(np.maximum(span, 1) / target))).astype(np.int64)
+    c_all = centers(k, half)
+    out_c = np.zeros((g, target))
+    out_w = np.zeros((g, target))
+    for f in np.unique(factor):
+        rows = np.nonzero(factor == f)[0]
+        start = first[rows]
+        idx = start[:, None] + np.arange(target * f)[None, :]
+        valid = idx < nb
+        idxc = np.minimum(idx, nb - 1)
+        w = np.take_along_axis(counts[rows], idxc, 1) * valid
+        c = np.take_along_axis(c_all[rows], idxc, 1)
+        wsum = w.reshape(len(rows), target, f).sum(2)
+        csum = (c * w).reshape(len(rows), target, f).sum(2)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out_c[rows] = np.where(wsum > 0, csum / np.where(wsum > 0, wsum, 1), 0)
+        out_w[rows] = wsum
+    return out_c, out_w

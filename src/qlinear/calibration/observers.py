@@ -1,0 +1,244 @@
+"""Observers: streaming statistics with one protocol.
+
+``update(array)`` folds a batch in (memory independent of the number of batches), ``merge(other)`` combines two
+observers' statistics exactly (split calibration across processes: the result is bit-identical to one observer
+over all the data), ``compute(qtype, ...) -> Encoding`` turns them into parameters with a policy.
+
+==================  ====================================================================================
+``MinMaxObserver``     running min and max (NaN ignored, ±inf kept and clamped by the policy)
+``MovingAverageMinMaxObserver``  mean of per-batch minima / maxima (ONNX Runtime ``moving_average``)
+``HistogramObserver``  dyadic mergeable histogram + min/max; ``method`` = percentile, mse, sqnr, entropy
+==================  ====================================================================================
+
+The moving-average observer keeps its per-batch minima and maxima (two floats per group and batch) so that its
+mean is computed as ONNX Runtime computes it (``np.nanmean`` in float32); that is the one state that grows with
+the number of batches.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from qlinear.calibration import histogram as H
+from qlinear.calibration import search
+from qlinear.calibration.groups import Grouping
+from qlinear.calibration.rules import to_encoding
+from qlinear.encodings.model import Encoding
+from qlinear.errors import CalibrationError, DataError
+
+METHODS = ("minmax", "moving_average", "percentile", "mse", "sqnr", "entropy")
+
+
+def _as_batch(x: Any) -> np.ndarray:
+    a = np.asarray(x)
+    if a.dtype.kind not in "fiu":
+        raise DataError(f"calibration data must be numeric, got dtype {a.dtype}")
+    if a.dtype.kind != "f" or a.dtype.itemsize > 4 and a.dtype != np.float64:
+        a = a.astype(np.float32)
+    if a.dtype not in (np.float32, np.float64):
+        a = a.astype(np.float32)
+    if a.size == 0:
+        raise DataError("empty calibration batch")
+    return a
+
+
+class Observer:
+    """Base class: grouping, shape bookkeeping and ``compute``."""
+
+    method = "minmax"
+
+    def __init__(self, grouping: Grouping | None = None) -> None:
+        self.grouping = grouping or Grouping()
+        self.shape: tuple[int, ...] | None = None
+        self.min: np.ndarray | None = None
+        self.max: np.ndarray | None = None
+
+    def _view(self, x: Any) -> np.ndarray:
+        a = _as_batch(x)
+        if self.grouping.kind != "per_tensor":
+            if self.shape is None:
+                self.shape = a.shape
+            elif a.shape != self.shape and self.grouping.kind == "per_block":
+                raise DataError(f"per-block calibration needs batches of one shape, got {a.shape} after {self.shape}")
+        else:
+            self.shape = self.shape or a.shape
+        v = self.grouping.view(a)
+        if self.min is not None and v.shape[0] != self.min.shape[0]:
+            raise DataError(f"batch has {v.shape[0]} groups (channels/blocks) but earlier batches had "
+                            f"{self.min.shape[0]}")
+        return v
+
+    def _minmax(self, v: np.ndarray) -> None:
+        with np.errstate(invalid="ignore"):
+            lo = np.fmin.reduce(v, axis=1).astype(np.float64)
+            hi = np.fmax.reduce(v, axis=1).astype(np.float64)
+        if self.min is None:
+            self.min, self.max = lo, hi
+        else:
+            self.min = np.fmin(self.min, lo)
+            self.max = np.fmax(self.max, hi)
+
+    def _check_merge(self, other: "Observer") -> None:
+        if type(other) is not type(self) or other.grouping != self.grouping:
+            raise CalibrationError(f"cannot merge a {type(other).__name__} ({other.grouping}) into a "
+                                   f"{type(self).__name__} ({self.grouping})")
+        if self.min is not None and other.min is not None and self.min.shape != other.min.shape:
+            raise CalibrationError(f"cannot merge observers of {self.min.shape[0]} and {other.min.shape[0]} groups")
+
+    def _merge_minmax(self, other: "Observer") -> None:
+        if other.min is None:
+            return
+        if self.min is None:
+            self.min, self.max, self.shape = other.min.copy(), other.max.copy(), other.shape
+        else:
+            self.min = np.fmin(self.min, other.min)
+            self.max = np.fmax(self.max, other.max)
+
+    def range(self, bits: int = 8, *, symmetric: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """The chosen (lo, hi) per group (float64)."""
+        self._need()
+        return np.nan_to_num(self.min, nan=0.0), np.nan_to_num(self.max, nan=0.0)
+
+    def _need(self) -> None:
+        if self.min is None:
+            raise CalibrationError(f"{type(self).__name__}: no data observed; call update() first")
+
+    def param_shape(self) -> tuple[int, ...]:
+        self._need()
+        return self.grouping.param_shape(self.shape)
+
+    def compute(self, qtype: Any = "uint8", *, symmetric: bool = False, strict: bool = False,
+                policy: str = "aimet", name: str = "tensor", role: str = "activation", **policy_options: Any) -> Encoding:
+        """An :class:`~qlinear.encodings.Encoding` from the observed statistics (see :mod:`qlinear.calibration.rules`)."""
+        from qlinear.core.types import qtype as _qt
+
+        t = _qt(qtype)
+        bits = t.bits if t.is_int else 8
+        lo, hi = self.range(bits, symmetric=symmetric)
+        shape = self.param_shape()
+        return to_encoding(lo.reshape(shape), hi.reshape(shape), t, symmetric=symmetric, strict=strict, policy=policy,
+                           grouping=self.grouping, name=name, role=role, **policy_options)
+
+
+class MinMaxObserver(Observer):
+    """Running minimum and maximum per group."""
+
+    method = "minmax"
+
+    def update(self, x: Any) -> "MinMaxObserver":
+        self._minmax(self._view(x))
+        return self
+
+    def merge(self, other: "MinMaxObserver") -> "MinMaxObserver":
+        self._check_merge(other)
+        self._merge_minmax(other)
+        return self
+
+
+class MovingAverageMinMaxObserver(Observer):
+    """ONNX Runtime's ``moving_average``: the range is the float32 ``nanmean`` of the per-batch minima and maxima."""
+
+    method = "moving_average"
+
+    def __init__(self, grouping: Grouping | None = None) -> None:
+        super().__init__(grouping)
+        self.batch_min: list[np.ndarray] = []
+        self.batch_max: list[np.ndarray] = []
+
+    def update(self, x: Any) -> "MovingAverageMinMaxObserver":
+        v = self._view(x)
+        with np.errstate(invalid="ignore"):
+            self.batch_min.append(np.fmin.reduce(v, axis=1))
+            self.batch_max.append(np.fmax.reduce(v, axis=1))
+        self._minmax(v)
+        return self
+
+    def merge(self, other: "MovingAverageMinMaxObserver") -> "MovingAverageMinMaxObserver":
+        self._check_merge(other)
+        self._merge_minmax(other)
+        self.batch_min += other.batch_min
+        self.batch_max += other.batch_max
+        return self
+
+    def range(self, bits: int = 8, *, symmetric: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        self._need()
+        lo = np.nanmean(np.stack(self.batch_min), axis=0)
+        hi = np.nanmean(np.stack(self.batch_max), axis=0)
+        return lo.astype(np.float64), hi.astype(np.float64)
+
+
+class HistogramObserver(Observer):
+    """Min/max plus a mergeable dyadic histogram (:mod:`qlinear.calibration.histogram`) per group; the range comes
+    from ``method``: ``percentile`` (``percentile=99.99``), ``mse``, ``sqnr`` (AIMET tf_enhanced-like) or
+    ``entropy``."""
+
+    def __init__(self, method: str = "sqnr", grouping: Grouping | None = None, *, bins: int | None = None,
+                 percentile: float = 99.99) -> None:
+        super().__init__(grouping)
+        if method not in ("percentile", "mse", "sqnr", "entropy"):
+            raise CalibrationError(f"unknown histogram method {method!r}; expected percentile, mse, sqnr or entropy")
+        if not 50.0 <= percentile <= 100.0:
+            raise CalibrationError(f"percentile must be in [50, 100], got {percentile}")
+        self.method = method
+        self.percentile = float(percentile)
+        self.half = int(bins or (64 if self.grouping.kind == "per_block" else 2048)) // 1
+        if self.half & (self.half - 1):
+            raise CalibrationError(f"bins must be a power of two, got {self.half}")
+        self.k: np.ndarray | None = None
+        self.counts: np.ndarray | None = None
+
+    def update(self, x: Any) -> "HistogramObserver":
+        v = self._view(x)
+        self._minmax(v)
+        with np.errstate(invalid="ignore"):
+            amax = np.fmax.reduce(np.where(np.isfinite(v), np.abs(v), np.nan), axis=1)
+        kb = H.level(np.nan_to_num(amax, nan=0.0), self.half)
+        if self.counts is None:
+            self.k = np.full(v.shape[0], H.K_EMPTY, np.int64)
+            self.counts = np.zeros((v.shape[0], 2 * self.half), np.int64)
+        k_new = np.maximum(self.k, kb)
+        self.counts = H.rebin(self.counts, self.k, k_new, self.half)
+        self.k = k_new
+        H.add(self.counts, self.k, v, self.half)
+        return self
+
+    def merge(self, other: "HistogramObserver") -> "HistogramObserver":
+        self._check_merge(other)
+        if other.method != self.method or other.half != self.half:
+            raise CalibrationError("cannot merge histogram observers with different methods or bin counts")
+        if other.counts is None:
+            return self
+        if self.counts is None:
+            self.counts, self.k = other.counts.copy(), other.k.copy()
+        else:
+            k_new = np.maximum(self.k, other.k)
+            self.counts = H.rebin(self.counts, self.k, k_new, self.half) + H.rebin(other.counts, other.k, k_new,
+                                                                                   self.half)
+            self.k = k_new
+        self._merge_minmax(other)
+        return self
+
+    def range(self, bits: int = 8, *, symmetric: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        self._need()
+        lo, hi = super().range()
+        if self.method == "percentile":
+            return search.percentile_range(self.counts, self.k, self.half, lo, hi, self.percentile,
+                                           symmetric=symmetric)
+        if self.method == "entropy":
+            return search.entropy_range(self.counts, self.k, self.half, lo, hi, bits)
+        c, w = H.compact(self.counts, self.k, self.half)
+        gamma = search.GAMMA_SQNR if self.method == "sqnr" else 1.0
+        return search.search_range(c, w, lo, hi, bits, symmetric=symmetric, gamma=gamma)
+
+
+def make_observer(method: str = "minmax", grouping: Grouping | None = None, **kw: Any) -> Observer:
+    """The observer for ``method`` (one of :data:`METHODS`)."""
+    if method == "minmax":
+        return MinMaxObserver(grouping)
+    if method == "moving_average":
+        return MovingAverageMinMaxObserver(grouping)
+    if method in ("percentile", "mse", "sqnr", "entropy"):
+        return HistogramObserver(method, grouping, **kw)
+    raise CalibrationError(f"unknown calibration method {method!r}; expected one of {', '.join(METHODS)}")
