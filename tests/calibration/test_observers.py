@@ -94,3 +94,25 @@ def test_per_block_partial_last_block_and_lpbq():
     assert lp.int_scale.shape == (8, 3) and lp.int_scale.max() == 16 and lp.scale.shape == (8, 1)
     q = lp.quantize(w)
     assert q.shape == w.shape
+
+
+@given(st.integers(0, 2**31 - 1), st.sampled_from([1, 3, 64]))
+def test_native_histogram_equals_numpy(seed, groups):
+    from qlinear.calibration import histogram as H
+    from qlinear.core import native
+
+    if not native.available():
+        pytest.skip("compiled kernel not built")  # the NumPy path is then the only path
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal((groups, 4099)) * rng.uniform(1e-6, 1e6)).astype(np.float32)
+    x[0, :3] = [np.nan, np.inf, -np.inf]
+    k = H.level(np.nanmax(np.where(np.isfinite(x), np.abs(x), np.nan), axis=1), 2048) + rng.integers(0, 3, groups)
+    a = np.zeros((groups, 4096), np.int64)
+    b = np.zeros((groups, 4096), np.int64)
+    H.add(a, k, x, 2048)
+    try:
+        H.USE_NATIVE = False
+        H.add(b, k, x, 2048)
+    finally:
+        H.USE_NATIVE = True
+    assert np.array_equal(a, b)

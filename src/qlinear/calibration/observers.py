@@ -70,10 +70,14 @@ class Observer:
                             f"{self.min.shape[0]}")
         return v
 
-    def _minmax(self, v: np.ndarray) -> None:
+    def _minmax(self, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         with np.errstate(invalid="ignore"):
             lo = np.fmin.reduce(v, axis=1).astype(np.float64)
             hi = np.fmax.reduce(v, axis=1).astype(np.float64)
+        self._fold(lo, hi)
+        return lo, hi
+
+    def _fold(self, lo: np.ndarray, hi: np.ndarray) -> None:
         if self.min is None:
             self.min, self.max = lo, hi
         else:
@@ -191,9 +195,11 @@ class HistogramObserver(Observer):
 
     def update(self, x: Any) -> "HistogramObserver":
         v = self._view(x)
-        self._minmax(v)
-        with np.errstate(invalid="ignore"):
-            amax = np.fmax.reduce(np.where(np.isfinite(v), np.abs(v), np.nan), axis=1)
+        lo, hi = self._minmax(v)
+        amax = np.maximum(np.abs(lo), np.abs(hi))
+        if not np.isfinite(amax).all():  # ±inf present: the level comes from the finite values only
+            with np.errstate(invalid="ignore"):
+                amax = np.fmax.reduce(np.where(np.isfinite(v), np.abs(v), np.nan), axis=1)
         kb = H.level(np.nan_to_num(amax, nan=0.0), self.half)
         if self.counts is None:
             self.k = np.full(v.shape[0], H.K_EMPTY, np.int64)

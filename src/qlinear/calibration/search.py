@@ -57,13 +57,14 @@ def search_range(c: np.ndarray, w: np.ndarray, lo: np.ndarray, hi: np.ndarray, b
             zp = np.full(delta.shape, np.ceil(n / 2))
         else:
             zp = np.clip(np.round(-clo / delta), 0, n)
-        cc = c[sl][:, None, :]
-        d3 = delta[:, :, None]
-        z3 = zp[:, :, None]
+        cc = c[sl][:, None, :].astype(np.float32)
+        d3 = delta[:, :, None].astype(np.float32)
+        z3 = zp[:, :, None].astype(np.float32)
         q = np.clip(np.round(cc / d3) + z3, 0, n)
         err = ((q - z3) * d3 - cc) ** 2
         clipped = (cc < (0 - z3) * d3) | (cc > (n - z3) * d3)
-        cost = (np.where(clipped, gamma, 1.0) * err * w[sl][:, None, :]).sum(2)
+        cost = (np.where(clipped, np.float32(gamma), np.float32(1.0)) * err * w[sl][:, None, :].astype(np.float32)).sum(
+            2, dtype=np.float64)
         best = cost.argmin(1)
         r = np.arange(len(best))
         d_b, z_b = delta[r, best], zp[r, best]
@@ -105,7 +106,7 @@ def _smooth(d: np.ndarray, eps: float = 1e-4) -> np.ndarray:
     return (d + eps / d.size) / (1.0 + eps)
 
 
-def entropy_threshold(a: np.ndarray, width: float, bits: int, *, max_bins: int = 2048, candidates: int = 128) -> float:
+def entropy_threshold(a: np.ndarray, width: float, bits: int, *, max_bins: int = 1024, candidates: int = 64) -> float:
     """KL-optimal |x| threshold of one group's |x| histogram ``a`` (bin width ``width``)."""
     last = int(np.nonzero(a)[0][-1]) + 1 if a.any() else 1
     f = max(1, int(2 ** np.ceil(np.log2(max(last, 1) / max_bins))))
@@ -123,14 +124,10 @@ def entropy_threshold(a: np.ndarray, width: float, bits: int, *, max_bins: int =
         p[i - 1] += h[i:].sum()
         nz = p > 0
         # merge the unfolded slice into nq levels, spread each level's mass over its non-empty bins
-        edges = (np.arange(nq + 1) * i) // nq
-        q = np.zeros(i)
-        for j in range(nq):
-            a0, a1 = edges[j], edges[j + 1]
-            seg = nz[a0:a1]
-            cnt = seg.sum()
-            if cnt:
-                q[a0:a1][seg] = h[a0:a1].sum() / cnt
+        level_of = (np.arange(i) * nq) // i
+        mass = np.bincount(level_of, weights=h[:i], minlength=nq)
+        cnt = np.bincount(level_of, weights=nz, minlength=nq)
+        q = np.where(nz, mass[level_of] / np.maximum(cnt[level_of], 1), 0.0)
         ps = _smooth(p / p.sum())
         qs = _smooth(q / max(q.sum(), 1e-300))
         kl = float(np.sum(ps * np.log(ps / qs)))

@@ -342,6 +342,32 @@ QL_EXPORT QL_CLONES int ql_dequantize_f32(const void* x, int itype, float* y, co
 /* Module stub: the library is loaded with ctypes; this only makes the file a valid extension. */
 /* ------------------------------------------------------------------------------------------ */
 
+/* ---------------------------------------------------------------------------------------------
+ * Calibration histograms (qlinear.calibration.histogram): group g of x[G, n] counts floor(x * mult[g]) + half,
+ * clamped to [0, 2*half), into counts[g, 2*half]; non-finite values are skipped. mult[g] is a power of two, so
+ * the product is exact in double and the bin is exactly the dyadic one of the NumPy path.
+ * ------------------------------------------------------------------------------------------- */
+QL_EXPORT int ql_hist_groups_f32(const float* x, int64_t G, int64_t n, const double* mult, int64_t half,
+                                 int64_t* counts) {
+    const int64_t nb = 2 * half;
+    for (int64_t g = 0; g < G; ++g) {
+        const float* xg = x + g * n;
+        int64_t* c = counts + g * nb;
+        const double m = mult[g];
+        for (int64_t i = 0; i < n; ++i) {
+            const float v = xg[i];
+            if (!isfinite(v)) continue;
+            const double d = (double)v * m;                  /* |d| <= half: the level covers max|x| */
+            int64_t t = (int64_t)d;                           /* truncation; floor without a libm call */
+            t -= (double)t > d;
+            int64_t idx = t + half;
+            idx = idx < 0 ? 0 : (idx >= nb ? nb - 1 : idx);
+            c[idx]++;
+        }
+    }
+    return 0;
+}
+
 static struct PyModuleDef ql_module = {PyModuleDef_HEAD_INIT, "_native", "qlinear compiled kernels (use via ctypes)",
                                        -1, NULL, NULL, NULL, NULL, NULL};
 

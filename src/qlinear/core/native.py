@@ -53,7 +53,7 @@ def _lib() -> ctypes.CDLL | None:
 #: signatures of further kernels (calibration reductions), filled by their modules
 _EXTRA_SIGNATURES: dict[str, tuple[list, object]] = {
     "ql_minmax_f32": ([_ptr, _i64, _i64, _i64, _ptr, _ptr], ctypes.c_int),
-    "ql_histogram_f32": ([_ptr, _i64, ctypes.c_double, ctypes.c_double, _i64, _ptr, ctypes.c_int], ctypes.c_int),
+    "ql_hist_groups_f32": ([_ptr, _i64, _i64, _ptr, _i64, _ptr], ctypes.c_int),
 }
 
 
