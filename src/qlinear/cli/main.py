@@ -50,6 +50,7 @@ def _register() -> None:
 
 _GROUPS: list[tuple[str, str, str]] = [
     ("qlinear.cli.encodings", "app", "encodings"),
+    ("qlinear.cli.quantize", "quantize", "quantize"),
 ]
 
 

@@ -1,0 +1,154 @@
+"""Where the quantizers go, the way runtimes need them.
+
+* **Weights** of Conv, ConvTranspose, Gemm and MatMul (initializers) are quantized per channel along the output
+  channel (:mod:`qlinear.graph.axes`); their **bias** becomes int32 at ``input_scale * weight_scale``.
+* **Activations**: graph inputs and the outputs of nodes, except where a runtime fuses: no quantizer between a
+  Conv/Gemm/MatMul/Add and the Relu/Clip/LeakyRelu that is its only consumer (the quantizer goes after the
+  activation).
+* **Data-movement ops** (Reshape, Flatten, Transpose, Squeeze, Unsqueeze, MaxPool, Identity, Slice, Gather, Pad,
+  SpaceToDepth, DepthToSpace) share their input's parameters.
+* **Concat** inputs and output share one set of parameters (their ranges are merged).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import onnx
+
+from qlinear.graph.axes import param_axes
+from qlinear.graph.model import GraphIndex, attr
+
+WEIGHTED = ("Conv", "ConvTranspose", "Gemm", "MatMul")
+FUSABLE_ACT = ("Relu", "Clip", "LeakyRelu")
+FUSING_PRODUCERS = ("Conv", "ConvTranspose", "Gemm", "MatMul", "Add")
+DATA_MOVEMENT = ("Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "MaxPool", "Identity", "Slice", "Gather",
+                 "Pad", "SpaceToDepth", "DepthToSpace", "Expand", "Tile", "Split")
+# outputs that are not float activations to quantize
+NON_FLOAT_OPS = ("Shape", "Size", "NonZero", "ArgMax", "ArgMin", "TopK", "Constant", "ConstantOfShape", "Range",
+                 "Equal", "Less", "Greater", "Not", "And", "Or", "Cast")
+
+
+@dataclass
+class WeightSpec:
+    name: str
+    op: str
+    node: str
+    channel_axis: int
+    block_axis: int | None
+
+
+@dataclass
+class BiasSpec:
+    name: str
+    weight: str
+    input: str
+
+
+@dataclass
+class Plan:
+    """The quantization plan of a float model."""
+
+    activations: list[str] = field(default_factory=list)        # tensors observed and quantized
+    inherit: dict[str, str] = field(default_factory=dict)        # tensor -> tensor whose encoding it reuses
+    tied: list[list[str]] = field(default_factory=list)          # groups sharing one encoding (Concat)
+    weights: list[WeightSpec] = field(default_factory=list)
+    biases: list[BiasSpec] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)        # tensor -> reason
+
+
+def make_plan(m: onnx.ModelProto, *, exclude_nodes: tuple[str, ...] = (), exclude_op_types: tuple[str, ...] = (),
+              quantize_outputs: bool = True) -> Plan:
+    g = GraphIndex.build(m)
+    plan = Plan()
+    excluded = set(exclude_nodes)
+    ex_ops = set(exclude_op_types)
+    floats = _float_tensors(m, g)
+    seen: set[str] = set()
+
+    def want(t: str, why_not: str | None = None) -> None:
+        if t in seen or not t:
+            return
+        seen.add(t)
+        if t not in floats:
+            plan.skipped[t] = "not a float tensor"
+            return
+        if why_not:
+            plan.skipped[t] = why_not
+            return
+        plan.activations.append(t)
+
+    for inp in m.graph.input:
+        if inp.name not in g.initializers and inp.name in floats:
+            if any(n.op_type in WEIGHTED + FUSING_PRODUCERS or n.op_type not in NON_FLOAT_OPS
+                   for n, _ in g.consumers.get(inp.name, [])):
+                want(inp.name)
+
+    for n in m.graph.node:
+        skip_node = n.name in excluded or n.op_type in ex_ops
+        if n.op_type in WEIGHTED and not skip_node:
+            w = n.input[1] if len(n.input) > 1 else ""
+            if w in g.initializers and len(g.shape(w) or ()) >= 2:
+                axes = param_axes(g, w)
+                plan.weights.append(WeightSpec(w, n.op_type, n.name, axes[0], axes[1]))
+                b = n.input[2] if len(n.input) > 2 and n.op_type in ("Conv", "ConvTranspose", "Gemm") else ""
+                if b and b in g.initializers:
+                    plan.biases.append(BiasSpec(b, w, n.input[0]))
+        if n.op_type in NON_FLOAT_OPS:
+            continue
+        for out in n.output:
+            if not out:
+                continue
+            if skip_node:
+                want(out, f"node {n.name or n.op_type} excluded")
+                continue
+            cons = g.consumers.get(out, [])
+            if (n.op_type in FUSING_PRODUCERS or _is_act(n, g)) and len(cons) == 1 and _is_act(cons[0][0], g) \
+                    and out not in g.outputs:
+                want(out, f"fused with the following {cons[0][0].op_type}")
+                continue
+            if n.op_type in DATA_MOVEMENT and n.input and n.input[0] in floats:
+                plan.inherit[out] = n.input[0]
+                seen.add(out)
+                continue
+            if out in g.outputs and not quantize_outputs:
+                want(out, "graph output (quantize_outputs is off)")
+                continue
+            want(out)
+        if n.op_type == "Concat" and not skip_node:
+            plan.tied.append([t for t in n.input if t] + [n.output[0]])
+    return plan
+
+
+def _is_act(n: onnx.NodeProto, g: GraphIndex) -> bool:
+    """An elementwise activation a runtime fuses into its producer: Relu, Clip, LeakyRelu, or Max/Min against a
+    constant (the per-channel clip that cross-layer equalization writes)."""
+    if n.op_type in FUSABLE_ACT:
+        return True
+    return n.op_type in ("Max", "Min") and len(n.input) == 2 and n.input[1] in g.initializers
+
+
+def _float_tensors(m: onnx.ModelProto, g: GraphIndex) -> set[str]:
+    """Tensors known (or inferred) to be float32/float16."""
+    out: set[str] = set()
+    try:
+        inferred = onnx.shape_inference.infer_shapes(m, strict_mode=False)
+    except Exception:  # noqa: BLE001
+        inferred = m
+    vis = list(inferred.graph.input) + list(inferred.graph.output) + list(inferred.graph.value_info)
+    for v in vis:
+        if v.type.tensor_type.elem_type in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16):
+            out.add(v.name)
+    return out
+
+
+def resolve_inherit(plan: Plan, name: str) -> str:
+    """The tensor whose encoding ``name`` uses (following data-movement chains)."""
+    seen = set()
+    while name in plan.inherit and name not in seen:
+        seen.add(name)
+        name = plan.inherit[name]
+    return name
+
+
+_ = attr

@@ -1,0 +1,73 @@
+"""One streaming pass of ONNX Runtime over the calibration data, feeding observers.
+
+The float model is run with every observed tensor exposed as an output; each batch updates the observers and is
+dropped, so memory is bounded by the model and the batch, not by the data set.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+import onnx
+
+from qlinear.calibration import Grouping, make_observer
+from qlinear.calibration.observers import Observer
+from qlinear.ptq.data import Dataset
+
+
+def session(m: onnx.ModelProto, outputs: list[str]) -> Any:
+    import onnxruntime as ort
+
+    mm = onnx.ModelProto()
+    mm.CopyFrom(m)
+    have = {o.name for o in mm.graph.output}
+    for t in outputs:
+        if t not in have:
+            mm.graph.output.append(onnx.ValueInfoProto(name=t))
+            have.add(t)
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    so.log_severity_level = 3
+    return ort.InferenceSession(mm.SerializeToString(), so, providers=["CPUExecutionProvider"])
+
+
+class ChannelMean:
+    """Running per-channel sum (axis 1) and count: the input means bias correction needs."""
+
+    def __init__(self) -> None:
+        self.sum: np.ndarray | None = None
+        self.n = 0
+
+    def update(self, x: np.ndarray) -> None:
+        axes = tuple(i for i in range(x.ndim) if i != 1) if x.ndim > 1 else (0,)
+        s = x.astype(np.float64).sum(axis=axes)
+        self.sum = s if self.sum is None else self.sum + s
+        self.n += x.size // (x.shape[1] if x.ndim > 1 else 1)
+
+    @property
+    def mean(self) -> np.ndarray:
+        return self.sum / max(self.n, 1)
+
+
+def calibrate_activations(m: onnx.ModelProto, ds: Dataset, start: int, stop: int, tensors: list[str],
+                          method: str, *, batch_size: int, means_for: list[str] = (), percentile: float = 99.99,
+                          progress: Callable[[int], None] | None = None) -> tuple[dict[str, Observer],
+                                                                                 dict[str, ChannelMean]]:
+    kw = {"percentile": percentile} if method in ("percentile", "mse", "sqnr", "entropy") else {}
+    obs = {t: make_observer(method, Grouping(), **kw) for t in tensors}
+    means = {t: ChannelMean() for t in means_for}
+    outs = list(dict.fromkeys(list(tensors) + list(means_for)))
+    inputs = {i.name for i in m.graph.input}
+    fetch = [t for t in outs if t not in inputs]
+    sess = session(m, fetch)
+    for feed in ds.batches(start, stop, batch_size):
+        vals = dict(zip(fetch, sess.run(fetch, feed)))
+        vals.update({k: v for k, v in feed.items() if k in outs})
+        for t in tensors:
+            obs[t].update(vals[t])
+        for t in means_for:
+            means[t].update(vals[t])
+        if progress:
+            progress(len(next(iter(feed.values()))))
+    return obs, means

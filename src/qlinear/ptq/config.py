@@ -1,0 +1,145 @@
+"""Typed, validated configuration of a post-training quantization run.
+
+Frozen dataclasses; :meth:`QuantizeConfig.from_dict` rejects unknown keys (never silently dropped) and bad values,
+naming the key and what would fix it. A config file is JSON (or TOML on Python >= 3.11).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from qlinear.errors import ConfigError
+
+WEIGHT_TYPES = ("int8", "uint8", "int4", "int16", "float8e4m3fn")
+ACTIVATION_TYPES = ("uint8", "int8", "uint16", "int16", "float8e4m3fn")
+GRANULARITIES = ("per-channel", "per-tensor", "per-block")
+METHODS = ("minmax", "moving_average", "sqnr", "mse", "percentile", "entropy")
+TARGETS = ("ort", "tflite", "qnn")
+
+
+@dataclass(frozen=True)
+class QuantizeConfig:
+    """What to quantize and how.
+
+    Attributes:
+        weight_type / activation_type: quantized types (defaults int8 weights, uint8 activations).
+        weights: ``per-channel`` (default), ``per-tensor`` or ``per-block`` (``block_size``).
+        weight_method / activation_method: calibration method per role (default ``minmax``).
+        weight_symmetric / activation_symmetric: symmetric grids (default: weights yes, activations no).
+        policy: range-to-parameters rule (``aimet``, ``onnxruntime``, ``tflite``); the target may impose one.
+        percentile: for the percentile method.
+        exclude_nodes / exclude_op_types: left in float.
+        target: ``ort``, ``tflite`` or ``qnn``.
+        equalize: cross-layer equalization before calibration (default on for per-tensor weights).
+        bias_correction: correct the mean output shift that weight quantization causes (default on).
+        quantize_outputs: put Q/DQ on graph outputs too (default True).
+        calibration_samples / evaluation_samples: how many samples of the data to use for each (the rest is
+            ignored); evaluation samples follow the calibration ones.
+        batch_size: samples per ONNX Runtime call while calibrating.
+    """
+
+    weight_type: str = "int8"
+    activation_type: str = "uint8"
+    weights: str = "per-channel"
+    block_size: int = 32
+    weight_method: str = "minmax"
+    activation_method: str = "minmax"
+    weight_symmetric: bool = True
+    activation_symmetric: bool = False
+    policy: str = "aimet"
+    percentile: float = 99.99
+    exclude_nodes: tuple[str, ...] = ()
+    exclude_op_types: tuple[str, ...] = ()
+    target: str = "ort"
+    equalize: bool | None = None
+    bias_correction: bool = True
+    quantize_outputs: bool = True
+    calibration_samples: int = 100
+    evaluation_samples: int = 200
+    batch_size: int = 8
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        def one_of(name: str, allowed: tuple[str, ...]) -> None:
+            v = getattr(self, name)
+            if v not in allowed:
+                raise ConfigError(f"{name}: {v!r} is not one of {', '.join(allowed)}")
+
+        one_of("weight_type", WEIGHT_TYPES)
+        one_of("activation_type", ACTIVATION_TYPES)
+        one_of("weights", GRANULARITIES)
+        one_of("weight_method", METHODS)
+        one_of("activation_method", METHODS)
+        one_of("target", TARGETS)
+        one_of("policy", ("aimet", "onnxruntime", "tflite"))
+        for name in ("block_size", "calibration_samples", "batch_size"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+                raise ConfigError(f"{name}: expected a positive integer, got {v!r}")
+        if isinstance(self.evaluation_samples, bool) or not isinstance(self.evaluation_samples, int) \
+                or self.evaluation_samples < 0:
+            raise ConfigError(f"evaluation_samples: expected an integer >= 0, got {self.evaluation_samples!r}")
+        if not 50 <= float(self.percentile) <= 100:
+            raise ConfigError(f"percentile: expected a value in [50, 100], got {self.percentile!r}")
+        for name in ("exclude_nodes", "exclude_op_types"):
+            v = getattr(self, name)
+            if isinstance(v, str) or not all(isinstance(s, str) for s in v):
+                raise ConfigError(f"{name}: expected a list of strings, got {v!r}")
+            object.__setattr__(self, name, tuple(v))
+        for name in ("weight_symmetric", "activation_symmetric", "bias_correction", "quantize_outputs"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{name}: expected true or false, got {getattr(self, name)!r}")
+        if self.equalize is not None and not isinstance(self.equalize, bool):
+            raise ConfigError(f"equalize: expected true, false or null, got {self.equalize!r}")
+
+    @property
+    def do_equalize(self) -> bool:
+        return self.weights == "per-tensor" if self.equalize is None else self.equalize
+
+    def replace(self, **changes: Any) -> "QuantizeConfig":
+        return replace(self, **changes)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], *, source: str = "config") -> "QuantizeConfig":
+        if not isinstance(d, dict):
+            raise ConfigError(f"{source}: expected a mapping of options, got {type(d).__name__}")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ConfigError(f"{source}: unknown option(s) {', '.join(unknown)}; known options: "
+                              f"{', '.join(sorted(known))}")
+        try:
+            return cls(**d)
+        except TypeError as e:
+            raise ConfigError(f"{source}: {e}") from None
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> "QuantizeConfig":
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"{p}: config file not found")
+        text = p.read_text()
+        if p.suffix == ".toml":
+            try:
+                import tomllib
+            except ModuleNotFoundError:  # Python 3.10
+                raise ConfigError(f"{p}: TOML configs need Python 3.11; use JSON") from None
+            try:
+                d = tomllib.loads(text)
+            except tomllib.TOMLDecodeError as e:
+                raise ConfigError(f"{p}: invalid TOML: {e}") from None
+        else:
+            try:
+                d = json.loads(text)
+            except json.JSONDecodeError as e:
+                raise ConfigError(f"{p}: invalid JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
+        return cls.from_dict(d, source=str(p))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: (list(v) if isinstance(v := getattr(self, f.name), tuple) else v) for f in fields(self)}
+
+
+_ = field  # re-exported helper for subclasses

@@ -1,0 +1,90 @@
+"""``report.json`` and ``report.html`` of a quantization run: tables plus inline SVG plots (per-layer SQNR bars,
+histograms of the worst tensors with the chosen range marked). No plotting dependency: the SVG is written here."""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from typing import Any
+
+from qlinear.ptq.evaluate import Report
+
+
+def to_json(qm: Any, rep: Report) -> str:
+    doc = {"config": qm.config.to_dict(), "notes": qm.notes, "timings": qm.timings,
+           "encodings": len(qm.encodings), "report": rep.to_dict()}
+    return json.dumps(doc, indent=2, default=float, allow_nan=True)
+
+
+def _bars(stats: list, width: int = 900) -> str:
+    if not stats:
+        return ""
+    h_bar, gap = 10, 3
+    vals = [max(min(s.sqnr_db, 80.0), -20.0) if math.isfinite(s.sqnr_db) else 80.0 for s in stats]
+    vmax = max(max(vals), 1.0)
+    left = 230
+    height = len(stats) * (h_bar + gap) + 30
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-size="9" '
+             f'font-family="sans-serif">']
+    for i, (s, v) in enumerate(zip(stats, vals)):
+        y = 20 + i * (h_bar + gap)
+        w = max(0.0, v) / vmax * (width - left - 60)
+        color = "#c0392b" if v < 15 else ("#e67e22" if v < 25 else "#2e86c1")
+        parts.append(f'<text x="{left - 4}" y="{y + 8}" text-anchor="end">{html.escape(s.name[:40])}</text>')
+        parts.append(f'<rect x="{left}" y="{y}" width="{w:.1f}" height="{h_bar}" fill="{color}"/>')
+        parts.append(f'<text x="{left + w + 3:.1f}" y="{y + 8}">{s.sqnr_db:.1f} dB</text>')
+    parts.append(f'<text x="{left}" y="12">SQNR of each quantized activation vs float (dB, higher is better)</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _hist(name: str, h: dict, width: int = 420, height: int = 160) -> str:
+    counts, edges = h["counts"], h["edges"]
+    lo, hi = edges[0], edges[-1]
+    span = (hi - lo) or 1.0
+    cmax = max(max(counts), 1)
+    bw = (width - 20) / len(counts)
+    p = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-size="9" '
+         f'font-family="sans-serif"><text x="10" y="12">{html.escape(name)}</text>']
+    for i, c in enumerate(counts):
+        bh = (math.log1p(c) / math.log1p(cmax)) * (height - 40)
+        p.append(f'<rect x="{10 + i * bw:.1f}" y="{height - 20 - bh:.1f}" width="{bw * 0.9:.1f}" height="{bh:.1f}" '
+                 f'fill="#7f8c8d"/>')
+    for v, col in ((h["lo"], "#c0392b"), (h["hi"], "#c0392b")):
+        x = 10 + (min(max(v, lo), hi) - lo) / span * (width - 20)
+        p.append(f'<line x1="{x:.1f}" y1="18" x2="{x:.1f}" y2="{height - 20}" stroke="{col}" stroke-width="2"/>')
+    p.append(f'<text x="10" y="{height - 6}">{lo:.3g}</text><text x="{width - 60}" y="{height - 6}">{hi:.3g}</text>')
+    p.append(f'<text x="{width / 2 - 80:.0f}" y="{height - 6}">range [{h["lo"]:.3g}, {h["hi"]:.3g}] (red; log counts)'
+             "</text></svg>")
+    return "".join(p)
+
+
+def to_html(qm: Any, rep: Report) -> str:
+    cfg = qm.config
+    rows = "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(str(v))}</td></tr>" for k, v in cfg.to_dict().items())
+    outs = "".join(
+        f"<tr><td>{html.escape(o)}</td>" + "".join(f"<td>{k}: {v:.4f}</td>" for k, v in r.items()) + "</tr>"
+        for o, r in rep.outputs.items())
+    worst = sorted(rep.tensors, key=lambda s: s.sqnr_db)
+    sens = sorted(rep.tensors, key=lambda s: -s.loss_db)[:15]
+    trows = "".join(f"<tr><td>{html.escape(s.name)}</td><td>{s.dtype}</td><td>{s.scale:.4g}</td><td>{s.zero_point}</td>"
+                    f"<td>[{s.lo:.4g}, {s.hi:.4g}]</td><td>{s.sqnr_db:.2f}</td><td>{s.loss_db:.2f}</td></tr>"
+                    for s in worst)
+    srows = "".join(f"<tr><td>{i + 1}</td><td>{html.escape(s.name)}</td><td>{s.loss_db:.2f}</td></tr>"
+                    for i, s in enumerate(sens))
+    hists = "".join(_hist(n, h) for n, h in rep.histograms.items())
+    times = ", ".join(f"{k} {v:.2f} s" for k, v in qm.timings.items())
+    notes = "".join(f"<li>{html.escape(n)}</li>" for n in qm.notes)
+    return f"""<!doctype html><html><head><meta charset="utf-8"><title>qlinear quantization report</title>
+<style>body{{font-family:sans-serif;margin:2em;max-width:1100px}}table{{border-collapse:collapse;font-size:12px}}
+td,th{{border:1px solid #ccc;padding:2px 6px}}h2{{margin-top:1.5em}}</style></head><body>
+<h1>qlinear quantization report</h1>
+<p>{rep.samples} held-out samples; {len(qm.encodings)} encodings; timings: {times}</p><ul>{notes}</ul>
+<h2>Outputs against the float model</h2><table>{outs}</table>
+<h2>Per-layer SQNR</h2>{_bars(rep.tensors)}
+<h2>Most sensitive layers (SQNR lost by the layer)</h2><table><tr><th>#</th><th>tensor</th><th>dB lost</th></tr>{srows}</table>
+<h2>Worst tensors: float histogram and chosen range</h2>{hists}
+<h2>All quantized activations</h2><table><tr><th>tensor</th><th>type</th><th>scale</th><th>zero point</th>
+<th>range</th><th>SQNR dB</th><th>dB lost</th></tr>{trows}</table>
+<h2>Configuration</h2><table>{rows}</table></body></html>"""

@@ -1,0 +1,134 @@
+"""Target profiles.
+
+* ``ort`` — Q/DQ for ONNX Runtime: the configuration as given (uint8 activations, int8 weights by default).
+* ``qnn`` — what AIMET's HTP configs produce for Qualcomm QNN: unsigned activations (``force_activation_as``),
+  symmetric signed weights, int32 bias, AIMET rules; the encodings are written as 2.0.0.
+* ``tflite`` — the TFLite int8 operator table (spec ``tflite-int8-spec.md``): int8 activations with the
+  converter's nudged zero point, int8 symmetric weights in [-127, 127] (per-channel, zero point 0), int32 bias at
+  ``s_in*s_w``, fixed output parameters (Softmax/Logistic ``1/256, -128``, Tanh ``1/128, 0``), same-scale operators
+  (pooling, Concat, Reshape… take their input's parameters). :func:`check_tflite` reports every violation of a
+  Q/DQ model or encodings file against that table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import onnx
+
+from qlinear.encodings import Encoding, EncodingSet
+from qlinear.graph.model import GraphIndex, load_model
+from qlinear.ptq.config import QuantizeConfig
+
+FIXED_TFLITE = {"Softmax": (1 / 256, -128), "Sigmoid": (1 / 256, -128), "Tanh": (1 / 128, 0),
+                "LogSoftmax": (16 / 256, 127)}
+SAME_SCALE_TFLITE = ("MaxPool", "AveragePool", "GlobalAveragePool", "Concat", "Reshape", "Flatten", "Transpose",
+                     "Squeeze", "Unsqueeze", "Pad", "Slice", "Gather", "SpaceToDepth", "DepthToSpace")
+
+
+def adjust_config(cfg: QuantizeConfig) -> QuantizeConfig:
+    if cfg.target == "tflite":
+        return cfg.replace(activation_type="int8", weight_type="int8", weight_symmetric=True,
+                           activation_symmetric=False, policy="tflite",
+                           weights="per-channel" if cfg.weights == "per-block" else cfg.weights)
+    if cfg.target == "qnn":
+        at = cfg.activation_type.replace("int", "uint") if cfg.activation_type.startswith("int") else cfg.activation_type
+        return cfg.replace(activation_type=at, weight_symmetric=True, policy="aimet")
+    return cfg
+
+
+def finalize(es: EncodingSet, m: onnx.ModelProto, plan: Any, cfg: QuantizeConfig) -> EncodingSet:
+    if cfg.target != "tflite":
+        return es
+    g = GraphIndex.build(m, infer_shapes=False)
+    encs = {e.name: e for e in es}
+    for n in m.graph.node:
+        if n.op_type in FIXED_TFLITE and n.output[0] in encs:
+            s, z = FIXED_TFLITE[n.op_type]
+            encs[n.output[0]] = Encoding(n.output[0], "int8", scale=s, zero_point=z)
+    for n in m.graph.node:  # same-scale operators: output takes the input's parameters
+        if n.op_type in SAME_SCALE_TFLITE and n.output[0] in encs and n.input and n.input[0] in encs:
+            encs[n.output[0]] = encs[n.input[0]].replace(name=n.output[0])
+    # int32 bias must follow the (possibly changed) input scale
+    from qlinear.calibration import bias_scale
+
+    for b in plan.biases:
+        if b.name in encs and b.input in encs and b.weight in encs:
+            s = bias_scale(encs[b.input].scale, encs[b.weight].scale)
+            encs[b.name] = Encoding(b.name, "int32", scale=s, axis=0 if s.ndim else None, role="param")
+    _ = g
+    return es.with_encodings(encs.values())
+
+
+@dataclass
+class Violation:
+    tensor: str
+    rule: str
+
+    def __str__(self) -> str:
+        return f"{self.tensor}: {self.rule}"
+
+
+def check_tflite(model: Any, encodings: EncodingSet | None = None) -> list[Violation]:
+    """Every violation of the TFLite int8 table by a Q/DQ model (or by ``encodings`` placed on ``model``)."""
+    from qlinear.encodings import extract
+
+    m = load_model(model)
+    es = encodings if encodings is not None else extract(m)
+    g = GraphIndex.build(m, infer_shapes=False)
+    out: list[Violation] = []
+    enc = {e.name: e for e in es}
+    # names in a Q/DQ model: map DQ outputs back to the float tensor names
+    for e in es:
+        t = e.qtype
+        if e.role == "param" and t.name not in ("int8", "int32"):
+            out.append(Violation(e.name, f"weights must be int8 (bias int32), got {t.name}"))
+        if e.role == "param" and t.name == "int8":
+            if np.any(e.zero_point_or_zeros != 0):
+                out.append(Violation(e.name, "weights must be symmetric (zero point 0)"))
+        if e.role == "activation" and t.name not in ("int8", "int16"):
+            out.append(Violation(e.name, f"activations must be int8 (or int16), got {t.name}"))
+        if e.role == "activation" and e.granularity != "per_tensor":
+            out.append(Violation(e.name, "activations must be per-tensor"))
+        if e.role == "activation" and t.name == "int16" and np.any(e.zero_point_or_zeros != 0):
+            out.append(Violation(e.name, "int16 activations must have zero point 0"))
+        if e.granularity in ("per_block", "lpbq"):
+            out.append(Violation(e.name, "block quantization is not in the TFLite int8 table"))
+    for n in m.graph.node:
+        o = n.output[0] if n.output else ""
+        src = _float_name(g, o)
+        if n.op_type in FIXED_TFLITE:
+            e = enc.get(src)
+            s, z = FIXED_TFLITE[n.op_type]
+            if e is not None and (not np.isclose(float(np.asarray(e.scale).reshape(-1)[0]), s, rtol=1e-6)
+                                  or int(np.asarray(e.zero_point_or_zeros).reshape(-1)[0]) != z):
+                out.append(Violation(src, f"{n.op_type} output must be scale {s}, zero point {z}"))
+        if n.op_type in SAME_SCALE_TFLITE and n.input:
+            a, b = enc.get(_float_name(g, n.input[0])), enc.get(src)
+            if a is not None and b is not None and (not np.array_equal(a.scale, b.scale)
+                                                    or not np.array_equal(a.zero_point_or_zeros,
+                                                                          b.zero_point_or_zeros)):
+                out.append(Violation(src, f"{n.op_type} output must have its input's scale and zero point"))
+        if n.op_type in ("Conv", "Gemm", "MatMul") and len(n.input) > 2 and n.input[2]:
+            bn = _float_name(g, n.input[2])
+            be, we, ie = enc.get(bn), enc.get(_float_name(g, n.input[1])), enc.get(_float_name(g, n.input[0]))
+            if be is not None and we is not None and ie is not None:
+                want = np.asarray(ie.scale, np.float64) * np.asarray(we.scale, np.float64)
+                if not np.allclose(np.asarray(be.scale).reshape(-1), np.broadcast_to(want, np.shape(be.scale)).reshape(-1),
+                                   rtol=1e-6):
+                    out.append(Violation(bn, "bias scale must be input_scale * weight_scale"))
+    return out
+
+
+def _float_name(g: GraphIndex, name: str) -> str:
+    """The float tensor a Q/DQ output stands for (``T_dequantized`` -> ``T``)."""
+    p = g.producer.get(name)
+    if p is not None and p.op_type == "DequantizeLinear":
+        x = p.input[0]
+        q = g.producer.get(x)
+        if q is not None and q.op_type == "QuantizeLinear":
+            return q.input[0] if not name.endswith("_dequantized") or True else name
+        return name
+    return name
