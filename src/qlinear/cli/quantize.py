@@ -77,7 +77,7 @@ def quantize(
     write_text(output / "report.html", to_html(qm, rep))
     out = Console()
     t = Table(title=f"{Path(model).name}: {cfg.weight_type} weights {cfg.weights}, {cfg.activation_type} activations, "
-                    f"{cfg.activation_method}, target {cfg.target}")
+                    f"{cfg.a_method} activations / {cfg.w_method} weights, target {cfg.target}")
     t.add_column("output")
     t.add_column("metric")
     t.add_column("value", justify="right")

@@ -61,7 +61,9 @@ def _place(flat: np.ndarray, shape: tuple[int, ...], c: int, b: int, nb: int) ->
 
 def resolve_encoding(e: Encoding, g: GraphIndex) -> Encoding:
     is_param = e.name in g.initializers
-    role = "param" if is_param else ("activation" if g.exists(e.name) else e.role)
+    p = g.producer.get(e.name)
+    qdq_param = p is not None and p.op_type in ("DequantizeLinear", "Cast") and p.input[0] in g.initializers
+    role = "param" if is_param or qdq_param else ("activation" if g.exists(e.name) else e.role)
     changes: dict[str, Any] = {}
     if role != e.role:
         changes["role"] = role

@@ -89,10 +89,15 @@ def _validate_one(e: Encoding, g: GraphIndex, rep: Report) -> None:
         bad("no tensor of this name in the graph (not an input, initializer or node output)")
         return
     is_param = e.name in g.initializers
+    shape = g.shape(e.name)
+    p = g.producer.get(e.name)
+    if not is_param and p is not None and p.op_type in ("DequantizeLinear", "Cast") and p.input[0] in g.initializers:
+        is_param = True  # a Q/DQ model: the param is the DequantizeLinear (or Cast) of its quantized initializer
+        shape = g.shape(p.input[0])
     if e.role == "param" and not is_param:
         bad("marked as a param but it is not an initializer")
-    e = resolve_encoding(e, g)
-    shape = g.shape(e.name)
+    if e.name in g.initializers:
+        e = resolve_encoding(e, g)
     gran = e.granularity
     if gran in ("float", "per_tensor"):
         return

@@ -48,4 +48,9 @@ def fold_batchnorm(m: onnx.ModelProto) -> int:
         folded += 1
     for n in remove:
         graph.node.remove(n)
+    if folded:  # drop the BatchNorm parameters nothing uses any more
+        used = {i for n in graph.node for i in n.input}
+        keep = [t for t in graph.initializer if t.name in used]
+        del graph.initializer[:]
+        graph.initializer.extend(keep)
     return folded

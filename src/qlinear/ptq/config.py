@@ -27,7 +27,9 @@ class QuantizeConfig:
     Attributes:
         weight_type / activation_type: quantized types (defaults int8 weights, uint8 activations).
         weights: ``per-channel`` (default), ``per-tensor`` or ``per-block`` (``block_size``).
-        weight_method / activation_method: calibration method per role (default ``minmax``).
+        weight_method / activation_method: calibration method per role. Default (``None``): ``minmax`` for both
+            with per-channel/per-block weights; with per-tensor weights SQNR search for the weights and MSE for the
+            activations (min-max loses too much there).
         weight_symmetric / activation_symmetric: symmetric grids (default: weights yes, activations no).
         policy: range-to-parameters rule (``aimet``, ``onnxruntime``, ``tflite``); the target may impose one.
         percentile: for the percentile method.
@@ -45,8 +47,8 @@ class QuantizeConfig:
     activation_type: str = "uint8"
     weights: str = "per-channel"
     block_size: int = 32
-    weight_method: str = "minmax"
-    activation_method: str = "minmax"
+    weight_method: str | None = None
+    activation_method: str | None = None
     weight_symmetric: bool = True
     activation_symmetric: bool = False
     policy: str = "aimet"
@@ -71,8 +73,9 @@ class QuantizeConfig:
         one_of("weight_type", WEIGHT_TYPES)
         one_of("activation_type", ACTIVATION_TYPES)
         one_of("weights", GRANULARITIES)
-        one_of("weight_method", METHODS)
-        one_of("activation_method", METHODS)
+        for name in ("weight_method", "activation_method"):
+            if getattr(self, name) is not None:
+                one_of(name, METHODS)
         one_of("target", TARGETS)
         one_of("policy", ("aimet", "onnxruntime", "tflite"))
         for name in ("block_size", "calibration_samples", "batch_size"):
@@ -94,6 +97,16 @@ class QuantizeConfig:
                 raise ConfigError(f"{name}: expected true or false, got {getattr(self, name)!r}")
         if self.equalize is not None and not isinstance(self.equalize, bool):
             raise ConfigError(f"equalize: expected true, false or null, got {self.equalize!r}")
+
+    @property
+    def w_method(self) -> str:
+        """The weight calibration method in effect."""
+        return self.weight_method or ("sqnr" if self.weights == "per-tensor" else "minmax")
+
+    @property
+    def a_method(self) -> str:
+        """The activation calibration method in effect."""
+        return self.activation_method or ("mse" if self.weights == "per-tensor" else "minmax")
 
     @property
     def do_equalize(self) -> bool:

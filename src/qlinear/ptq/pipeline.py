@@ -147,7 +147,7 @@ def _version() -> str:
 def _collect(m, ds, n_cal, tensors, cfg, means_for, adv):  # noqa: ANN001, ANN202
     from qlinear.ptq.collect import calibrate_activations
 
-    return calibrate_activations(m, ds, 0, n_cal, tensors, cfg.activation_method, batch_size=cfg.batch_size,
+    return calibrate_activations(m, ds, 0, n_cal, tensors, cfg.a_method, batch_size=cfg.batch_size,
                                  means_for=means_for, percentile=cfg.percentile, progress=adv)
 
 
@@ -162,7 +162,7 @@ def _weight_encoding(name: str, w: np.ndarray, spec: Any, cfg: QuantizeConfig) -
             kw.update(block_size=cfg.block_size, block_axis=spec.block_axis)
     symmetric = cfg.weight_symmetric
     policy = cfg.policy
-    return C.calibrate(w, cfg.weight_type, method=cfg.weight_method, policy=policy, symmetric=symmetric,
+    return C.calibrate(w, cfg.weight_type, method=cfg.w_method, policy=policy, symmetric=symmetric,
                        name=name, role="param", percentile=cfg.percentile, **kw)
 
 
