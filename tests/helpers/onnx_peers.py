@@ -38,7 +38,7 @@ def single_node_model(op: str, inputs: dict[str, np.ndarray | None], out_type: i
     node = helper.make_node(op, names, outs, domain=domain, **{k: v for k, v in attrs.items() if v is not None})
     opsets = [helper.make_opsetid("", opset)] + ([helper.make_opsetid(domain, 1)] if domain else [])
     m = helper.make_model(helper.make_graph([node], "g", vis, ovis), opset_imports=opsets)
-    m.ir_version = helper.find_min_ir_version_for(list(m.opset_import))
+    m.ir_version = helper.find_min_ir_version_for([o for o in m.opset_import if o.domain in ("", "ai.onnx")])
     return m
 
 

@@ -1,0 +1,59 @@
+"""run_integer on Q/DQ models against ONNX Runtime.
+
+* ``f32_rne`` equals ORT running the Q/DQ model with its Q/DQ nodes kept (DequantizeLinear -> float op ->
+  QuantizeLinear, basic optimizations), bit for bit, on the bundled example quantized with uint8 and int8
+  activations;
+* against ORT's fused int8 kernels (the QOperator form it builds with full optimizations) the outputs differ by at
+  most the documented amounts: one unit per QLinearAdd / QLinearGlobalAveragePool (float arithmetic in MLAS), and
+  on AVX2 CPUs without VNNI the u8s8 GEMM saturation of ORT itself (not a qlinear rounding difference)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+import qlinear
+from qlinear.errors import KernelError
+from qlinear.examples import DATA, MODEL
+from qlinear.kernels import run_integer
+
+
+def _ort(m, x, fused):
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    if not fused:
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    return ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, {"input": x})[0]
+
+
+@pytest.fixture(scope="module", params=["uint8", "int8"])
+def qdq(request):
+    cfg = qlinear.QuantizeConfig(calibration_samples=20, evaluation_samples=0, activation_type=request.param)
+    return qlinear.quantize(MODEL, DATA, cfg), np.load(DATA)["input"][20:]
+
+
+def test_f32_rne_equals_ort_qdq(qdq):
+    qm, x = qdq
+    y = run_integer(qm.model, {"input": x}, mode="f32_rne")["logits"]
+    assert np.array_equal(y, _ort(qm.model, x, fused=False))
+
+
+def test_modes_close_to_each_other_and_to_fused_ort(qdq):
+    qm, x = qdq
+    out_enc = qm.encodings["logits"]
+    step = float(out_enc.scale)
+    ref = run_integer(qm.model, {"input": x}, mode="f32_rne")["logits"]
+    for mode in ("fixed_double", "fixed_single", "ruy_x86", "f64_round_away", "onednn"):
+        y = run_integer(qm.model, {"input": x}, mode=mode)["logits"]
+        assert np.abs(y - ref).max() <= 3 * step + 1e-6, mode
+    fused = _ort(qm.model, x, fused=True)
+    if out_enc.dtype == "int8":  # s8s8 path: only the per-op float rounding differences remain; one-unit
+        # differences inside the network (QLinearAdd, QLinearGlobalAveragePool) reach the logits as a few units
+        d = np.abs(fused - ref)
+        assert d.max() <= 4 * step + 1e-6 and np.mean(d > 1e-9) < 0.05
+
+
+def test_unknown_mode():
+    with pytest.raises(KernelError, match="mode"):
+        run_integer(MODEL, {"input": np.zeros((1, 3, 24, 24), np.float32)}, mode="magic")
