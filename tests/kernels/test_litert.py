@@ -182,3 +182,29 @@ def test_softmax_logistic_tanh():
         want = LP.run(mb.build([ti], [to]), [x], "opt")
         got = fn()
         assert np.array_equal(got, want), (op, int((got != want).sum()))
+
+
+def test_requantize_and_concat_reference():
+    """QUANTIZE int8 -> int8 (requantize, fixed_double) and CONCATENATION (int8: same parameters, a copy)."""
+    rng = np.random.default_rng(11)
+    x = rng.integers(-128, 128, 4096).astype(np.int8)
+    s_in, z_in, s_out, z_out = np.float32(0.05), 3, np.float32(0.0371), -7
+    mb = LP.Builder()
+    ti = mb.tensor([4096], np.int8, s_in, z_in)
+    to = mb.tensor([4096], np.int8, s_out, z_out)
+    mb.op(LP.S.BuiltinOperator.QUANTIZE, [ti], [to], version=2)
+    want = LP.run(mb.build([ti], [to]), [x], "ref")
+    got = K.requantize_tensor(x, s_in=s_in, zp_in=z_in, s_out=s_out, zp_out=z_out, mode="fixed_double")
+    assert np.array_equal(got, want), int((got != want).sum())
+    a, b = x[:2048].reshape(32, 64), x[2048:].reshape(32, 64)
+    mb = LP.Builder()
+    t1 = mb.tensor([32, 64], np.int8, s_in, z_in)
+    t2 = mb.tensor([32, 64], np.int8, s_in, z_in)
+    to = mb.tensor([32, 128], np.int8, s_in, z_in)
+    opt = LP.S.ConcatenationOptionsT()
+    opt.axis = 1
+    mb.op(LP.S.BuiltinOperator.CONCATENATION, [t1, t2], [to], LP.S.BuiltinOptions.ConcatenationOptions, opt,
+          version=2)
+    want = LP.run(mb.build([t1, t2], [to]), [a, b], "ref")
+    got = K.concat([a, b], [(s_in, z_in), (s_in, z_in)], s_out=s_in, zp_out=z_in, axis=1, mode="fixed_double")
+    assert np.array_equal(got, want)

@@ -19,3 +19,7 @@ from qlinear.kernels.run import run_integer
 __all__ = ["MODES", "PreparedWeights", "activation_range", "add", "avg_pool2d", "concat", "conv2d", "conv_accumulate",
            "fully_connected", "int_matmul", "logistic", "max_pool2d", "mean", "mul", "quantize_multiplier",
            "requantize", "requantize_tensor", "run_integer", "softmax", "tanh"]
+
+from qlinear.kernels.onednn import epilogue as onednn_epilogue  # noqa: E402
+
+__all__ += ["onednn_epilogue"]
