@@ -79,18 +79,20 @@ def centers(k: np.ndarray, half: int) -> np.ndarray:
     return np.ldexp(rel[None, :], np.where(k == K_EMPTY, 0, k)[:, None].astype(np.int32))
 
 
-def compact(counts: np.ndarray, k: np.ndarray, half: int, target: int = 512) -> tuple[np.ndarray, np.ndarray]:
-    """(centres, counts) of each group restricted to its used span and merged down to at most ``target`` bins
-    (for range searches; keeps mass exactly, positions to bin-centre accuracy)."""
+def compact(counts: np.ndarray, k: np.ndarray, half: int, target: int = 512) -> tuple[np.ndarray, np.ndarray,
+                                                                                 np.ndarray]:
+    """Each group's histogram restricted to its used span and merged ``2^j`` to one so that at most ``target`` bins
+    remain: (left edges ``[G, target]``, bin width ``[G]``, counts ``[G, target]``). Mass is kept exactly; the
+    merged bins are still dyadic (edges on the grid of width ``2^(k+j)``)."""
     g, nb = counts.shape
     used = counts > 0
     first = np.where(used.any(1), used.argmax(1), half)
     last = np.where(used.any(1), nb - 1 - used[:, ::-1].argmax(1), half)
     span = last - first + 1
     factor = np.maximum(1, 2 ** np.ceil(np.log2(np.maximum(span, 1) / target))).astype(np.int64)
-    c_all = centers(k, half)
-    out_c = np.zeros((g, target))
-    out_w = np.zeros((g, target))
+    width = np.ldexp(1.0, np.where(k == K_EMPTY, 0, k).astype(np.int32))
+    out_a = np.zeros((g, target))
+    out_p = np.zeros((g, target))
     for f in np.unique(factor):
         rows = np.nonzero(factor == f)[0]
         start = first[rows]
@@ -98,10 +100,15 @@ def compact(counts: np.ndarray, k: np.ndarray, half: int, target: int = 512) -> 
         valid = idx < nb
         idxc = np.minimum(idx, nb - 1)
         w = np.take_along_axis(counts[rows], idxc, 1) * valid
-        c = np.take_along_axis(c_all[rows], idxc, 1)
-        wsum = w.reshape(len(rows), target, f).sum(2)
-        csum = (c * w).reshape(len(rows), target, f).sum(2)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            out_c[rows] = np.where(wsum > 0, csum / np.where(wsum > 0, wsum, 1), 0)
-        out_w[rows] = wsum
-    return out_c, out_w
+        out_p[rows] = w.reshape(len(rows), target, f).sum(2)
+        out_a[rows] = (start[:, None] - half + np.arange(target)[None, :] * f) * width[rows, None]
+    return out_a, width * factor, out_p
+
+
+def sparse(a: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Keep only the non-empty bins of each group (left-aligned, padded with empty bins): searches then cost the
+    number of occupied bins, which is small for per-channel weights."""
+    nz = w > 0
+    m = int(max(nz.sum(1).max(initial=1), 1))
+    order = np.argsort(~nz, axis=1, kind="stable")[:, :m]
+    return np.take_along_axis(a, order, 1), np.take_along_axis(w * nz, order, 1)

@@ -234,9 +234,13 @@ class HistogramObserver(Observer):
                                            symmetric=symmetric)
         if self.method == "entropy":
             return search.entropy_range(self.counts, self.k, self.half, lo, hi, bits)
-        c, w = H.compact(self.counts, self.k, self.half)
+        # coarse pass over every candidate, fine pass (bins ~step/4 at 8 bits) over the best few
+        a, width, w = H.compact(self.counts, self.k, self.half, target=64)
+        coarse = (*H.sparse(a, w)[:1], width, H.sparse(a, w)[1])
+        a2, width2, w2 = H.compact(self.counts, self.k, self.half, target=1024 if bits >= 7 else 256)
+        sa2, sw2 = H.sparse(a2, w2)
         gamma = search.GAMMA_SQNR if self.method == "sqnr" else 1.0
-        return search.search_range(c, w, lo, hi, bits, symmetric=symmetric, gamma=gamma)
+        return search.search_range(coarse, (sa2, width2, sw2), lo, hi, bits, symmetric=symmetric, gamma=gamma)
 
 
 def make_observer(method: str = "minmax", grouping: Grouping | None = None, **kw: Any) -> Observer:

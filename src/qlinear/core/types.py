@@ -146,6 +146,9 @@ def qtype(spec: TypeLike, *, arg: str = "dtype") -> QType:
     if isinstance(spec, QType):
         return spec
     if isinstance(spec, str):
+        hit = _BY_NAME.get(spec)
+        if hit is not None:  # exact ONNX spelling: the common case, no normalisation needed
+            return hit
         key = spec.lower().replace("_", "").replace("tensorproto.", "")
         key = {"float8e4m3fn": "float8e4m3fn"}.get(key, key)
         t = _BY_NAME.get(key) or _BY_NAME.get(_ML_ALIASES.get(key, ""))
