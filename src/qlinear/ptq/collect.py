@@ -41,7 +41,7 @@ class ChannelMean:
 
     def update(self, x: np.ndarray) -> None:
         axes = tuple(i for i in range(x.ndim) if i != 1) if x.ndim > 1 else (0,)
-        s = x.astype(np.float64).sum(axis=axes)
+        s = x.sum(axis=axes, dtype=np.float64)  # float64 accumulation without a float64 copy
         self.sum = s if self.sum is None else self.sum + s
         self.n += x.size // (x.shape[1] if x.ndim > 1 else 1)
 
