@@ -161,6 +161,11 @@ def entropy_threshold(a: np.ndarray, width: float, bits: int, *, max_bins: int =
     h = np.zeros(m * f)
     h[:last] = a[:last]
     h = h.reshape(m, f).sum(1)
+    # the bin at zero holds the exact zeros of ReLU-like tensors: zero is on every grid, and its spike would make
+    # KL favour tiny thresholds, so it does not take part
+    h[0] = 0.0
+    if not h.any():
+        return m * width * f
     w = width * f
     nq = 2 ** (bits - 1)
     if m <= nq:

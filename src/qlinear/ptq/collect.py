@@ -52,10 +52,12 @@ class ChannelMean:
 
 def calibrate_activations(m: onnx.ModelProto, ds: Dataset, start: int, stop: int, tensors: list[str],
                           method: str, *, batch_size: int, means_for: list[str] = (), percentile: float = 99.99,
+                          minmax_for: set[str] = frozenset(),
                           progress: Callable[[int], None] | None = None) -> tuple[dict[str, Observer],
                                                                                  dict[str, ChannelMean]]:
     kw = {"percentile": percentile} if method in ("percentile", "mse", "sqnr", "entropy") else {}
-    obs = {t: make_observer(method, Grouping(), **kw) for t in tensors}
+    obs = {t: make_observer("minmax" if t in minmax_for else method, Grouping(), **(kw if t not in minmax_for else {}))
+           for t in tensors}
     means = {t: ChannelMean() for t in means_for}
     outs = list(dict.fromkeys(list(tensors) + list(means_for)))
     inputs = {i.name for i in m.graph.input}

@@ -147,8 +147,10 @@ def _version() -> str:
 def _collect(m, ds, n_cal, tensors, cfg, means_for, adv):  # noqa: ANN001, ANN202
     from qlinear.ptq.collect import calibrate_activations
 
+    # graph outputs keep their full range (min-max): clipping logits changes the argmax, whatever the method
+    outputs = {o.name for o in m.graph.output}
     return calibrate_activations(m, ds, 0, n_cal, tensors, cfg.a_method, batch_size=cfg.batch_size,
-                                 means_for=means_for, percentile=cfg.percentile, progress=adv)
+                                 means_for=means_for, percentile=cfg.percentile, progress=adv, minmax_for=outputs)
 
 
 def _weight_encoding(name: str, w: np.ndarray, spec: Any, cfg: QuantizeConfig) -> Encoding:
