@@ -18,7 +18,6 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-import qlinear
 from qlinear.calibration import Grouping, make_observer
 
 ORT_METHOD = {"minmax": "MinMax", "percentile": "Percentile", "entropy": "Entropy"}

@@ -13,7 +13,6 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-import qlinear
 from qlinear.calibration import Grouping, make_observer
 from qlinear.graph.model import GraphIndex
 from qlinear.graph.plan import make_plan
@@ -71,7 +70,6 @@ def main() -> None:
             better = sum(x > y + 1e-9 for x, y in zip(allv, base[bits]))
             print(f"| {bits} | {meth} | {np.median(sa):.2f} | {np.median(sw):.2f} | {np.median(allv):.2f} | "
                   f"{better}/{len(allv)} |")
-    _ = qlinear
 
 
 if __name__ == "__main__":

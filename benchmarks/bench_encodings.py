@@ -49,8 +49,8 @@ def main() -> None:
         t0 = time.perf_counter(); json.dumps(doc, indent=4, sort_keys=True); t_jd = time.perf_counter() - t0
     n_scales = a.entries * a.scales_per_entry
     print(f"{a.entries} per-block entries, {n_scales} scales, file {size / 1e6:.1f} MB")
-    print(f"| step | qlinear (s) | stdlib json alone (s) | ratio |")
-    print(f"|---|---|---|---|")
+    print("| step | qlinear (s) | stdlib json alone (s) | ratio |")
+    print("|---|---|---|---|")
     print(f"| load | {t_load:.2f} | {t_jl:.2f} | {t_load / t_jl:.2f}x |")
     print(f"| save | {t_save:.2f} | {t_jd:.2f} | {t_save / t_jd:.2f}x |")
 

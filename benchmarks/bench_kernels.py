@@ -19,12 +19,10 @@ def main() -> None:
     for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[v] = str(a.threads)
     import numpy as np
-    import onnx
     import onnxruntime as ort
     from onnx import TensorProto, helper
 
     from qlinear import kernels as K
-    from qlinear.kernels.linear import conv_accumulate
 
     def sess(node, inputs, out_type):
         vis = [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape))
@@ -81,7 +79,6 @@ def main() -> None:
     print("|---|---|---|---|")
     for n, tq, to in rows:
         print(f"| {n} | {tq * 1e3:.2f} | {to * 1e3:.2f} | {tq / to:.2f}x |")
-    _ = (onnx, conv_accumulate)
 
 
 if __name__ == "__main__":

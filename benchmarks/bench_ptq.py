@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-import onnx
 import onnxruntime as ort
 
 import qlinear
@@ -45,7 +44,7 @@ def main() -> None:
     ds = load_dataset(images, {"input": ("N", 3, 224, 224)})
     x = np.concatenate([ds.sample(i)["input"] for i in range(len(ds))])
     labels = np.array(ds.labels)
-    cal, ev = slice(0, 100), slice(100, 300)
+    ev = slice(100, 300)  # the first 100 calibrate
     arrays = {"input": x, "labels": labels}
     mb = model.read_bytes()
     f = run(mb, x[ev], "input")

@@ -1,7 +1,6 @@
 """Every mismatch of shape, type, axis or block size raises a QlinearError naming the argument,
 the expected and the actual value; no raw NumPy error reaches the user."""
 
-import ml_dtypes
 import numpy as np
 import pytest
 from hypothesis import given

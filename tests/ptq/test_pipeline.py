@@ -8,11 +8,11 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import numpy_helper
 
 import qlinear
 from qlinear import encodings as E
-from qlinear.errors import ConfigError, DataError, GraphError, QlinearError
+from qlinear.errors import ConfigError, DataError, GraphError
 from qlinear.examples import DATA, MODEL
 from qlinear.ptq import QuantizeConfig, check_tflite
 from qlinear.ptq.equalize import equalize

@@ -73,12 +73,6 @@ def add(counts: np.ndarray, k: np.ndarray, x2d: np.ndarray, half: int) -> None:
     counts += np.bincount(flat, minlength=g * nbins).reshape(g, nbins)
 
 
-def centers(k: np.ndarray, half: int) -> np.ndarray:
-    """Bin centres (groups, 2*half) in float64."""
-    rel = np.arange(2 * half, dtype=np.float64) - half + 0.5
-    return np.ldexp(rel[None, :], np.where(k == K_EMPTY, 0, k)[:, None].astype(np.int32))
-
-
 def compact(counts: np.ndarray, k: np.ndarray, half: int, target: int = 512) -> tuple[np.ndarray, np.ndarray,
                                                                                  np.ndarray]:
     """Each group's histogram restricted to its used span and merged ``2^j`` to one so that at most ``target`` bins

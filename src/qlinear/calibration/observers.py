@@ -236,7 +236,8 @@ class HistogramObserver(Observer):
             return search.entropy_range(self.counts, self.k, self.half, lo, hi, bits)
         # coarse pass over every candidate, fine pass (bins ~step/4 at 8 bits) over the best few
         a, width, w = H.compact(self.counts, self.k, self.half, target=64)
-        coarse = (*H.sparse(a, w)[:1], width, H.sparse(a, w)[1])
+        sa, sw = H.sparse(a, w)
+        coarse = (sa, width, sw)
         a2, width2, w2 = H.compact(self.counts, self.k, self.half, target=1024 if bits >= 7 else 256)
         sa2, sw2 = H.sparse(a2, w2)
         gamma = search.GAMMA_SQNR if self.method == "sqnr" else 1.0

@@ -97,7 +97,6 @@ def search_range(coarse: tuple[np.ndarray, np.ndarray, np.ndarray], fine: tuple[
         clo, chi = _candidates(lo[sl], hi[sl], n, symmetric)
         cost, _, _ = _cost(coarse[0][sl], coarse[1][sl], coarse[2][sl], clo, chi, n, symmetric, gamma)
         top = np.argsort(cost, axis=1)[:, :keep]
-        mm = clo.shape[1] - 1 - 20 if symmetric else chi.shape[1] - 1  # index of a min-max-like candidate
         mm_lo, mm_hi = _candidates_minmax(lo[sl], hi[sl], n, symmetric)
         flo = np.concatenate([np.take_along_axis(clo, top, 1), mm_lo], 1)
         fhi = np.concatenate([np.take_along_axis(chi, top, 1), mm_hi], 1)
@@ -107,7 +106,6 @@ def search_range(coarse: tuple[np.ndarray, np.ndarray, np.ndarray], fine: tuple[
         d_b, z_b = delta[r, best], zp[r, best]
         out_lo[sl] = -z_b * d_b
         out_hi[sl] = (n - z_b) * d_b
-        _ = mm
     empty = coarse[2].sum(1) == 0
     out_lo[empty], out_hi[empty] = lo[empty], hi[empty]
     return out_lo, out_hi
@@ -145,12 +143,6 @@ def percentile_range(counts: np.ndarray, k: np.ndarray, half: int, lo: np.ndarra
     rlo = (i_lo - half) * width
     rhi = (i_hi - half + 1) * width
     return np.maximum(rlo, lo), np.minimum(rhi, hi)
-
-
-def _smooth(d: np.ndarray, eps: float = 1e-4) -> np.ndarray:
-    """Mix ``eps`` of a uniform distribution in, so empty bins do not make KL infinite (the role of TensorRT's
-    ``smooth_distribution``, without its negative bins)."""
-    return (d + eps / d.size) / (1.0 + eps)
 
 
 def entropy_threshold(a: np.ndarray, width: float, bits: int, *, max_bins: int = 1024, candidates: int = 64) -> float:
@@ -192,7 +184,9 @@ def entropy_threshold(a: np.ndarray, width: float, bits: int, *, max_bins: int =
     qs = q / np.maximum(q.sum(1, keepdims=True), 1e-300)
     width = cands[:, None]
     eps = 1e-4
-    ps = (ps + eps / width) / (1 + eps)  # _smooth over each candidate's own bins
+    # mix eps of a uniform distribution over each candidate's bins in, so empty bins do not make KL infinite
+    # (the role of TensorRT's smooth_distribution, without its negative bins)
+    ps = (ps + eps / width) / (1 + eps)
     qs = (qs + eps / width) / (1 + eps)
     kl = np.where(inside, ps * np.log(np.where(inside, ps / qs, 1.0)), 0.0).sum(1)
     best_i = int(cands[int(np.argmin(kl))])

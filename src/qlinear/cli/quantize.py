@@ -26,8 +26,6 @@ def quantize(
     image_std: float = typer.Option(128.0, "--image-std", help="Image preprocessing: (x - mean) / std."),
 ) -> None:
     """Calibrate, write OUTDIR/model.qdq.onnx, model.encodings, report.html and report.json, print the accuracy."""
-    import json
-
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
@@ -92,4 +90,3 @@ def quantize(
     for n in qm.notes:
         out.print(f"[dim]{n}[/]")
     out.print(f"wrote {output}/model.qdq.onnx, model.encodings, report.html, report.json")
-    _ = json

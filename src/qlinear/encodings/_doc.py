@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
-import math
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -150,6 +149,18 @@ def detect_style(text: str, top_keys: list[str], first_entry_keys: list[str] | N
     return Style(indent=indent, sort_keys=sorted_keys, int_offsets=int_offsets)
 
 
+def legacy_tail(doc: dict[str, Any], es: Any, version: str) -> dict[str, Any]:
+    """The file-level fields after the sections of a 0.6.1 / 1.0.0 document (AIMET's order when unsorted)."""
+    if es.excluded_layers is not None:
+        doc["excluded_layers"] = list(es.excluded_layers)
+    if es.producer is not None:
+        doc["producer"] = dict(es.producer)
+    if es.quantizer_args is not None:
+        doc["quantizer_args"] = dict(es.quantizer_args)
+    doc["version"] = version
+    return doc
+
+
 def dumps(doc: Any, style: Style) -> str:
     """Serialize exactly like Python's ``json.dump(doc, indent=..., sort_keys=...)`` (float ``repr``), but fast.
 
@@ -237,11 +248,3 @@ def _emit(o: Any, level: int, ind: str, sort: bool, out: list[str]) -> None:
     else:
         out.append(json.dumps(o))
 
-
-def check_finite_doc(x: float) -> float:
-    if not math.isfinite(x):
-        raise ValueError
-    return x
-
-
-Reader = Callable[[Ctx, dict, str], Any]

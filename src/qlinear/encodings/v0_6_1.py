@@ -110,14 +110,7 @@ def write(es: EncodingSet, style: Style, **_: Any) -> dict:
     doc: dict[str, Any] = {}
     for section, role in _SECTIONS:
         doc[section] = {e.name: _write_entry(e, style) for e in es.encodings if e.role == role}
-    if es.excluded_layers is not None:
-        doc["excluded_layers"] = list(es.excluded_layers)
-    if es.producer is not None:
-        doc["producer"] = dict(es.producer)
-    if es.quantizer_args is not None:
-        doc["quantizer_args"] = dict(es.quantizer_args)
-    doc["version"] = VERSION
-    return doc
+    return d.legacy_tail(doc, es, VERSION)
 
 
 def _write_entry(e: Encoding, style: Style) -> list[dict]:

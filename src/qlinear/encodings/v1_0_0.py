@@ -109,14 +109,7 @@ def write(es: EncodingSet, style: Style, **_: Any) -> dict:
     doc: dict[str, Any] = {}
     for section, role in _SECTIONS:
         doc[section] = [_write_entry(e, style) for e in es.encodings if e.role == role]
-    if es.excluded_layers is not None:
-        doc["excluded_layers"] = list(es.excluded_layers)
-    if es.producer is not None:
-        doc["producer"] = dict(es.producer)
-    if es.quantizer_args is not None:
-        doc["quantizer_args"] = dict(es.quantizer_args)
-    doc["version"] = VERSION
-    return doc
+    return d.legacy_tail(doc, es, VERSION)
 
 
 def oc_major(a: np.ndarray, block_axis: int | None) -> np.ndarray:

@@ -28,7 +28,7 @@ from onnx import TensorProto, helper, numpy_helper
 from qlinear.core.types import Kind, qtype
 from qlinear.encodings.model import Encoding, EncodingSet, Style
 from qlinear.errors import EncodingError, GraphError, UnsupportedError
-from qlinear.graph.axes import param_axes, resolve_encoding
+from qlinear.graph.axes import resolve_encoding
 from qlinear.graph.model import GraphIndex, attr, load_model, opset, topological_sort
 
 META_KEY = "qlinear.encodings"
@@ -271,8 +271,6 @@ def _apply_param(e: Encoding, g: GraphIndex, graph: onnx.GraphProto, names: _Nam
         z = e.zero_point
         axis = e.axis if e.granularity != "per_tensor" else None
         ax = 1 if axis is None else axis
-        from qlinear.core import quantize_linear
-
         half = (s.astype(np.float64) / 2).astype(np.float32)
         if not np.array_equal(half.astype(np.float64) * 2, s.astype(np.float64)):
             raise UnsupportedError(f"{e.name}: scale/2 is not exact in float32; the shifted grid cannot be stored")
@@ -289,7 +287,6 @@ def _apply_param(e: Encoding, g: GraphIndex, graph: onnx.GraphProto, names: _Nam
         qn = _const(graph, names, f"{e.name}_quantized", q4, "int4")
         sn = _const(graph, names, f"{e.name}_scale", half)
         new_nodes.append(_dq([qn, sn], e.name, names.new(f"{e.name}_DequantizeLinear"), axis=axis))
-        del quantize_linear
         return
     shape = tuple(w.shape)
     if e.granularity == "lpbq":
@@ -461,7 +458,6 @@ def extract(qdq_model: Any, *, use_metadata: bool = True) -> EncodingSet:
                 src = n.input[0]
                 dt = "float16" if attr(n, "to") == TensorProto.FLOAT16 else "bfloat16"
                 back = nxt[0][0].output[0]
-                is_param = src in g.initializers
                 name = back if back in g.outputs else src
                 found.append(Encoding(name, dt, role="activation"))
                 done.add(name)

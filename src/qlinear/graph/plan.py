@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import onnx
 
 from qlinear.graph.axes import param_axes
-from qlinear.graph.model import GraphIndex, attr
+from qlinear.graph.model import GraphIndex
 
 WEIGHTED = ("Conv", "ConvTranspose", "Gemm", "MatMul")
 FUSABLE_ACT = ("Relu", "Clip", "LeakyRelu")
@@ -150,5 +150,3 @@ def resolve_inherit(plan: Plan, name: str) -> str:
         name = plan.inherit[name]
     return name
 
-
-_ = attr

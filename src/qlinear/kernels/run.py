@@ -196,7 +196,6 @@ def _integer_node(node, ins, tail, fval, emit, clamp, out_params, mode, g) -> bo
         if op == "Conv":
             if x.q.ndim != 4:
                 return False
-            k = w.q.shape
             pads = list(attr(node, "pads", [0, 0, 0, 0]))
             if attr(node, "auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET"):
                 return False
@@ -204,7 +203,6 @@ def _integer_node(node, ins, tail, fval, emit, clamp, out_params, mode, g) -> bo
                          stride=tuple(attr(node, "strides", [1, 1])), pads=(pads[0], pads[1], pads[2], pads[3]),
                          dilation=tuple(attr(node, "dilations", [1, 1])), groups=attr(node, "group", 1),
                          qmin=lo, qmax=hi)
-            _ = k
         else:
             wq = w.q
             if op == "Gemm":

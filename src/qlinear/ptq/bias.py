@@ -20,7 +20,6 @@ from qlinear.graph.plan import Plan
 def correct_biases(m: onnx.ModelProto, plan: Plan, weights: dict[str, Encoding], means: dict) -> int:
     g = GraphIndex.build(m, infer_shapes=False)
     inits = {t.name: t for t in m.graph.initializer}
-    node_of = {n.name: n for n in m.graph.node}
     done = 0
     for b in plan.biases:
         we = weights.get(b.weight)
@@ -47,5 +46,4 @@ def correct_biases(m: onnx.ModelProto, plan: Plan, weights: dict[str, Encoding],
         new = (bias.astype(np.float64) - shift).astype(bias.dtype)
         inits[b.name].CopyFrom(numpy_helper.from_array(new, b.name))
         done += 1
-    _ = node_of
     return done

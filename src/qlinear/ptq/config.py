@@ -7,7 +7,7 @@ naming the key and what would fix it. A config file is JSON (or TOML on Python >
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -154,5 +154,3 @@ class QuantizeConfig:
     def to_dict(self) -> dict[str, Any]:
         return {f.name: (list(v) if isinstance(v := getattr(self, f.name), tuple) else v) for f in fields(self)}
 
-
-_ = field  # re-exported helper for subclasses

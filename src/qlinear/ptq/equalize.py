@@ -25,21 +25,17 @@ def _init(g: GraphIndex, name: str) -> np.ndarray | None:
 
 
 def _clip_bounds(g: GraphIndex, node: onnx.NodeProto) -> tuple[float, float] | None:
-    if len(node.input) > 1 and node.input[1]:
-        lo = _init(g, node.input[1])
-        if lo is None:
-            return None
-        lo = float(lo)
-    else:
-        lo = attr(node, "min", -np.inf)
-    if len(node.input) > 2 and node.input[2]:
-        hi = _init(g, node.input[2])
-        if hi is None:
-            return None
-        hi = float(hi)
-    else:
-        hi = attr(node, "max", np.inf)
-    return lo, hi
+    """Clip's (min, max): inputs 1 and 2 (opset >= 11) or the attributes; None if a bound is not a constant."""
+    out = []
+    for idx, name, default in ((1, "min", -np.inf), (2, "max", np.inf)):
+        if len(node.input) > idx and node.input[idx]:
+            v = _init(g, node.input[idx])
+            if v is None:
+                return None
+            out.append(float(v))
+        else:
+            out.append(attr(node, name, default))
+    return out[0], out[1]
 
 
 def _pairs(m: onnx.ModelProto) -> list[tuple[onnx.NodeProto, list[onnx.NodeProto], onnx.NodeProto]]:
@@ -87,7 +83,6 @@ def equalize(m: onnx.ModelProto, *, passes: int = 4) -> int:
     for _ in range(passes):
         pairs = _pairs(m)
         n = len(pairs)
-        g = GraphIndex.build(m, infer_shapes=False)
         inits = {t.name: t for t in m.graph.initializer}
         for n1, chain, n2 in pairs:
             w1 = numpy_helper.to_array(inits[n1.input[1]]).astype(np.float64)
@@ -112,7 +107,6 @@ def equalize(m: onnx.ModelProto, *, passes: int = 4) -> int:
                 if a.op_type in ("Max", "Min"):
                     bound = numpy_helper.to_array(inits[a.input[1]]).astype(np.float64)
                     _set(inits, a.input[1], bound / s.reshape(bound.shape))
-        _ = g
     return n
 
 

@@ -137,7 +137,6 @@ def evaluate(qm: Any, *, samples: int | None = None, progress: Callable[[int], N
         r["sqnr_db"] = _sqnr(float(np.sum(af ** 2)), float(np.sum((af - bf) ** 2)))
         res[o] = r
     hists = {}
-    by = {e.name: e for e, _ in pairs}
     for name in ranking[:worst_histograms]:
         x = first.get(name)
         if x is None:
@@ -145,7 +144,6 @@ def evaluate(qm: Any, *, samples: int | None = None, progress: Callable[[int], N
         h, edges = np.histogram(x, bins=64)
         st = next(s for s in stats if s.name == name)
         hists[name] = {"counts": h.tolist(), "edges": edges.tolist(), "lo": st.lo, "hi": st.hi}
-        _ = by
     return Report(n, stats, res, ranking, hists)
 
 

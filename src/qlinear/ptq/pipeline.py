@@ -18,11 +18,10 @@ from typing import Any, Callable
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
 
 from qlinear import calibration as C
 from qlinear.encodings import Encoding, EncodingSet
-from qlinear.errors import ConfigError, DataError, GraphError
+from qlinear.errors import DataError, GraphError
 from qlinear.graph.fold import fold_batchnorm
 from qlinear.graph.model import GraphIndex, load_model, opset
 from qlinear.graph.plan import Plan, make_plan, resolve_inherit
@@ -54,7 +53,7 @@ class QuantizedModel:
     def save_encodings(self, path: str | Path, version: str | None = None) -> None:
         from qlinear.encodings import save
 
-        version = version or ("2.0.0" if self.config.target == "qnn" else "2.0.0")
+        version = version or "2.0.0"
         save(self.encodings, path, version=version, drop_float=True)
 
     def report(self, *, samples: int | None = None, progress: Callable[[int], None] | None = None):  # noqa: ANN201
@@ -215,4 +214,3 @@ def _apply(es: EncodingSet, m: onnx.ModelProto) -> onnx.ModelProto:
 
 
 __all__ = ["QuantizeConfig", "QuantizedModel", "quantize"]
-_ = (ConfigError, numpy_helper)

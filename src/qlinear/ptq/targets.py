@@ -42,7 +42,6 @@ def adjust_config(cfg: QuantizeConfig) -> QuantizeConfig:
 def finalize(es: EncodingSet, m: onnx.ModelProto, plan: Any, cfg: QuantizeConfig) -> EncodingSet:
     if cfg.target != "tflite":
         return es
-    g = GraphIndex.build(m, infer_shapes=False)
     encs = {e.name: e for e in es}
     for n in m.graph.node:
         if n.op_type in FIXED_TFLITE and n.output[0] in encs:
@@ -58,7 +57,6 @@ def finalize(es: EncodingSet, m: onnx.ModelProto, plan: Any, cfg: QuantizeConfig
         if b.name in encs and b.input in encs and b.weight in encs:
             s = bias_scale(encs[b.input].scale, encs[b.weight].scale)
             encs[b.name] = Encoding(b.name, "int32", scale=s, axis=0 if s.ndim else None, role="param")
-    _ = g
     return es.with_encodings(encs.values())
 
 
@@ -129,6 +127,6 @@ def _float_name(g: GraphIndex, name: str) -> str:
         x = p.input[0]
         q = g.producer.get(x)
         if q is not None and q.op_type == "QuantizeLinear":
-            return q.input[0] if not name.endswith("_dequantized") or True else name
+            return q.input[0]
         return name
     return name
