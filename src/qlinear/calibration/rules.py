@@ -51,6 +51,9 @@ def params(lo: np.ndarray, hi: np.ndarray, t: QType, *, symmetric: bool = False,
             raise CalibrationError("the dynamic policy (DynamicQuantizeLinear) is asymmetric uint8 only")
         lo_f, hi_f = np.asarray(lo, np.float64).reshape(-1), np.asarray(hi, np.float64).reshape(-1)
         sz = [dynamic_params(a, b) for a, b in zip(lo_f, hi_f)]
+        if any(float(s) == 0.0 for s, _ in sz):
+            raise CalibrationError("the DynamicQuantizeLinear scale (max - min) / 255 underflows to 0 in float32 for "
+                                   "this range (subnormal data); an encoding needs a scale > 0")
         shape = np.shape(lo)
         return P.Params("uint8", np.array([float(s) for s, _ in sz]).reshape(shape),
                         np.array([int(z) for _, z in sz], np.int64).reshape(shape))
