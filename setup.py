@@ -19,6 +19,12 @@ setup(
             sources=["src/qlinear/core/_native.c"],
             extra_compile_args=args,
             optional=True,
-        )
+        ),
+        Extension(  # JSON layout of large encodings files (qlinear/encodings/_json.py)
+            "qlinear.encodings._jsonfast",
+            sources=["src/qlinear/encodings/_jsonfast.c"],
+            extra_compile_args=["-O3", "-std=c11"],
+            optional=True,
+        ),
     ]
 )

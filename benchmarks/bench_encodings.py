@@ -3,7 +3,11 @@
 The file: N per-block int4 weight encodings (blocks of 32) whose shapes are a 1B-parameter decoder's linear layers
 scaled down so the file has exactly N entries (default 100,000 entries, 64x256 weights: 512 block scales each,
 51.2M scales in total is beyond any JSON tool; see --scales-per-entry). Compared in the same run with the stdlib
-``json`` module alone (parse / dump of the same document), which is the floor for any Python reader built on it.
+``json`` module alone and with ``orjson`` alone (parse / dump of the same document to plain Python objects, without
+building or checking any encoding; orjson cannot write ``indent=4`` with ``repr`` floats, so its dump is compact).
+
+qlinear's reader lifts the number arrays out of the text in C (``_jsonfast.c``) and parses only the skeleton; its
+writer formats numbers in bulk with orjson and streams the indented layout from C (``qlinear/encodings/_json.py``).
 
     python benchmarks/bench_encodings.py [--entries 100000] [--scales-per-entry 16]
 """
@@ -17,6 +21,11 @@ import tempfile
 import time
 
 import numpy as np
+
+try:
+    import orjson
+except ImportError:  # pragma: no cover
+    orjson = None
 
 from qlinear import encodings as E
 
@@ -47,12 +56,17 @@ def main() -> None:
         text = open(p).read()
         t0 = time.perf_counter(); doc = json.loads(text); t_jl = time.perf_counter() - t0
         t0 = time.perf_counter(); json.dumps(doc, indent=4, sort_keys=True); t_jd = time.perf_counter() - t0
+        t_ol = t_od = float("nan")
+        if orjson is not None:
+            raw = text.encode()
+            t0 = time.perf_counter(); doc = orjson.loads(raw); t_ol = time.perf_counter() - t0
+            t0 = time.perf_counter(); orjson.dumps(doc, option=orjson.OPT_SORT_KEYS); t_od = time.perf_counter() - t0
     n_scales = a.entries * a.scales_per_entry
     print(f"{a.entries} per-block entries, {n_scales} scales, file {size / 1e6:.1f} MB")
-    print("| step | qlinear (s) | stdlib json alone (s) | ratio |")
-    print("|---|---|---|---|")
-    print(f"| load | {t_load:.2f} | {t_jl:.2f} | {t_load / t_jl:.2f}x |")
-    print(f"| save | {t_save:.2f} | {t_jd:.2f} | {t_save / t_jd:.2f}x |")
+    print("| step | qlinear (s) | stdlib json alone (s) | ratio | orjson alone (s) | ratio |")
+    print("|---|---|---|---|---|---|")
+    print(f"| load | {t_load:.2f} | {t_jl:.2f} | {t_load / t_jl:.2f}x | {t_ol:.2f} | {t_load / t_ol:.2f}x |")
+    print(f"| save | {t_save:.2f} | {t_jd:.2f} | {t_save / t_jd:.2f}x | {t_od:.2f} | {t_save / t_od:.2f}x |")
 
 
 if __name__ == "__main__":

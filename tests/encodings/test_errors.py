@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from qlinear import encodings as E
+from qlinear.encodings import io as eio
 from qlinear.errors import EncodingError, QlinearError
 
 
@@ -110,7 +111,7 @@ def test_fuzz_only_qlinear_errors_escape(shared_dir, data):
     files = sorted((shared_dir / "aimet-golden").glob("*.encodings"))
     f = data.draw(st.sampled_from(files))
     text = f.read_text()
-    action = data.draw(st.sampled_from(["replace", "delete", "truncate", "bytes"]))
+    action = data.draw(st.sampled_from(["replace", "delete", "truncate", "bytes", "number"]))
     if action in ("replace", "delete"):
         doc = json.loads(text)
         paths = [p for p in _paths(doc) if p]
@@ -119,11 +120,21 @@ def test_fuzz_only_qlinear_errors_escape(shared_dir, data):
         text = json.dumps(doc, indent=data.draw(st.sampled_from([None, 4, "\t"])))
     elif action == "truncate":
         text = text[: data.draw(st.integers(0, len(text)))]
+    elif action == "number":  # edit the number text itself (what the fast reader's C scanner parses)
+        digits = [i for i, c in enumerate(text) if c in "0123456789.eE-"]
+        for _ in range(data.draw(st.integers(1, 3))):
+            i = data.draw(st.sampled_from(digits))
+            text = text[:i] + data.draw(st.sampled_from(list("0123456789.eE+-,[] ") + ["", "00", "e999"])) + text[i + 1:]
+            digits = [j for j in digits if j < len(text)]
     else:
         b = bytearray(text.encode())
         for _ in range(data.draw(st.integers(1, 5))):
             b[data.draw(st.integers(0, len(b) - 1))] = data.draw(st.integers(0, 255))
         text = bytes(b).decode("latin-1")
+    fast = eio._loads_lifted(text, f.name)  # the fast reader takes a file only when the plain one agrees
+    if fast is not None:
+        slow = eio._loads_parsed(text, f.name)
+        assert fast == slow and fast.style == slow.style and fast.version == slow.version
     try:
         es = E.loads(text, path=f.name)
     except QlinearError:

@@ -16,12 +16,13 @@ computes identical bits.
 from __future__ import annotations
 
 import ctypes
-import importlib.util
 import os
 from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 
 import numpy as np
+
+from qlinear._ext import cdll
 
 _i64 = ctypes.c_int64
 _ptr = ctypes.c_void_p
@@ -34,10 +35,9 @@ STREAM_MIN_BYTES = 1 << 23
 
 @lru_cache(maxsize=1)
 def _lib() -> ctypes.CDLL | None:
-    spec = importlib.util.find_spec("qlinear.core._native")
-    if spec is None or not spec.origin or not os.path.exists(spec.origin):
+    lib = cdll("qlinear.core._native")
+    if lib is None:
         return None
-    lib = ctypes.CDLL(spec.origin)
     common = [_i64, _i64, _i64, _i64, _i64, _i64, _i64, _i64, _i64]
     lib.ql_quantize_f32.argtypes = [_ptr, _ptr, ctypes.c_int, _ptr, _ptr] + common + [ctypes.c_float, ctypes.c_float]
     lib.ql_quantize_f32.restype = ctypes.c_int

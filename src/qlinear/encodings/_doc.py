@@ -3,21 +3,25 @@ and writing them in a producer's layout. Shared by the per-version serializers."
 
 from __future__ import annotations
 
-import itertools
-import json
 from typing import Any
 
 import numpy as np
 
+from qlinear.encodings import _json
 from qlinear.encodings.model import Encoding, Style
 from qlinear.errors import EncodingError, QlinearError
 
 
 class Ctx:
-    """Where we are while reading: the file name (for messages)."""
+    """Where we are while reading: the file name (for messages), and whether the text may hold JSON booleans.
 
-    def __init__(self, path: str | None) -> None:
+    NumPy reads ``[true, 0.5]`` as ``[1.0, 0.5]``; number lists are scanned for booleans unless the text is
+    known to have none (``bools=False``).
+    """
+
+    def __init__(self, path: str | None, *, bools: bool = True) -> None:
         self.path = path
+        self.bools = bools
 
     def error(self, where: str, message: str) -> EncodingError:
         return EncodingError(message, path=self.path, where=where)
@@ -90,6 +94,8 @@ def numbers(ctx: Ctx, v: Any, where: str, *, scalar_ok: bool = True) -> np.ndarr
     except (ValueError, OverflowError):
         a = None
     if a is not None and a.dtype.kind in "iuf" and a.size:
+        if ctx.bools:
+            _find_bad(ctx, v, where)
         return a.astype(np.float64, copy=False)
     if a is not None and a.dtype.kind == "f":
         return a
@@ -162,89 +168,6 @@ def legacy_tail(doc: dict[str, Any], es: Any, version: str) -> dict[str, Any]:
 
 
 def dumps(doc: Any, style: Style) -> str:
-    """Serialize exactly like Python's ``json.dump(doc, indent=..., sort_keys=...)`` (float ``repr``), but fast.
-
-    With an indent, the stdlib falls back to its pure-Python encoder; here containers are laid out by
-    :func:`_emit` and every flat list of numbers (the bulk of an encodings file) goes through the C encoder with
-    ``",\n" + indent`` as its item separator, which yields the same bytes.
-    """
-    if style.indent is None:
-        return json.dumps(doc, sort_keys=style.sort_keys)
-    ind = " " * style.indent if isinstance(style.indent, int) else str(style.indent)
-    out: list[str] = []
-    _emit(doc, 0, ind, style.sort_keys, out)
-    return "".join(out)
-
-
-_ENC_CACHE: dict[str, Any] = {}
-
-
-def _flat_encoder(sep: str) -> Any:
-    enc = _ENC_CACHE.get(sep)
-    if enc is None:
-        from json import encoder as je
-
-        make = je.c_make_encoder or None
-        if make is None:  # pragma: no cover - CPython always has it
-            enc = lambda v, _i: [json.dumps(v).replace(", ", sep)]  # noqa: E731
-        else:
-            enc = make(None, None, je.encode_basestring_ascii, None, ": ", sep, False, False, True)
-        _ENC_CACHE[sep] = enc
-    return enc
-
-
-def _emit_matrix(o: list, level: int, ind: str, out: list[str]) -> bool:
-    """A list of equally long, non-empty lists of numbers, in one C-encoder call (rows rebuilt by joins)."""
-    if type(o[0]) is not list or not o[0]:
-        return False
-    n = len(o[0])
-    for row in o:
-        if type(row) is not list or len(row) != n:
-            return False
-    flat = list(itertools.chain.from_iterable(o))
-    if not all(type(v) in (float, int) for v in flat):
-        return False
-    parts = "".join(_flat_encoder(",\x00")(flat, 0))[1:-1].split(",\x00")
-    i1, i2 = "\n" + ind * (level + 1), "\n" + ind * (level + 2)
-    sep = "," + i2
-    rows = ["[" + i2 + sep.join(parts[k:k + n]) + i1 + "]" for k in range(0, len(parts), n)]
-    out.append("[" + i1 + ("," + i1).join(rows) + "\n" + ind * level + "]")
-    return True
-
-
-def _emit(o: Any, level: int, ind: str, sort: bool, out: list[str]) -> None:
-    if isinstance(o, dict):
-        if not o:
-            out.append("{}")
-            return
-        inner = "\n" + ind * (level + 1)
-        out.append("{")
-        items = sorted(o.items()) if sort else o.items()
-        first = True
-        for k, v in items:
-            out.append(("" if first else ",") + inner + json.dumps(str(k)) + ": ")
-            first = False
-            _emit(v, level + 1, ind, sort, out)
-        out.append("\n" + ind * level + "}")
-    elif isinstance(o, list):
-        if not o:
-            out.append("[]")
-            return
-        inner = "\n" + ind * (level + 1)
-        if all(type(v) in (float, int) for v in o):
-            out.append("[" + inner)
-            out.append("".join(_flat_encoder("," + inner)(o, 0))[1:-1])
-            out.append("\n" + ind * level + "]")
-            return
-        if _emit_matrix(o, level, ind, out):
-            return
-        out.append("[")
-        first = True
-        for v in o:
-            out.append(("" if first else ",") + inner)
-            first = False
-            _emit(v, level + 1, ind, sort, out)
-        out.append("\n" + ind * level + "]")
-    else:
-        out.append(json.dumps(o))
-
+    """Serialize exactly like Python's ``json.dump(doc, indent=..., sort_keys=...)`` (float ``repr``), fast; numeric
+    arrays may be NumPy arrays (see :mod:`qlinear.encodings._json`)."""
+    return _json.dumps(doc, style.indent, style.sort_keys)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import IO, Any, Union
 
 from qlinear.encodings import _doc as d
+from qlinear.encodings import _json, _scan
 from qlinear.encodings import v0_6_1, v1_0_0, v2_0_0, v2_1_0
 from qlinear.encodings.model import AIMET_ONNX, EncodingSet, Style
 from qlinear.errors import EncodingError, QlinearError
@@ -54,43 +55,78 @@ def detect_version(doc: Any, *, path: str | None = None) -> str:
     return v
 
 
-def _read_text(src: Source) -> tuple[str, str | None]:
+def _read_data(src: Source) -> tuple[bytes | str, str | None]:
     if isinstance(src, (str, os.PathLike)):
         p = Path(src)
         try:
-            raw = p.read_bytes()
+            return p.read_bytes(), str(p)
         except FileNotFoundError:
             raise EncodingError("file not found", path=str(p)) from None
         except OSError as e:
             raise EncodingError(f"cannot read: {e.strerror}", path=str(p)) from None
-        name: str | None = str(p)
-    else:
-        raw = src.read()
-        name = getattr(src, "name", None)
-        name = str(name) if name is not None else None
-    if isinstance(raw, bytes):
-        try:
-            raw = raw.decode("utf-8-sig")
-        except UnicodeDecodeError as e:
-            raise EncodingError(f"not UTF-8 text (byte {e.start})", path=name) from None
-    return raw, name
+    name = getattr(src, "name", None)
+    return src.read(), str(name) if name is not None else None
 
 
-def loads(text: str, *, path: str | None = None, model: Any = None) -> EncodingSet:
-    """Parse the text of an encodings file (any version); ``model`` resolves axes and roles."""
+def _head_text(data: bytes | str, path: str | None) -> str:
+    """The start of the file as text (enough to see its indentation); the whole must be UTF-8."""
+    if isinstance(data, str):
+        return data[:65536]
     try:
-        doc = json.loads(text)
+        head = data[:65536].decode("utf-8-sig", errors="strict")
+    except UnicodeDecodeError as e:
+        if e.start < 65536 - 4:
+            raise EncodingError(f"not UTF-8 text (byte {e.start})", path=path) from None
+        head = data[:e.start].decode("utf-8-sig")
+    return head
+
+
+def loads(text: str | bytes, *, path: str | None = None, model: Any = None) -> EncodingSet:
+    """Parse the text (or UTF-8 bytes) of an encodings file (any version); ``model`` resolves axes and roles."""
+    with _json.gc_paused():
+        es = _loads_lifted(text, path)
+        if es is None:
+            es = _loads_parsed(text, path)
+    return es.resolve(model) if model is not None else es
+
+
+def _loads_lifted(text: str | bytes, path: str | None) -> EncodingSet | None:
+    """The fast reading of large 2.x files (:mod:`._scan`): number arrays lifted out before parsing. None for
+    anything it does not take whole, errors included: :func:`_loads_parsed` then reads, and words, everything."""
+    data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
+    lifted = _scan.extract(data)
+    if lifted is None:
+        return None
+    skeleton, arrays = lifted
+    try:
+        doc = _json.parse(skeleton)
+        if not isinstance(doc, dict) or detect_version(doc, path=path) not in ("2.0.0", "2.1.0"):
+            return None
+        got = v2_0_0.read_lifted(doc, arrays)
+        if got is None:
+            return None
+        encs, first_keys = got
+        return _assemble(d.Ctx(path, bools=False), doc, encs, False, first_keys, _head_text(data, path))
+    except (QlinearError, ValueError, TypeError, KeyError, IndexError, OverflowError, RecursionError):
+        return None
+
+
+def _loads_parsed(text: str | bytes, path: str | None) -> EncodingSet:
+    try:
+        doc = _json.parse(text)
+    except UnicodeDecodeError as e:
+        raise EncodingError(f"not UTF-8 text (byte {e.start})", path=path) from None
     except json.JSONDecodeError as e:
         raise EncodingError(f"invalid JSON at line {e.lineno} column {e.colno}: {e.msg}", path=path) from None
     except (RecursionError, ValueError) as e:
         raise EncodingError(f"invalid JSON: {e}", path=path) from None
+    bools = (b"true" in text or b"false" in text) if isinstance(text, bytes) else ("true" in text or "false" in text)
     try:
-        es = from_document(doc, path=path, text=text)
+        return from_document(doc, path=path, text=_head_text(text, path), bools=bools)
     except QlinearError:
         raise
     except (ValueError, TypeError, OverflowError, RecursionError, IndexError, KeyError, AttributeError) as e:
         raise EncodingError(f"malformed encodings file ({type(e).__name__}: {e})", path=path) from None
-    return es.resolve(model) if model is not None else es
 
 
 def load(src: Source, *, model: Any = None) -> EncodingSet:
@@ -101,14 +137,22 @@ def load(src: Source, *, model: Any = None) -> EncodingSet:
         model: optional ONNX model (``ModelProto`` or path): resolves the axes that 0.6.1/1.0.0 do not store and
             tells params from activations in 2.x files.
     """
-    text, name = _read_text(src)
-    return loads(text, path=name, model=model)
+    data, name = _read_data(src)
+    return loads(data, path=name, model=model)
 
 
-def from_document(doc: Any, *, path: str | None = None, text: str | None = None) -> EncodingSet:
-    ctx = d.Ctx(path)
+def from_document(doc: Any, *, path: str | None = None, text: str | None = None, bools: bool = True) -> EncodingSet:
+    """The :class:`EncodingSet` of a parsed document; ``text`` (its start suffices) gives the layout to keep;
+    ``bools=False`` promises the document holds no JSON booleans (number lists are not scanned for them)."""
+    ctx = d.Ctx(path, bools=bools)
     version = detect_version(doc, path=path)
     encs, int_offsets, first_keys = _MODULES[version].read(ctx, doc)
+    return _assemble(ctx, doc, encs, int_offsets, first_keys, text)
+
+
+def _assemble(ctx: d.Ctx, doc: dict, encs: list, int_offsets: bool, first_keys: list[str] | None,
+              text: str | None) -> EncodingSet:
+    """The file-level fields around the entries, and the set."""
     qa = doc.get("quantizer_args")
     if qa is not None:
         qa = d.obj(ctx, qa, "quantizer_args")
@@ -120,16 +164,23 @@ def from_document(doc: Any, *, path: str | None = None, text: str | None = None)
     if prod is not None:
         prod = d.obj(ctx, prod, "producer")
     style = d.detect_style(text, list(doc), first_keys, int_offsets) if text is not None else AIMET_ONNX
-    seen: dict[str, int] = {}
-    for i, e in enumerate(encs):
-        if e.name in seen:
-            raise ctx.error(e.name, f"duplicate encoding for tensor {e.name!r}: each tensor may have one encoding")
-        seen[e.name] = i
+    names = [e.name for e in encs]
+    if len(set(names)) != len(names):
+        seen: set[str] = set()
+        for name in names:
+            if name in seen:
+                raise ctx.error(name, f"duplicate encoding for tensor {name!r}: each tensor may have one encoding")
+            seen.add(name)
     return EncodingSet(tuple(encs), quantizer_args=qa, excluded_layers=ex, producer=prod,
                        version=doc.get("version"), style=style)
 
 
 def to_document(es: EncodingSet, version: str, *, style: Style | None = None, drop_float: bool = False) -> dict:
+    """The JSON document (plain dicts, lists and numbers) of ``es`` in ``version``."""
+    return _json.plain(_document(es, version, style=style, drop_float=drop_float))
+
+
+def _document(es: EncodingSet, version: str, *, style: Style | None = None, drop_float: bool = False) -> dict:
     if version not in _MODULES:
         raise EncodingError(f"unknown version {version!r}; qlinear writes {', '.join(VERSIONS)}")
     return _MODULES[version].write(es, style or es.style, drop_float=drop_float)
@@ -139,7 +190,7 @@ def dumps(es: EncodingSet, version: str | None = None, *, style: Style | None = 
     """The text of ``es`` in ``version`` (default: the version it was read from, else 2.0.0)."""
     version = version or es.version or "2.0.0"
     st = style or es.style
-    return d.dumps(to_document(es, version, style=st, drop_float=drop_float), st)
+    return d.dumps(_document(es, version, style=st, drop_float=drop_float), st)
 
 
 def save(es: EncodingSet, path: str | os.PathLike | IO[str], version: str | None = None, *,
@@ -150,13 +201,16 @@ def save(es: EncodingSet, path: str | os.PathLike | IO[str], version: str | None
     float8 in 1.0.0, fp16 in 2.x without ``drop_float``, unresolved axes in 2.x) raises an ``EncodingError`` naming
     the tensor.
     """
-    text = dumps(es, version, style=style, drop_float=drop_float)
+    version = version or es.version or "2.0.0"
+    st = style or es.style
+    doc = _document(es, version, style=st, drop_float=drop_float)
     if isinstance(path, (str, os.PathLike)):
-        from qlinear._atomic import write_text
+        from qlinear._atomic import atomic_open
 
-        write_text(path, text)
+        with atomic_open(path, "wb") as f:
+            _json.write(doc, st.indent, st.sort_keys, f)
     else:
-        path.write(text)
+        path.write(_json.dumps(doc, st.indent, st.sort_keys))
 
 
 __all__ = ["VERSIONS", "detect_version", "dumps", "from_document", "load", "loads", "save", "to_document", "io"]

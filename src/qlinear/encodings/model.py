@@ -116,14 +116,48 @@ class Encoding:
             if isinstance(self.axis, bool) or not isinstance(self.axis, (int, np.integer)):
                 raise EncodingError(f"{self.name}: axis must be an integer, got {self.axis!r}", where="axis")
             object.__setattr__(self, "axis", int(self.axis))
+        s = self._canonical_per_tensor(s)
+        self._check_granularity(s)
+        self._check_zero_point(t, s)
+        self._check_lpbq(t, s)
+
+    @classmethod
+    def _checked(cls, name: str, t: QType, scale: np.ndarray, zero_point: np.ndarray | None, axis: int | None,
+                 block_size: int, role: Role, int_scale: np.ndarray | None = None,
+                 decompressed_bits: int | None = None, *, shapes_checked: bool = False) -> "Encoding":
+        """An Encoding from values a reader validated in bulk (``qlinear.encodings._bulk``), for large files.
+
+        The caller guarantees what the constructor would check value by value: ``t`` a quantized (integer or
+        float8/float4) type; ``name`` a non-empty ``str``; ``axis``/``block_size`` Python ints (``block_size >= 0``);
+        ``scale`` a read-only float64 array, finite and > 0; ``zero_point`` None or a read-only int64 array in
+        ``t``'s range (integer types only); ``int_scale`` None or a read-only int64 array in
+        ``[1, 2^(decompressed_bits - bits)]``. The shape rules are checked here exactly as by the constructor,
+        unless ``shapes_checked``: this method already accepted an entry of the same type, axis, block size,
+        decompressed bits and array shapes.
+        """
+        self = object.__new__(cls)
+        object.__setattr__(self, "__dict__", {
+            "name": name, "dtype": t.name, "scale": scale, "zero_point": zero_point, "axis": axis,
+            "block_size": block_size, "role": role, "int_scale": int_scale, "decompressed_bits": decompressed_bits})
+        if shapes_checked and (axis is not None or block_size or int_scale is not None or scale.ndim != 1
+                               or scale.size != 1):
+            return self  # the same shapes passed before, and the per-tensor canonical reshape does not apply
+        s = self._canonical_per_tensor(scale)
+        self._check_granularity(s)
+        if zero_point is not None:
+            self._check_zero_point_shape(self.zero_point, s)
+        if int_scale is not None:
+            self._check_decompressed_bits(t)
+            self._check_lpbq_shapes(s, int_scale)
+        return self
+
+    def _canonical_per_tensor(self, s: np.ndarray) -> np.ndarray:
         if self.axis is None and not self.block_size and self.int_scale is None and s.size == 1 and s.ndim:
             s = s.reshape(())  # per-tensor: one canonical shape whatever the file wrote ([x] or x)
             object.__setattr__(self, "scale", s)
             if self.zero_point is not None:
                 object.__setattr__(self, "zero_point", np.reshape(np.asarray(self.zero_point), ()))
-        self._check_granularity(s)
-        self._check_zero_point(t, s)
-        self._check_lpbq(t, s)
+        return s
 
     # --- validation ------------------------------------------------------------------------------
     def _check_granularity(self, s: np.ndarray) -> None:
@@ -149,9 +183,7 @@ class Encoding:
         if t.kind is Kind.FLOAT:
             raise EncodingError(f"{self.name}: a {t.name} encoding has no zero point", where="zero_point")
         z = _frozen_array(self.zero_point, np.float64, field_name="zero_point")
-        if z.shape != s.shape and not (z.size == 1 and s.size == 1):
-            raise EncodingError(f"{self.name}: zero_point shape {z.shape} does not match scale shape {s.shape}",
-                                where="zero_point")
+        self._check_zero_point_shape(z, s)
         if not np.isfinite(z).all():
             bad = ~np.isfinite(z)
             raise EncodingError(f"{self.name}: zero_point{_first_bad(bad)} is not finite",
@@ -172,11 +204,12 @@ class Encoding:
             z = _frozen_array(z, np.int64, field_name="zero_point")
         object.__setattr__(self, "zero_point", z)
 
-    def _check_lpbq(self, t: QType, s: np.ndarray) -> None:
-        if self.int_scale is None:
-            if self.decompressed_bits is not None:
-                raise EncodingError(f"{self.name}: decompressed_bits is only meaningful for LPBQ", where="bw")
-            return
+    def _check_zero_point_shape(self, z: np.ndarray, s: np.ndarray) -> None:
+        if z.shape != s.shape and not (z.size == 1 and s.size == 1):
+            raise EncodingError(f"{self.name}: zero_point shape {z.shape} does not match scale shape {s.shape}",
+                                where="zero_point")
+
+    def _check_decompressed_bits(self, t: QType) -> None:
         if not t.is_int:
             raise EncodingError(f"{self.name}: LPBQ needs an integer dtype, got {t.name}", where="dtype")
         d = self.decompressed_bits
@@ -184,13 +217,25 @@ class Encoding:
             raise EncodingError(f"{self.name}: LPBQ decompressed_bits must be an integer in ({t.bits}, 32], got {d!r}",
                                 where="bw")
         object.__setattr__(self, "decompressed_bits", int(d))
+
+    def _check_lpbq(self, t: QType, s: np.ndarray) -> None:
+        if self.int_scale is None:
+            if self.decompressed_bits is not None:
+                raise EncodingError(f"{self.name}: decompressed_bits is only meaningful for LPBQ", where="bw")
+            return
+        self._check_decompressed_bits(t)
+        d = self.decompressed_bits
         i = _frozen_array(self.int_scale, np.float64, field_name="per_block_int_scale")
-        hi = 2 ** (int(d) - t.bits)
+        hi = 2 ** (d - t.bits)
         bad = ~np.isfinite(i) | (i != np.floor(i)) | (i < 1) | (i > hi)
         if bad.any():
             raise EncodingError(f"{self.name}: per_block_int_scale{_first_bad(bad)} = {i[bad][0]!r} is not an integer "
                                 f"in [1, {hi}]", where="per_block_int_scale" + _first_bad(bad))
         i = _frozen_array(i, np.int64, field_name="per_block_int_scale")
+        self._check_lpbq_shapes(s, i)
+        object.__setattr__(self, "int_scale", i)
+
+    def _check_lpbq_shapes(self, s: np.ndarray, i: np.ndarray) -> None:
         if self.axis is not None:
             if s.ndim != i.ndim:
                 raise EncodingError(f"{self.name}: per_channel_float_scale shape {s.shape} must keep the dims of "
@@ -204,7 +249,6 @@ class Encoding:
         elif s.ndim != 1 or i.ndim != 1 or i.size % max(s.size, 1):
             raise EncodingError(f"{self.name}: unresolved LPBQ needs flat scales with len(per_block_int_scale) a "
                                 f"multiple of len(scale), got {i.shape} and {s.shape}", where="per_block_int_scale")
-        object.__setattr__(self, "int_scale", i)
 
     # --- facts ------------------------------------------------------------------------------------
     @property

@@ -10,11 +10,13 @@ writes activations unsigned by default); :meth:`EncodingSet.resolve` with the mo
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 
-from qlinear.core.types import Kind, qtype
+from qlinear.core.types import Kind, QType, qtype
+from qlinear.encodings import _scan
 from qlinear.encodings import _doc as d
 from qlinear.encodings.model import Encoding, EncodingSet, Style
 from qlinear.errors import EncodingError, QlinearError
@@ -33,6 +35,95 @@ def read(ctx: d.Ctx, doc: dict, *, meta_scales: bool = False) -> tuple[list[Enco
         where = f"encodings[{i}]"
         out.append(read_entry(ctx, d.obj(ctx, r, where), where, meta_scales=meta_scales))
     return out, False, first_keys
+
+
+_BULK_KEYS = frozenset({"name", "output_dtype", "y_scale", "y_zero_point", "axis", "block_size"})
+_BULK_LPBQ_KEYS = frozenset({"name", "output_dtype", "per_block_int_scale", "per_channel_float_scale", "axis",
+                             "block_size"})
+_QTYPES: dict[str, QType | None] = {}
+
+
+def _bulk_qtype(name: str) -> QType | None:
+    """The quantized type spelled exactly ``name`` (None for aliases, float pass-through and scale types)."""
+    if name not in _QTYPES:
+        try:
+            t = qtype(name)
+        except QlinearError:
+            t = None
+        _QTYPES[name] = t if t is not None and t.name == name and t.kind in (Kind.INT, Kind.FLOAT) else None
+    return _QTYPES[name]
+
+
+def read_lifted(doc: dict, arrays: _scan.Arrays) -> tuple[list[Encoding], list[str] | None] | None:
+    """The entries of a scanned document (its number arrays lifted into ``arrays``, :mod:`._scan`), validated
+    with the per-array statistics instead of value by value; None as soon as an entry is not plain (an error, a
+    2.1.0 meta-encoding, an unusual field): :func:`read` on the parsed text then reads, and words, everything.
+    For an entry both accept, both give the same :class:`Encoding`."""
+    raw = doc.get("encodings")
+    if type(raw) is not list:
+        return None
+    out: list[Encoding] = []
+    plain, lpbq_keys, qtypes = _BULK_KEYS, _BULK_LPBQ_KEYS, _QTYPES
+    idx, positive, integral, lo_, hi_ = arrays.index, arrays.positive, arrays.integral, arrays.lo, arrays.hi
+    accepted: set[tuple] = set()  # (type, axis, block, shapes) of entries whose shape checks passed
+    for r in raw:
+        if type(r) is not dict:
+            return None
+        keys = r.keys()
+        if keys <= plain and "y_scale" in r:
+            lpbq, sv = False, r["y_scale"]
+        elif keys <= lpbq_keys and "per_channel_float_scale" in r and "per_block_int_scale" in r:
+            lpbq, sv = True, r["per_channel_float_scale"]
+        else:
+            return None
+        name, dtype, axis, block = r.get("name"), r.get("output_dtype"), r.get("axis"), r.get("block_size", 0)
+        if type(name) is not str or not name or type(dtype) is not str or type(block) is not int or \
+                (axis is not None and type(axis) is not int):
+            return None
+        t = qtypes[dtype] if dtype in qtypes else _bulk_qtype(dtype)
+        if t is None or block < 0 or ("block_size" in r and block < 1) or (lpbq and (not t.is_int or not block)):
+            return None
+        k = int(sv[1:]) if type(sv) is str and sv[:1] == "\x00" else None
+        if k is not None:
+            if not positive[k]:
+                return None
+            s = arrays.floats(k)
+        elif (type(sv) is float or type(sv) is int) and math.isfinite(sv) and sv > 0:
+            s = np.array(float(sv))
+            s.setflags(write=False)
+        else:
+            return None
+        z = n = None
+        if "y_zero_point" in r:
+            if not t.is_int:
+                return None
+            zv = r["y_zero_point"]
+            k = idx(zv)
+            if k is not None:
+                if not (integral[k] and lo_[k] >= t.qmin and hi_[k] <= t.qmax):
+                    return None
+                z = arrays.ints(k)
+            elif type(zv) is int and t.qmin <= zv <= t.qmax:
+                z = np.array(zv, np.int64)
+                z.setflags(write=False)
+            else:
+                return None
+        if lpbq:
+            k = idx(r["per_block_int_scale"])
+            if k is None or not (integral[k] and lo_[k] >= 1 and hi_[k] <= 2 ** t.bits):
+                return None
+            n = arrays.ints(k)
+        role = "param" if axis is not None or block or s.size > 1 or t.is_int and t.signed else "activation"
+        key = (t.name, axis, block, s.shape, None if z is None else z.shape, None if n is None else n.shape)
+        try:
+            out.append(Encoding._checked(name, t, s, z, axis, block, role, n, 2 * t.bits if lpbq else None,
+                                         shapes_checked=key in accepted))
+        except QlinearError:
+            return None
+        accepted.add(key)
+    if arrays.used != arrays.count:  # an array somewhere else (quantizer_args...): read the parsed text
+        return None
+    return out, (list(raw[0]) if raw and isinstance(raw[0], dict) else None)
 
 
 def read_entry(ctx: d.Ctx, e: dict, where: str, *, meta_scales: bool = False) -> Encoding:
@@ -84,9 +175,9 @@ def guess_role(dtype: str, axis: int | None, block_size: int, scale: np.ndarray 
     """2.0.0 does not say which entries are params: int32 (bias), per-channel, per-block and signed entries are
     (AIMET forces activations unsigned); the model, when given, decides."""
     t = qtype(dtype)
-    if t.name == "int32" or axis is not None or block_size or (scale is not None and scale.size > 1):
+    if axis is not None or block_size or (scale is not None and scale.size > 1):
         return "param"
-    return "param" if t.signed and t.is_int else "activation"
+    return "param" if t.signed and t.is_int else "activation"  # int32 (bias) is signed
 
 
 def write(es: EncodingSet, style: Style, *, drop_float: bool = False, version: str = VERSION) -> dict:
@@ -122,18 +213,23 @@ def write_entry(e: Encoding, version: str = VERSION) -> dict:
             if e.decompressed_bits != 2 * t.bits:
                 raise EncodingError(f"{e.name}: 2.0.0 LPBQ requires decompressed bits = 2 x {t.bits}, got "
                                     f"{e.decompressed_bits}; write 1.0.0")
-            out["per_block_int_scale"] = e.int_scale.tolist()
-            out["per_channel_float_scale"] = e.scale.tolist()
+            out["per_block_int_scale"] = _arr(e.int_scale)
+            out["per_channel_float_scale"] = _arr(e.scale)
         else:
             from qlinear.encodings.v2_1_0 import write_meta_scale
 
             out["y_scale"] = write_meta_scale(e)
     else:
-        out["y_scale"] = e.scale.tolist()
-        if e.zero_point is not None and np.any(e.zero_point != 0):
-            out["y_zero_point"] = e.zero_point.tolist()
+        out["y_scale"] = _arr(e.scale)
+        if e.zero_point is not None and e.zero_point.any():
+            out["y_zero_point"] = _arr(e.zero_point)
     if e.axis is not None:
         out["axis"] = e.axis
     if e.block_size:
         out["block_size"] = e.block_size
     return out
+
+
+def _arr(a: np.ndarray) -> Any:
+    """An array for the document: NumPy arrays are written in bulk by the serializer; 0-d become numbers."""
+    return a if a.ndim else a.item()
