@@ -125,7 +125,7 @@ class Encoding:
     def _checked(cls, name: str, t: QType, scale: np.ndarray, zero_point: np.ndarray | None, axis: int | None,
                  block_size: int, role: Role, int_scale: np.ndarray | None = None,
                  decompressed_bits: int | None = None, *, shapes_checked: bool = False) -> "Encoding":
-        """An Encoding from values a reader validated in bulk (``qlinear.encodings._bulk``), for large files.
+        """An Encoding from values a reader validated in bulk (``v2_0_0.read_lifted``), for large files.
 
         The caller guarantees what the constructor would check value by value: ``t`` a quantized (integer or
         float8/float4) type; ``name`` a non-empty ``str``; ``axis``/``block_size`` Python ints (``block_size >= 0``);

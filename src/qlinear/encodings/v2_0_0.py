@@ -83,7 +83,7 @@ def read_lifted(doc: dict, arrays: _scan.Arrays) -> tuple[list[Encoding], list[s
         t = qtypes[dtype] if dtype in qtypes else _bulk_qtype(dtype)
         if t is None or block < 0 or ("block_size" in r and block < 1) or (lpbq and (not t.is_int or not block)):
             return None
-        k = int(sv[1:]) if type(sv) is str and sv[:1] == "\x00" else None
+        k = idx(sv)
         if k is not None:
             if not positive[k]:
                 return None
@@ -113,7 +113,7 @@ def read_lifted(doc: dict, arrays: _scan.Arrays) -> tuple[list[Encoding], list[s
             if k is None or not (integral[k] and lo_[k] >= 1 and hi_[k] <= 2 ** t.bits):
                 return None
             n = arrays.ints(k)
-        role = "param" if axis is not None or block or s.size > 1 or t.is_int and t.signed else "activation"
+        role = guess_role(t, axis, block, s.size)
         key = (t.name, axis, block, s.shape, None if z is None else z.shape, None if n is None else n.shape)
         try:
             out.append(Encoding._checked(name, t, s, z, axis, block, role, n, 2 * t.bits if lpbq else None,
@@ -167,15 +167,14 @@ def read_entry(ctx: d.Ctx, e: dict, where: str, *, meta_scales: bool = False) ->
     if t.kind is Kind.REAL:
         raise ctx.error(f"{where}.output_dtype", f"{t.name} is not a quantized type (2.0.0 has no float "
                                                  "pass-through entries)")
-    kw["role"] = guess_role(t.name, kw.get("axis"), kw.get("block_size", 0), scale, kw.get("zero_point"))
+    kw["role"] = guess_role(t, kw.get("axis"), kw.get("block_size", 0), 1 if scale is None else scale.size)
     return d.build(ctx, where, keys, **kw)
 
 
-def guess_role(dtype: str, axis: int | None, block_size: int, scale: np.ndarray | None, zp: Any) -> str:
+def guess_role(t: QType, axis: int | None, block_size: int, scale_size: int) -> str:
     """2.0.0 does not say which entries are params: int32 (bias), per-channel, per-block and signed entries are
     (AIMET forces activations unsigned); the model, when given, decides."""
-    t = qtype(dtype)
-    if axis is not None or block_size or (scale is not None and scale.size > 1):
+    if axis is not None or block_size or scale_size > 1:
         return "param"
     return "param" if t.signed and t.is_int else "activation"  # int32 (bias) is signed
 
