@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from qlinear.cli.main import main
+from qlinear.cli.main import EXIT_ERROR, main
 
 
 @pytest.fixture()
@@ -31,13 +31,13 @@ def test_inspect_convert_apply_extract_validate(g, tmp_path, capsys):
 def test_failures_leave_no_partial_file_and_keep_old_output(g, tmp_path, capsys):
     dst = tmp_path / "out.encodings"
     dst.write_text("previous")
-    # LPBQ cannot be written as 0.6.1: error names the tensor, exit 2, old file intact, no temp files left
+    # LPBQ cannot be written as 0.6.1: error names the tensor, exit 3 (EXIT_ERROR), old file intact, no temp files
     rc = main(["encodings", "convert", str(g / "aimet-onnx-2.42.0_lpbq_tf_v2.0.0.encodings"), str(dst), "--to", "0.6.1"])
-    assert rc == 2
+    assert rc == EXIT_ERROR
     err = capsys.readouterr().err
     assert "fc1.weight" in err and "0.6.1" in err
     assert dst.read_text() == "previous"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.encodings"]
     rc = main(["encodings", "validate", str(g / "aimet-onnx-2.42.0_per_tensor_tf_v2.0.0.encodings"), "--model",
                str(tmp_path / "missing.onnx")])
-    assert rc == 2 and "not found" in capsys.readouterr().err
+    assert rc == EXIT_ERROR and "not found" in capsys.readouterr().err

@@ -72,6 +72,14 @@ class KernelError(QlinearError, ValueError):
     """Integer-kernel arguments are inconsistent (shapes, zero points, modes, unsupported ops)."""
 
 
+class OverflowRiskError(KernelError):
+    """An int32 accumulator can (or does) overflow: the runtimes would wrap around there."""
+
+
+class OutputError(QlinearError, OSError):
+    """An output file or folder cannot be written (missing or read-only folder, disk full, a folder in the way)."""
+
+
 __all__ = [
     "AxisError",
     "BlockSizeError",
@@ -82,6 +90,8 @@ __all__ = [
     "EncodingError",
     "GraphError",
     "KernelError",
+    "OutputError",
+    "OverflowRiskError",
     "QlinearError",
     "ShapeError",
     "UnsupportedError",

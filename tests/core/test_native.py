@@ -69,7 +69,7 @@ def test_large_threaded_matches_single_thread():
 
 
 def test_threads_argument_validated():
-    with pytest.raises(qlinear.QlinearError, match="threads must be >= 1"):
+    with pytest.raises(qlinear.QlinearError, match="threads must be an int >= 1"):
         qlinear.quantize_linear(np.zeros(3, np.float32), np.float32(1), threads=0)
 
 

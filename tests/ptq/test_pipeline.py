@@ -153,18 +153,20 @@ def test_opset_and_external_data(tmp_path):
 
 
 def test_cli_quantize_default_and_failure_keeps_outputs(tmp_path, monkeypatch, capsys):
-    from qlinear.cli.main import main
+    from qlinear.cli.main import EXIT_ERROR, EXIT_USAGE, main
 
     monkeypatch.chdir(tmp_path)
     assert main(["quantize"]) == 0
     out = tmp_path / "qlinear-out"
     files = sorted(p.name for p in out.iterdir())
-    assert files == ["model.encodings", "model.qdq.onnx", "report.html", "report.json"]
+    assert files == [".qlinear-outputs.json", "model.encodings", "model.float.onnx", "model.qdq.onnx", "report.html",
+                     "report.json"]
     before = {p.name: p.read_bytes() for p in out.iterdir()}
-    assert main(["quantize", str(MODEL), "--data", str(tmp_path / "missing.npz")]) == 2
+    assert main(["quantize", str(MODEL), "--data", str(tmp_path / "missing.npz")]) == EXIT_ERROR
     assert "not found" in capsys.readouterr().err
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
-    assert main(["quantize", "--weights", "per-row"]) == 2
+    assert main(["quantize", "--weights", "per-row"]) == EXIT_ERROR
+    assert main(["quantize", "--no-such-option"]) == EXIT_USAGE
 
 
 @pytest.mark.slow

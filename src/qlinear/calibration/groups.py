@@ -54,13 +54,14 @@ class Grouping:
             xm = np.moveaxis(x, b, -1)
             d = xm.shape[-1]
             nb = -(-d // self.block_size)
-            if nb * self.block_size != d:
-                pad = np.full(xm.shape[:-1] + (nb * self.block_size - d,), np.nan, x.dtype)
+            bs = self.block_size if nb > 1 else d  # one block: its elements are the whole axis, no padding
+            if nb * bs != d:
+                pad = np.full(xm.shape[:-1] + (nb * bs - d,), np.nan, x.dtype)
                 xm = np.concatenate([xm, pad], axis=-1)
-            g = xm.reshape(xm.shape[:-1] + (nb, self.block_size))
+            g = xm.reshape(xm.shape[:-1] + (nb, bs))
             # parameter order: original axes with the block axis holding nb
             g = np.moveaxis(g, -2, b)
-            return g.reshape(-1, self.block_size)
+            return g.reshape(-1, bs)
         if self.axis is not None:
             a = self._norm(self.axis, x.ndim, "axis")
             return np.moveaxis(x, a, 0).reshape(x.shape[a], -1)

@@ -8,8 +8,10 @@ from typing import Optional
 
 import typer
 
+EXIT_PROBLEMS = 1  # qlinear.cli.main: a check found problems
+
 app = typer.Typer(help="Read, convert, validate and apply AIMET encoding files (0.6.1, 1.0.0, 2.0.0, 2.1.0).",
-                  no_args_is_help=True, add_completion=False)
+                  no_args_is_help=True, add_completion=False, rich_markup_mode=None)
 
 _VERSION_HELP = "Target version: 0.6.1, 1.0.0, 2.0.0 or 2.1.0."
 
@@ -84,7 +86,7 @@ def validate(file: Path = typer.Argument(..., help="Encodings file."),
     con.print(f"[red]{len(rep.problems)} problem(s)[/] in {rep.checked} encodings:")
     for p in rep.problems:
         con.print(f"  {escape(str(p))}", highlight=False)
-    raise typer.Exit(1)
+    raise typer.Exit(EXIT_PROBLEMS)
 
 
 @app.command("apply")

@@ -15,6 +15,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
 )
 
 
@@ -54,21 +55,36 @@ _GROUPS: list[tuple[str, str, str]] = [
 ]
 
 
+#: exit statuses of the ``qlinear`` command (README "Exit status")
+EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run the CLI; a QlinearError becomes one red line and exit status 2, never a traceback."""
+    """Run the CLI and return its exit status: 0 success; 1 a check (``encodings validate``, ``check``) found
+    problems; 2 a usage error (unknown option, bad argument: click's status); 3 a :class:`QlinearError` (bad input
+    file, data or config, a run that cannot complete), printed as one red line, never a traceback; 130 interrupted."""
     _register()
     try:
         app(args=argv, prog_name="qlinear")
     except QlinearError as e:
-        from rich.console import Console
+        _error(str(e))
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        _error("interrupted; earlier outputs are unchanged")
+        return EXIT_INTERRUPTED
+    except SystemExit as e:  # click: 0 after --help, 2 for usage errors; typer.Exit(n) from the commands
+        if isinstance(e.code, str):
+            _error(e.code)
+            return EXIT_ERROR
+        return int(e.code or 0)
+    return EXIT_OK
 
-        from rich.markup import escape
 
-        Console(stderr=True).print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
-        return 2
-    except SystemExit as e:
-        return int(e.code or 0) if not isinstance(e.code, str) else 1
-    return 0
+def _error(msg: str) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+
+    Console(stderr=True).print(f"[bold red]error:[/] {escape(msg)}", highlight=False, soft_wrap=True)
 
 
 if __name__ == "__main__":

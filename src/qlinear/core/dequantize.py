@@ -73,6 +73,7 @@ def dequantize_linear(
     >>> dequantize_linear(np.array([0, 3, 128, 255], np.uint8), np.float32(2.0), np.uint8(128)).tolist()
     [-256.0, -250.0, 0.0, 254.0]
     """
+    native.check_threads(threads)
     packed_in = isinstance(x, PackedTensor)
     if packed_in:
         xt, x_shape = x.qtype, tuple(x.shape)

@@ -59,6 +59,8 @@ def resolve(x_shape: tuple[int, ...], scale_shape: tuple[int, ...], axis: int, b
             *, scale_arg: str = "y_scale") -> Granularity:
     """Granularity implied by the scale's shape (spec: "determined by the shape of y_scale")."""
     rank = len(x_shape)
+    if not isinstance(axis, (int, np.integer)) or isinstance(axis, bool):
+        raise AxisError(f"axis must be an int, got {type(axis).__name__} {axis!r}")
     if not isinstance(block_size, (int, np.integer)) or isinstance(block_size, bool):
         raise BlockSizeError(f"block_size must be an int, got {type(block_size).__name__}")
     if block_size < 0:

@@ -80,14 +80,20 @@ def _pool(n: int) -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=n, thread_name_prefix="qlinear")
 
 
+def check_threads(threads: object) -> None:
+    """``threads`` must be None (automatic) or an int >= 1."""
+    if threads is not None and (not isinstance(threads, (int, np.integer)) or isinstance(threads, bool)
+                                or threads < 1):
+        from qlinear.errors import ConfigError
+
+        raise ConfigError(f"threads must be an int >= 1 (or None for automatic), got {threads!r}")
+
+
 def resolve_threads(threads: int | None, n: int) -> int:
     """Threads to use for ``n`` elements: the explicit value, or all cores for large inputs."""
+    check_threads(threads)
     if threads is None:
         return 1 if n < PARALLEL_MIN else min(cpu_count(), 8)
-    if threads < 1:
-        from qlinear.errors import QlinearError
-
-        raise QlinearError(f"threads must be >= 1, got {threads}")
     return int(threads)
 
 
@@ -109,4 +115,4 @@ def addr(a: np.ndarray | None) -> int | None:
     return None if a is None else a.ctypes.data
 
 
-__all__ = ["available", "lib", "parallel_ranges", "resolve_threads", "cpu_count", "addr"]
+__all__ = ["available", "check_threads", "lib", "parallel_ranges", "resolve_threads", "cpu_count", "addr"]

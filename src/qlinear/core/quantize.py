@@ -127,6 +127,7 @@ def quantize_linear(
     >>> quantize_linear(np.array([0.0, 1.5, 2.5, -1.0], np.float32), np.float32(1.0), np.uint8(128)).tolist()
     [128, 130, 130, 127]
     """
+    native.check_threads(threads)
     x = np.asarray(x)
     xt = dtype_of(x, arg="x", allowed=QUANTIZE_X, what="the input type")
     s = np.asarray(y_scale)

@@ -58,14 +58,21 @@ def detect_version(doc: Any, *, path: str | None = None) -> str:
 def _read_data(src: Source) -> tuple[bytes | str, str | None]:
     if isinstance(src, (str, os.PathLike)):
         p = Path(src)
+        if p.is_dir():
+            raise EncodingError("is a folder, not an encodings file", path=str(p))
         try:
             return p.read_bytes(), str(p)
         except FileNotFoundError:
             raise EncodingError("file not found", path=str(p)) from None
         except OSError as e:
             raise EncodingError(f"cannot read: {e.strerror}", path=str(p)) from None
+    if not callable(getattr(src, "read", None)):
+        raise EncodingError(f"expected a path or an open file to read encodings from, got {type(src).__name__}")
     name = getattr(src, "name", None)
-    return src.read(), str(name) if name is not None else None
+    data = src.read()
+    if not isinstance(data, (str, bytes, bytearray)):
+        raise EncodingError(f"the file object's read() returned {type(data).__name__}, not text or bytes")
+    return data, str(name) if name is not None else None
 
 
 def _head_text(data: bytes | str, path: str | None) -> str:
@@ -181,6 +188,9 @@ def to_document(es: EncodingSet, version: str, *, style: Style | None = None, dr
 
 
 def _document(es: EncodingSet, version: str, *, style: Style | None = None, drop_float: bool = False) -> dict:
+    if not isinstance(es, EncodingSet):
+        raise EncodingError(f"expected an EncodingSet, got {type(es).__name__} (build one with "
+                            "EncodingSet([Encoding(...), ...]))")
     if version not in _MODULES:
         raise EncodingError(f"unknown version {version!r}; qlinear writes {', '.join(VERSIONS)}")
     return _MODULES[version].write(es, style or es.style, drop_float=drop_float)
@@ -188,8 +198,8 @@ def _document(es: EncodingSet, version: str, *, style: Style | None = None, drop
 
 def dumps(es: EncodingSet, version: str | None = None, *, style: Style | None = None, drop_float: bool = False) -> str:
     """The text of ``es`` in ``version`` (default: the version it was read from, else 2.0.0)."""
-    version = version or es.version or "2.0.0"
-    st = style or es.style
+    version = version or getattr(es, "version", None) or "2.0.0"
+    st = style or getattr(es, "style", AIMET_ONNX)
     return d.dumps(_document(es, version, style=st, drop_float=drop_float), st)
 
 
@@ -201,16 +211,18 @@ def save(es: EncodingSet, path: str | os.PathLike | IO[str], version: str | None
     float8 in 1.0.0, fp16 in 2.x without ``drop_float``, unresolved axes in 2.x) raises an ``EncodingError`` naming
     the tensor.
     """
-    version = version or es.version or "2.0.0"
-    st = style or es.style
+    version = version or getattr(es, "version", None) or "2.0.0"
+    st = style or getattr(es, "style", AIMET_ONNX)
     doc = _document(es, version, style=st, drop_float=drop_float)
     if isinstance(path, (str, os.PathLike)):
         from qlinear._atomic import atomic_open
 
         with atomic_open(path, "wb") as f:
             _json.write(doc, st.indent, st.sort_keys, f)
-    else:
+    elif callable(getattr(path, "write", None)):
         path.write(_json.dumps(doc, st.indent, st.sort_keys))
+    else:
+        raise EncodingError(f"expected a path or an open file to write encodings to, got {type(path).__name__}")
 
 
 __all__ = ["VERSIONS", "detect_version", "dumps", "from_document", "load", "loads", "save", "to_document", "io"]

@@ -70,6 +70,8 @@ class Report:
 
 
 def validate(es: EncodingSet, model: Any) -> Report:
+    if not isinstance(es, EncodingSet):
+        raise EncodingError(f"expected an EncodingSet, got {type(es).__name__}")
     m = load_model(model)
     g = GraphIndex.build(m)
     rep = Report(checked=len(es))
@@ -98,6 +100,15 @@ def _validate_one(e: Encoding, g: GraphIndex, rep: Report) -> None:
         bad("marked as a param but it is not an initializer")
     if e.name in g.initializers:
         e = resolve_encoding(e, g)
+    for f in ("scale", "int_scale"):
+        v = getattr(e, f)
+        if v is not None and f == "scale":
+            v32 = np.asarray(v, np.float64).astype(np.float32)
+            if np.any(v32 == 0) or not np.all(np.isfinite(v32)):
+                bad_v = float(np.asarray(v).reshape(-1)[np.flatnonzero((v32 == 0) | ~np.isfinite(v32))[0]])
+                bad(f"scale {bad_v!r} is {'0' if abs(bad_v) < 1 else 'infinite'} in float32, the type ONNX scales "
+                    "are stored in; recalibrate (a scale must be in [1.2e-38, 3.4e38])")
+                return
     gran = e.granularity
     if gran in ("float", "per_tensor"):
         return
@@ -155,6 +166,8 @@ def _required_opset(es: EncodingSet) -> int:
         if e.qtype.kind is Kind.REAL:
             continue
         need = max(need, _NEEDS_OPSET.get(_storage_type(e), 13))
+        if e.qtype.is_float and e.role != "param":
+            need = max(need, 21)  # QuantizeLinear output_dtype (no float8 zero point: see _apply_activation)
         if e.block_size:
             need = max(need, 21)
     return need
@@ -185,12 +198,21 @@ def _set_opset(m: onnx.ModelProto, need: int) -> onnx.ModelProto:
 def apply(es: EncodingSet, model: Any, *, opset_version: int | None = None, keep_metadata: bool = True) -> onnx.ModelProto:
     """The Q/DQ model for ``es`` on ``model`` (a new ``ModelProto``; the input is not changed).
 
-    Raises ``EncodingError`` listing every problem when ``es`` does not validate against the model.
+    Raises ``EncodingError`` listing every problem when ``es`` does not validate against the model, and when the
+    model is already quantized where an encoding points.
     """
+    if not isinstance(es, EncodingSet):
+        raise EncodingError(f"expected an EncodingSet, got {type(es).__name__}")
     m = load_model(model)
+    g0 = GraphIndex.build(m, infer_shapes=False)
+    for e in es:
+        p = g0.producer.get(e.name)
+        if p is not None and p.op_type in ("DequantizeLinear", "QuantizeLinear"):
+            raise EncodingError(f"{e.name}: the model is already quantized here (this tensor is the output of "
+                                f"{p.op_type} {p.name or ''!s}); apply encodings to the float model (qlinear quantize "
+                                "writes it as model.float.onnx)")
     rep = validate(es, m)
     rep.raise_if_failed()
-    g0 = GraphIndex.build(m, infer_shapes=False)
     es = es.with_encodings(resolve_encoding(e, g0) for e in es)
     for e in es:
         if e.shifted and e.role != "param":
@@ -361,11 +383,8 @@ def _apply_activation(e: Encoding, g: GraphIndex, graph: onnx.GraphProto, names:
                                           to=TensorProto.FLOAT))
     else:
         s, z, axis = _params(e, tuple(int(d) for d in g.shape(name)) if e.block_size else None or ())
-        if z is None:  # float8: a zero zero point carries the output type
-            z = np.zeros(s.shape, t.storage)
         qname, dqname = names.new(f"{name}_QuantizeLinear"), names.new(f"{name}_DequantizeLinear")
         sn = _const(graph, names, f"{name}_scale", s)
-        zn = _const(graph, names, f"{name}_zero_point", z, t.name)
         qo = names.new(f"{name}_quantized")
         out = out or names.new(f"{name}_dequantized")
         kw: dict[str, Any] = {}
@@ -373,8 +392,16 @@ def _apply_activation(e: Encoding, g: GraphIndex, graph: onnx.GraphProto, names:
             kw["axis"] = axis
         if e.block_size:
             kw["block_size"] = e.block_size
-        new_nodes.append(helper.make_node("QuantizeLinear", [src, sn, zn], [qo], name=qname, **kw))
-        new_nodes.append(helper.make_node("DequantizeLinear", [qo, sn, zn], [out], name=dqname, **kw))
+        if z is None:
+            # float8: no zero point, the type in output_dtype (opset 21). A float8 zero-point input makes ONNX
+            # Runtime's Clip/Relu->Q fusion fail, or drop a Relu whose negative values float8 can represent.
+            ins = [sn]
+            qkw = {**kw, "output_dtype": t.onnx_type}
+        else:
+            ins = [sn, _const(graph, names, f"{name}_zero_point", z, t.name)]
+            qkw = kw
+        new_nodes.append(helper.make_node("QuantizeLinear", [src, *ins], [qo], name=qname, **qkw))
+        new_nodes.append(helper.make_node("DequantizeLinear", [qo, *ins], [out], name=dqname, **kw))
     if name not in g.outputs:
         consumers = {n.name for n, _ in g.consumers.get(name, [])}
         for n in graph.node:

@@ -27,13 +27,67 @@ def load_model(model: Any, *, load_external: bool = True) -> onnx.ModelProto:
             raise GraphError(f"cannot parse ONNX model bytes: {e}") from None
     if isinstance(model, (str, os.PathLike)):
         p = Path(model)
+        if p.is_dir():
+            raise GraphError(f"{p}: is a folder, not an ONNX model file")
         if not p.is_file():
             raise GraphError(f"{p}: ONNX model file not found")
+        if p.stat().st_size == 0:
+            raise GraphError(f"{p}: empty file, not an ONNX model")
         try:
-            return onnx.load(str(p), load_external_data=load_external)
+            m = onnx.load(str(p), load_external_data=load_external)
         except Exception as e:  # noqa: BLE001
             raise GraphError(f"{p}: cannot read ONNX model ({type(e).__name__}: {e})") from None
+        if not m.graph.node and not m.graph.output:
+            raise GraphError(f"{p}: not an ONNX model (no graph: no nodes, no outputs)")
+        return m
     raise GraphError(f"expected an ONNX model (path or onnx.ModelProto), got {type(model).__name__}")
+
+
+def _check_initializers(m: onnx.ModelProto, label: str) -> None:
+    """Every initializer's data fits its dims and type (``onnx.checker`` does not look): raw data by its length,
+    typed fields by decoding."""
+    from onnx import helper
+
+    for t in m.graph.initializer:
+        if t.data_location == onnx.TensorProto.EXTERNAL:
+            continue
+        n = 1
+        for d in t.dims:
+            if d < 0:
+                raise GraphError(f"{label}: initializer {t.name!r} has a negative dimension {list(t.dims)}")
+            n *= d
+        if t.HasField("raw_data"):
+            try:
+                bits = helper.tensor_dtype_to_np_dtype(t.data_type).itemsize * 8
+            except (KeyError, TypeError, ValueError):
+                raise GraphError(f"{label}: initializer {t.name!r} has an unknown data type {t.data_type}") from None
+            if t.data_type in (onnx.TensorProto.INT4, onnx.TensorProto.UINT4, onnx.TensorProto.FLOAT4E2M1):
+                bits = 4
+            elif t.data_type in (getattr(onnx.TensorProto, "INT2", -1), getattr(onnx.TensorProto, "UINT2", -1)):
+                bits = 2
+            if len(t.raw_data) != -(-n * bits // 8):
+                raise GraphError(f"{label}: initializer {t.name!r} holds {len(t.raw_data)} bytes, but its dims "
+                                 f"{list(t.dims)} and type need {-(-n * bits // 8)}; the file is corrupt")
+        else:
+            try:
+                numpy_helper.to_array(t)
+            except Exception as e:  # noqa: BLE001
+                raise GraphError(f"{label}: initializer {t.name!r} cannot be read ({type(e).__name__}: {e})") from None
+
+
+def check_model(m: onnx.ModelProto, label: str = "model") -> None:
+    """``onnx.checker`` on ``m`` (structure, types, attributes), as a :class:`GraphError` naming ``label``."""
+    if opset(m) == 0:
+        raise GraphError(f"{label}: imports no opset of the default ONNX domain; it is not a usable ONNX model")
+    if not m.graph.output:
+        raise GraphError(f"{label}: the graph has no outputs")
+    _check_initializers(m, label)
+    try:
+        if m.ByteSize() < 2**31 - 1:
+            onnx.checker.check_model(m)
+    except Exception as e:  # noqa: BLE001 - ValidationError and protobuf errors
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise GraphError(f"{label}: invalid ONNX model: {first}") from None
 
 
 def opset(m: onnx.ModelProto, domain: str = "") -> int:

@@ -16,20 +16,11 @@ from qlinear.calibration.observers import Observer
 from qlinear.ptq.data import Dataset
 
 
-def session(m: onnx.ModelProto, outputs: list[str]) -> Any:
-    import onnxruntime as ort
+def session(m: onnx.ModelProto, outputs: list[str], label: str = "model") -> Any:
+    """A basic-optimization ONNX Runtime session exposing ``outputs`` (see :mod:`qlinear.ptq.session`)."""
+    from qlinear.ptq.session import Session
 
-    mm = onnx.ModelProto()
-    mm.CopyFrom(m)
-    have = {o.name for o in mm.graph.output}
-    for t in outputs:
-        if t not in have:
-            mm.graph.output.append(onnx.ValueInfoProto(name=t))
-            have.add(t)
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
-    so.log_severity_level = 3
-    return ort.InferenceSession(mm.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return Session(m, outputs, level="basic", label=label)
 
 
 class ChannelMean:
@@ -52,7 +43,7 @@ class ChannelMean:
 
 def calibrate_activations(m: onnx.ModelProto, ds: Dataset, start: int, stop: int, tensors: list[str],
                           method: str, *, batch_size: int, means_for: list[str] = (), percentile: float = 99.99,
-                          minmax_for: set[str] = frozenset(),
+                          minmax_for: set[str] = frozenset(), label: str = "model",
                           progress: Callable[[int], None] | None = None) -> tuple[dict[str, Observer],
                                                                                  dict[str, ChannelMean]]:
     kw = {"percentile": percentile} if method in ("percentile", "mse", "sqnr", "entropy") else {}
@@ -62,14 +53,17 @@ def calibrate_activations(m: onnx.ModelProto, ds: Dataset, start: int, stop: int
     outs = list(dict.fromkeys(list(tensors) + list(means_for)))
     inputs = {i.name for i in m.graph.input}
     fetch = [t for t in outs if t not in inputs]
-    sess = session(m, fetch)
+    sess = session(m, fetch, label)
+    done = start
     for feed in ds.batches(start, stop, batch_size):
-        vals = dict(zip(fetch, sess.run(fetch, feed)))
+        n = len(next(iter(feed.values())))
+        vals = dict(zip(fetch, sess.run(fetch, feed, where=f"{ds.source}, samples {done}..{done + n - 1}")))
+        done += n
         vals.update({k: v for k, v in feed.items() if k in outs})
         for t in tensors:
             obs[t].update(vals[t])
         for t in means_for:
             means[t].update(vals[t])
         if progress:
-            progress(len(next(iter(feed.values()))))
+            progress(n)
     return obs, means

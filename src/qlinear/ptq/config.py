@@ -85,8 +85,9 @@ class QuantizeConfig:
         if isinstance(self.evaluation_samples, bool) or not isinstance(self.evaluation_samples, int) \
                 or self.evaluation_samples < 0:
             raise ConfigError(f"evaluation_samples: expected an integer >= 0, got {self.evaluation_samples!r}")
-        if not 50 <= float(self.percentile) <= 100:
-            raise ConfigError(f"percentile: expected a value in [50, 100], got {self.percentile!r}")
+        if isinstance(self.percentile, bool) or not isinstance(self.percentile, (int, float)) \
+                or not 50 <= float(self.percentile) <= 100:
+            raise ConfigError(f"percentile: expected a number in [50, 100], got {self.percentile!r}")
         for name in ("exclude_nodes", "exclude_op_types"):
             v = getattr(self, name)
             if isinstance(v, str) or not all(isinstance(s, str) for s in v):
@@ -131,10 +132,17 @@ class QuantizeConfig:
 
     @classmethod
     def from_file(cls, path: str | Path) -> "QuantizeConfig":
+        if not isinstance(path, (str, Path)):
+            raise ConfigError(f"config: expected a file path, got {type(path).__name__}")
         p = Path(path)
         if not p.is_file():
             raise ConfigError(f"{p}: config file not found")
-        text = p.read_text()
+        try:
+            text = p.read_bytes().decode("utf-8-sig")
+        except UnicodeDecodeError as e:
+            raise ConfigError(f"{p}: not UTF-8 text (byte {e.start}); save the config as UTF-8 JSON or TOML") from None
+        except OSError as e:
+            raise ConfigError(f"{p}: cannot read the config ({e.strerror})") from None
         if p.suffix == ".toml":
             try:
                 import tomllib

@@ -1,27 +1,162 @@
 """Calibration / evaluation data: one interface over the sources ``qlinear quantize --data`` accepts.
 
-* an ``.npz`` file mapping each model input name to an array whose first axis is the sample index;
+* an ``.npz`` file mapping each model input name to an array whose first axis is the sample index (an optional
+  ``labels`` array of class indices, one per sample);
 * a folder of ``.npy`` (single-input models) or ``.npz`` (input name -> array) files, one sample each;
 * a folder of images (``.jpg``/``.jpeg``/``.png``/``.bmp``), preprocessed by :class:`ImagePreprocess`
   (default: resize to the model's input size, RGB, ``(x - 127) / 128``, NCHW); a leading number in the file name
   (``0001_n01443537.jpg``) is the class label;
-* a folder of ONNX ``test_data_set_*`` directories (``input_0.pb`` …, in model input order).
+* a folder of ONNX ``test_data_set_*`` directories (``input_0.pb`` …, in model input order);
+* in the API, a dict ``{input name: array}`` or a :class:`Dataset`.
 
-Samples are loaded lazily, so memory is bounded by the batch, not the data set.
+Samples stream: an ``.npz`` is read member by member and row by row (memory-mapped when stored uncompressed, a
+forward-reading stream when deflated), folders file by file, so memory is bounded by the batch, not the data set.
+
+Every sample is checked against the model's inputs before it is used: rank, static dimensions, element type
+(float data for float inputs, integer data for integer inputs; float64 is narrowed) and, for float inputs, finite
+values. :meth:`Dataset.validate` runs the checks that need no decoding (headers, shapes, labels, and the values of
+array sources) before any work starts. Errors are :class:`~qlinear.errors.DataError` naming the file, the input and
+the sample.
 """
 
 from __future__ import annotations
 
 import re
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 
 from qlinear.errors import DataError
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp")
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """A model input: name, dims (``int`` static, ``str``/``None`` dynamic) and NumPy element type."""
+
+    name: str
+    shape: tuple[Any, ...] | None
+    dtype: np.dtype
+
+    @property
+    def rank(self) -> int | None:
+        return None if self.shape is None else len(self.shape)
+
+
+def model_inputs(m: Any) -> dict[str, InputSpec]:
+    """The :class:`InputSpec` of every graph input of an ``onnx.ModelProto`` that is not an initializer."""
+    from onnx import helper
+
+    inits = {t.name for t in m.graph.initializer}
+    out = {}
+    for v in m.graph.input:
+        if v.name in inits:
+            continue
+        tt = v.type.tensor_type
+        dims = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tt.shape.dim) \
+            if tt.HasField("shape") else None
+        try:
+            dt = np.dtype(helper.tensor_dtype_to_np_dtype(tt.elem_type)) if tt.elem_type else np.dtype(np.float32)
+        except (KeyError, TypeError, ValueError):
+            dt = np.dtype(np.float32)
+        out[v.name] = InputSpec(v.name, dims, dt)
+    return out
+
+
+def _specs(inputs: Mapping[str, Any]) -> dict[str, InputSpec]:
+    """Accept ``{name: InputSpec}`` or the older ``{name: dims}``."""
+    return {k: v if isinstance(v, InputSpec) else InputSpec(k, None if v is None else tuple(v), np.dtype(np.float32))
+            for k, v in inputs.items()}
+
+
+def check_header(shape: tuple[int, ...], dtype: np.dtype, spec: InputSpec, where: str) -> bool:
+    """Shape and element-type checks of one sample against a model input (no data needed). Returns whether the
+    sample lacks the batch dimension (one is then added). Raises :class:`DataError`."""
+    name = spec.name
+    dtype = np.dtype(dtype)
+    if dtype.kind in "OUSV" or dtype.hasobject:
+        raise DataError(f"{where}: input {name!r} has dtype {dtype}, not numbers; the model expects {spec.dtype}")
+    if len(shape) == 0:
+        raise DataError(f"{where}: input {name!r} is a scalar; expected an array shaped like the model input "
+                        f"{_dims(spec.shape)}")
+    add_batch = False
+    if spec.shape is not None:
+        if len(shape) == len(spec.shape) - 1:
+            shape, add_batch = (1,) + tuple(shape), True
+        if len(shape) != len(spec.shape):
+            raise DataError(f"{where}: input {name!r} has shape {list(shape)}, the model expects rank "
+                            f"{len(spec.shape)} {_dims(spec.shape)}")
+        for i, (d, w) in enumerate(zip(shape, spec.shape)):
+            if isinstance(w, int) and w > 0 and d != w:
+                raise DataError(f"{where}: input {name!r} has shape {list(shape)}, the model expects "
+                                f"{_dims(spec.shape)} (dimension {i} is {d}, not {w}); resize the data or export the "
+                                "model with that input size")
+    want = spec.dtype
+    if dtype != want:
+        same_kind = (want.kind == "f" and dtype.kind == "f") or (want.kind in "iu" and dtype.kind in "iu") or \
+            (want.kind == "b" and dtype.kind == "b")
+        if not same_kind:
+            hint = " after preprocessing" if want.kind == "f" else ""
+            raise DataError(f"{where}: input {name!r} has dtype {dtype}, the model expects {want}; convert the data "
+                            f"(e.g. array.astype(np.{want.name})){hint}")
+    return add_batch
+
+
+def conform(a: Any, spec: InputSpec, where: str, *, check_values: bool = True) -> np.ndarray:
+    """``a`` as a feed for ``spec`` (batch dim added if missing, float64 narrowed), or a :class:`DataError`."""
+    a = np.asarray(a)
+    if check_header(a.shape, a.dtype, spec, where):
+        a = a[None]
+    want = spec.dtype
+    if a.dtype != want:
+        if want.kind in "iu" and a.size:
+            info = np.iinfo(want)
+            if a.min() < info.min or a.max() > info.max:
+                raise DataError(f"{where}: input {spec.name!r} has values outside the {want} range of the model input")
+        a = a.astype(want)
+    if check_values and want.kind == "f" and a.size and not np.isfinite(a).all():
+        idx = np.argwhere(~np.isfinite(a))[0]
+        raise DataError(f"{where}: input {spec.name!r} holds a non-finite value ({a[tuple(idx)]} at index "
+                        f"{[int(i) for i in idx]}); calibration needs finite data: clean or drop that sample")
+    return a
+
+
+def _dims(shape: tuple[Any, ...] | None) -> str:
+    return "[?]" if shape is None else "[" + ", ".join(str(d) if isinstance(d, int) and d > 0 else (d or "?")
+                                                      for d in shape) + "]"
+
+
+def labels_from(raw: Any, count: int, where: str) -> tuple[list[int], str | None]:
+    """Class indices from a ``labels`` array: 1-D integers (or integral floats), one per sample; one-hot rows are
+    turned into indices (the returned note says so). Anything else is a :class:`DataError`."""
+    a = np.asarray(raw)
+    if a.dtype.kind not in "biuf":
+        raise DataError(f"{where}: 'labels' has dtype {a.dtype}; expected integer class indices (0-based), one per "
+                        "sample")
+    note = None
+    if a.ndim == 2 and a.shape[1] > 1:
+        onehot = a.shape[0] == count and np.all((a == 0) | (a == 1)) and np.all(a.sum(1) == 1)
+        if not onehot:
+            raise DataError(f"{where}: 'labels' has shape {list(a.shape)}; expected class indices of shape "
+                            f"[{count}] (or one-hot rows [{count}, classes])")
+        a = a.argmax(1)
+        note = f"{where}: one-hot labels converted to class indices"
+    a = a.reshape(-1) if a.ndim == 2 and a.shape[1] == 1 else a
+    if a.ndim != 1:
+        raise DataError(f"{where}: 'labels' has shape {list(a.shape)}; expected one class index per sample, shape "
+                        f"[{count}]")
+    if len(a) != count:
+        raise DataError(f"{where}: {len(a)} labels for {count} samples; labels must align with the samples (one "
+                        "per sample, same order)")
+    if a.dtype.kind == "f" and (not np.isfinite(a).all() or np.any(a != np.floor(a))):
+        raise DataError(f"{where}: 'labels' holds non-integer values; expected class indices")
+    if a.size and a.min() < 0:
+        raise DataError(f"{where}: 'labels' holds a negative class index ({int(a.min())}); expected 0-based indices")
+    return [int(v) for v in a], note
 
 
 @dataclass(frozen=True)
@@ -61,46 +196,194 @@ class ImagePreprocess:
 
 
 class Dataset:
-    """``len(ds)`` samples; ``ds.sample(i)`` -> {input name: array with batch dim 1}; ``ds.labels`` if known."""
+    """``len(ds)`` samples; ``ds.sample(i)`` -> {input name: array with a batch dim}, checked against the model's
+    inputs; ``ds.labels`` (class indices) if known; ``ds.notes`` what was done to the data on the way."""
 
-    def __init__(self, loaders: list[Callable[[], dict[str, np.ndarray]]], labels: list[int] | None,
-                 source: str) -> None:
-        self._loaders = loaders
+    def __init__(self, loaders: list[Callable[[], dict[str, np.ndarray]]] | int,
+                 labels: list[int] | None, source: str, *, get: Callable[[int], dict[str, np.ndarray]] | None = None,
+                 specs: Mapping[str, InputSpec] | None = None, where: Callable[[int], str] | None = None,
+                 precheck: Callable[[int], None] | None = None, notes: list[str] | None = None) -> None:
+        if isinstance(loaders, int):
+            self._n, self._get = loaders, get
+        else:
+            self._n, self._get = len(loaders), (lambda i, _l=loaders: _l[i]())
         self.labels = labels
         self.source = source
+        self.specs = dict(specs) if specs else None
+        self._where = where or (lambda i: f"{source}, sample {i}")
+        self._precheck = precheck
+        self.notes = list(notes or [])
 
     def __len__(self) -> int:
-        return len(self._loaders)
+        return self._n
 
     def sample(self, i: int) -> dict[str, np.ndarray]:
-        return self._loaders[i]()
+        raw = self._get(i)
+        if self.specs is None:
+            return raw
+        where = self._where(i)
+        return {n: conform(raw[n], s, where) for n, s in self.specs.items()}
+
+    def validate(self, stop: int | None = None) -> None:
+        """The checks that need no decoding, for samples ``[0, stop)``: headers, shapes, dtypes and, for array
+        sources, values. Raises :class:`DataError` before any work starts."""
+        if self._precheck is not None:
+            self._precheck(self._n if stop is None else min(stop, self._n))
 
     def batches(self, start: int, stop: int, batch_size: int) -> Iterator[dict[str, np.ndarray]]:
-        for s in range(start, stop, batch_size):
-            items = [self.sample(i) for i in range(s, min(s + batch_size, stop))]
-            yield {k: np.concatenate([it[k] for it in items]) for k in items[0]}
+        """Batches of up to ``batch_size`` consecutive samples; samples of different shapes (a dynamic sequence
+        length, say) go to different batches."""
+        items: list[dict[str, np.ndarray]] = []
+        for i in range(start, stop):
+            it = self.sample(i)
+            if items and (len(items) >= batch_size or _sig(it) != _sig(items[0])):
+                yield _stack(items)
+                items = []
+            items.append(it)
+        if items:
+            yield _stack(items)
 
 
-def _fix(a: np.ndarray, name: str, shape: tuple[Any, ...] | None, where: str) -> np.ndarray:
-    a = np.asarray(a)
-    if a.dtype == np.float64:
-        a = a.astype(np.float32)
-    if shape is not None and a.ndim == len(shape) - 1:
-        a = a[None]
-    if shape is not None and a.ndim != len(shape):
-        raise DataError(f"{where}: input {name!r} has shape {list(a.shape)}, the model expects rank {len(shape)} "
-                        f"({list(shape)})")
-    return a
+def _sig(d: dict[str, np.ndarray]) -> tuple:
+    return tuple((k, v.shape[1:], v.dtype) for k, v in d.items())
 
 
-def load_dataset(src: str | Path | dict[str, np.ndarray] | Dataset, inputs: dict[str, tuple[Any, ...]], *,
+def _stack(items: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    if len(items) == 1:
+        return items[0]
+    return {k: np.concatenate([it[k] for it in items]) for k in items[0]}
+
+
+# --------------------------------------------------------------------------------------------- .npz streaming
+def _npy_header_of(f: Any) -> tuple[tuple[int, ...], bool, np.dtype]:
+    """(shape, fortran_order, dtype) of the ``.npy`` stream ``f``, leaving it at the start of the data."""
+    fmt = np.lib.format
+    major, _ = fmt.read_magic(f)
+    read = fmt.read_array_header_1_0 if major == 1 else fmt.read_array_header_2_0
+    return read(f, max_header_size=1 << 20)
+
+
+class NpzMember:
+    """One array of an ``.npz`` read row by row: ``len``, ``shape``, ``dtype``, ``[i]`` / ``[a:b]`` (first axis
+    only). Stored members are memory-mapped; deflated ones are read by a forward stream (re-opened when a read goes
+    backwards). Object arrays (pickles) are refused."""
+
+    def __init__(self, path: Path, zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> None:
+        self.path, self._zf, self.info = path, zf, info
+        self.key = info.filename[:-4] if info.filename.endswith(".npy") else info.filename
+        with zf.open(info) as f:
+            try:
+                hdr = _npy_header_of(f)
+            except (ValueError, OSError, EOFError, zipfile.BadZipFile) as e:
+                raise DataError(f"{path}: member {self.key!r} is not a NumPy array ({e})") from None
+            self.header_len = f.tell()
+        self.shape, fortran, self.dtype = tuple(hdr[0]), bool(hdr[1]), np.dtype(hdr[2])
+        if self.dtype.hasobject:
+            raise DataError(f"{path}: member {self.key!r} holds Python objects; qlinear never loads pickles (save "
+                            "numeric arrays)")
+        self._whole: np.ndarray | None = None
+        self._mmap: np.ndarray | None = None
+        self._stream = None
+        self._pos = 0
+        if fortran and len(self.shape) > 1:  # rows are not contiguous: read the member whole (rare)
+            self._whole = self._read_whole()
+        elif info.compress_type == zipfile.ZIP_STORED and self.shape and self.dtype.itemsize:
+            with open(path, "rb") as fh:
+                fh.seek(info.header_offset)
+                local = fh.read(30)
+            if len(local) == 30 and local[:4] == b"PK\x03\x04":
+                n, m = int.from_bytes(local[26:28], "little"), int.from_bytes(local[28:30], "little")
+                offset = info.header_offset + 30 + n + m + self.header_len
+                try:
+                    self._mmap = np.memmap(path, self.dtype, "r", offset=offset, shape=self.shape)
+                except (ValueError, OSError):
+                    self._mmap = None
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise DataError(f"{self.path}: member {self.key!r} is a scalar; expected [samples, ...]")
+        return self.shape[0]
+
+    def _read_whole(self) -> np.ndarray:
+        with self._zf.open(self.info) as f:
+            f.seek(self.header_len)
+            data = f.read()
+        a = np.frombuffer(data, self.dtype)
+        order = "F" if len(self.shape) > 1 else "C"
+        try:
+            return a.reshape(self.shape, order=order)
+        except ValueError:
+            raise DataError(f"{self.path}: member {self.key!r} is truncated") from None
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        a = self[:] if self.shape else self._read_whole()
+        return a if dtype is None else a.astype(dtype)
+
+    def __getitem__(self, idx: Any) -> np.ndarray:
+        if isinstance(idx, (int, np.integer)):
+            return self[int(idx):int(idx) + 1][0]
+        if not isinstance(idx, slice) or idx.step not in (None, 1):
+            raise TypeError("NpzMember supports [i] and [a:b]")
+        a, b, _ = idx.indices(len(self))
+        if self._whole is not None:
+            return self._whole[a:b]
+        if self._mmap is not None:
+            return np.array(self._mmap[a:b])
+        row = int(np.prod(self.shape[1:], dtype=np.int64)) * self.dtype.itemsize
+        want = self.header_len + a * row
+        if self._stream is None or want < self._pos:
+            if self._stream is not None:
+                self._stream.close()
+            self._stream = self._zf.open(self.info)
+            self._pos = 0
+        try:
+            if want > self._pos:
+                self._stream.seek(want)
+            data = self._stream.read(max(b - a, 0) * row)
+        except (OSError, zipfile.BadZipFile, EOFError) as e:
+            raise DataError(f"{self.path}: cannot read member {self.key!r} ({e})") from None
+        self._pos = want + len(data)
+        if len(data) != max(b - a, 0) * row:
+            raise DataError(f"{self.path}: member {self.key!r} is truncated")
+        return np.frombuffer(data, self.dtype).reshape((b - a,) + self.shape[1:]).copy()
+
+
+def open_npz(path: Path) -> dict[str, NpzMember]:
+    """The members of an ``.npz`` as lazy :class:`NpzMember` arrays."""
+    try:
+        zf = zipfile.ZipFile(path)
+        infos = [i for i in zf.infolist() if not i.is_dir()]
+    except (zipfile.BadZipFile, OSError, ValueError) as e:
+        raise DataError(f"{path}: cannot read as .npz ({e})") from None
+    out = {}
+    for info in infos:
+        if not info.filename.endswith(".npy"):
+            continue
+        mem = NpzMember(path, zf, info)
+        out[mem.key] = mem
+    if not out:
+        raise DataError(f"{path}: holds no arrays")
+    return out
+
+
+# --------------------------------------------------------------------------------------------- sources
+def load_dataset(src: str | Path | Mapping[str, Any] | Dataset, inputs: Mapping[str, Any], *,
                  preprocess: ImagePreprocess | None = None) -> Dataset:
-    """A :class:`Dataset` from ``src`` for a model whose inputs are ``{name: shape}``."""
+    """A :class:`Dataset` from ``src`` for a model whose inputs are ``{name: InputSpec}`` (:func:`model_inputs`)."""
+    specs = _specs(inputs)
     if isinstance(src, Dataset):
+        if src.specs is None:
+            src.specs = specs
         return src
-    names = list(inputs)
-    if isinstance(src, dict):
-        return _from_arrays(src, inputs, "<arrays>")
+    if isinstance(src, Mapping):
+        return _from_arrays(dict(src), specs, "<arrays>")
+    if not isinstance(src, (str, Path)) or (isinstance(src, str) and not src):
+        raise DataError(f"data: expected a path (.npz file or folder), a dict of arrays or a Dataset, got "
+                        f"{type(src).__name__}")
     p = Path(src)
     if not p.exists():
         raise DataError(f"{p}: data not found (expected an .npz file or a folder of .npy/.npz files, images or "
@@ -108,82 +391,149 @@ def load_dataset(src: str | Path | dict[str, np.ndarray] | Dataset, inputs: dict
     if p.is_file():
         if p.suffix != ".npz":
             raise DataError(f"{p}: a data file must be .npz (input name -> array with the sample index first)")
-        try:
-            arrays = dict(np.load(p))
-        except Exception as e:  # noqa: BLE001
-            raise DataError(f"{p}: cannot read ({e})") from None
-        return _from_arrays(arrays, inputs, str(p))
-    sets = sorted(d for d in p.iterdir() if d.is_dir() and d.name.startswith("test_data_set"))
+        return _from_arrays(open_npz(p), specs, str(p))
+    try:
+        entries = sorted(p.iterdir())
+    except OSError as e:
+        raise DataError(f"{p}: cannot list the folder ({e.strerror})") from None
+    sets = [d for d in entries if d.is_dir() and d.name.startswith("test_data_set")]
     if sets:
-        return _from_test_sets(sets, inputs, str(p))
-    files = sorted(f for f in p.iterdir() if f.is_file())
+        return _from_test_sets(sets, specs, str(p))
+    files = [f for f in entries if f.is_file()]
     images = [f for f in files if f.suffix.lower() in IMAGE_SUFFIXES]
     arrays = [f for f in files if f.suffix in (".npy", ".npz")]
     if images:
-        if len(names) != 1:
-            raise DataError(f"{p}: image folders need a single-input model, this one has {names}")
-        pre = preprocess or ImagePreprocess()
-        shape = inputs[names[0]]
-        labels: list[int] | None = []
-        for f in images:
-            mt = re.match(r"(\d+)", f.name)
-            if mt is None:
-                labels = None
-                break
-            labels.append(int(mt.group(1)))
-        return Dataset([(lambda f=f: {names[0]: pre(f, shape)}) for f in images], labels, str(p))
+        return _from_images(images, specs, p, preprocess or ImagePreprocess())
     if arrays:
-        def load(f: Path) -> dict[str, np.ndarray]:
-            try:
-                if f.suffix == ".npy":
-                    if len(names) != 1:
-                        raise DataError(f"{f}: .npy samples need a single-input model; use .npz with input names")
-                    return {names[0]: _fix(np.load(f), names[0], inputs[names[0]], str(f))}
-                d = dict(np.load(f))
-            except DataError:
-                raise
-            except Exception as e:  # noqa: BLE001
-                raise DataError(f"{f}: cannot read ({e})") from None
-            missing = [n for n in names if n not in d]
-            if missing:
-                raise DataError(f"{f}: missing model input(s) {missing}; it has {sorted(d)}")
-            return {n: _fix(d[n], n, inputs[n], str(f)) for n in names}
-
-        return Dataset([(lambda f=f: load(f)) for f in arrays], None, str(p))
+        return _from_files(arrays, specs, str(p))
     raise DataError(f"{p}: no .npy/.npz files, images or test_data_set_* directories found")
 
 
-def _from_arrays(arrays: dict[str, np.ndarray], inputs: dict[str, tuple[Any, ...]], where: str) -> Dataset:
-    names = list(inputs)
+def _from_images(images: list[Path], specs: dict[str, InputSpec], p: Path, pre: ImagePreprocess) -> Dataset:
+    names = list(specs)
+    if len(names) != 1:
+        raise DataError(f"{p}: image folders need a single-input model, this one has {names}")
+    spec = specs[names[0]]
+    if spec.dtype.kind != "f":
+        raise DataError(f"{p}: images give float data, but model input {spec.name!r} is {spec.dtype}")
+    labels: list[int] | None = []
+    for f in images:
+        mt = re.match(r"(\d+)", f.name)
+        if mt is None:
+            labels = None
+            break
+        labels.append(int(mt.group(1)))
+    return Dataset(len(images), labels, str(p), get=lambda i: {spec.name: pre(images[i], spec.shape)}, specs=specs,
+                   where=lambda i: str(images[i]))
+
+
+def _npy_header(f: Path) -> tuple[tuple[int, ...], np.dtype]:
+    try:
+        with open(f, "rb") as fh:
+            shape, _, dtype = _npy_header_of(fh)
+    except (ValueError, OSError, EOFError) as e:
+        raise DataError(f"{f}: not a NumPy .npy file ({e})") from None
+    if np.dtype(dtype).hasobject:
+        raise DataError(f"{f}: holds Python objects; qlinear never loads pickles (save numeric arrays)")
+    return tuple(shape), np.dtype(dtype)
+
+
+def _from_files(arrays: list[Path], specs: dict[str, InputSpec], where: str) -> Dataset:
+    names = list(specs)
+
+    def load(f: Path) -> dict[str, np.ndarray]:
+        try:
+            if f.suffix == ".npy":
+                if len(names) != 1:
+                    raise DataError(f"{f}: .npy samples need a single-input model; use .npz with input names")
+                return {names[0]: np.load(f, allow_pickle=False)}
+            members = open_npz(f)
+        except DataError:
+            raise
+        except Exception as e:  # noqa: BLE001 - numpy raises many kinds on corrupt files
+            raise DataError(f"{f}: cannot read ({e})") from None
+        missing = [n for n in names if n not in members]
+        if missing:
+            raise DataError(f"{f}: missing model input(s) {missing}; it has {sorted(members)}")
+        return {n: np.asarray(members[n]) for n in names}
+
+    def precheck(stop: int) -> None:
+        for f in arrays[:stop]:
+            if f.suffix == ".npy":
+                if len(names) != 1:
+                    raise DataError(f"{f}: .npy samples need a single-input model; use .npz with input names")
+                heads = {names[0]: _npy_header(f)}
+            else:
+                members = open_npz(f)
+                missing = [n for n in names if n not in members]
+                if missing:
+                    raise DataError(f"{f}: missing model input(s) {missing}; it has {sorted(members)}")
+                heads = {n: (members[n].shape, members[n].dtype) for n in names}
+            for n, (shape, dt) in heads.items():
+                check_header(shape, dt, specs[n], str(f))
+
+    return Dataset(len(arrays), None, where, get=lambda i: load(arrays[i]), specs=specs,
+                   where=lambda i: str(arrays[i]), precheck=precheck)
+
+
+def _from_arrays(arrays: dict[str, Any], specs: dict[str, InputSpec], where: str) -> Dataset:
+    names = list(specs)
     missing = [n for n in names if n not in arrays]
     if missing:
         raise DataError(f"{where}: missing model input(s) {missing}; it has {sorted(arrays)}")
-    n = {len(arrays[k]) for k in names}
-    if len(n) != 1:
-        raise DataError(f"{where}: inputs have different sample counts {sorted(n)}")
-    count = n.pop()
+    arrs = {}
+    for k in names:
+        a = arrays[k]
+        if not isinstance(a, (NpzMember, np.ndarray)):
+            a = np.asarray(a)
+        if a.ndim == 0:
+            raise DataError(f"{where}: input {k!r} is a scalar; expected an array of samples [samples, ...] shaped "
+                            f"like the model input {_dims(specs[k].shape)}")
+        if a.dtype.kind in "OUSV":
+            raise DataError(f"{where}: input {k!r} has dtype {a.dtype}, not numbers")
+        arrs[k] = a
+    counts = {len(arrs[k]) for k in names}
+    if len(counts) != 1:
+        raise DataError(f"{where}: inputs have different sample counts {sorted(counts)}")
+    count = counts.pop()
     if count == 0:
         raise DataError(f"{where}: no samples")
     for k in names:
-        shape = inputs[k]
-        if shape is not None and arrays[k].ndim != len(shape):
-            raise DataError(f"{where}: input {k!r} has shape {list(arrays[k].shape)}; the model expects rank "
-                            f"{len(shape)} per batch, i.e. [samples, ...] with the samples as the batch axis")
-
-    def get(i: int) -> dict[str, np.ndarray]:
-        return {k: _fix(arrays[k][i:i + 1], k, inputs[k], where) for k in names}
-
-    labels = None
+        spec = specs[k]
+        if spec.rank is not None and arrs[k].ndim != spec.rank:
+            raise DataError(f"{where}: input {k!r} has shape {list(arrs[k].shape)}; the model expects rank "
+                            f"{spec.rank} per batch {_dims(spec.shape)}, i.e. [samples, ...] with the samples as "
+                            "the batch axis")
+        check_header((1,) + tuple(arrs[k].shape[1:]), arrs[k].dtype, spec, where)
+    labels, notes = None, []
     if "labels" in arrays and "labels" not in names:
-        labels = [int(v) for v in np.asarray(arrays["labels"]).reshape(-1)]
-    return Dataset([(lambda i=i: get(i)) for i in range(count)], labels, where)
+        raw = arrays["labels"]
+        labels, note = labels_from(np.asarray(raw), count, where)
+        if note:
+            notes.append(note)
+
+    def precheck(stop: int) -> None:
+        step = 64
+        for k in names:
+            if specs[k].dtype.kind != "f":
+                continue
+            for s in range(0, stop, step):
+                block = arrs[k][s:min(s + step, stop)]
+                if block.dtype.kind == "f" and not np.isfinite(block).all():
+                    bad = np.argwhere(~np.isfinite(block))[0]
+                    raise DataError(f"{where}: input {k!r}, sample {s + int(bad[0])} holds a non-finite value "
+                                    f"({block[tuple(bad)]}); calibration needs finite data: clean or drop that "
+                                    "sample")
+
+    return Dataset(count, labels, where, get=lambda i: {k: arrs[k][i:i + 1] for k in names}, specs=specs,
+                   where=lambda i: f"{where}, sample {i}", precheck=precheck, notes=notes)
 
 
-def _from_test_sets(sets: list[Path], inputs: dict[str, tuple[Any, ...]], where: str) -> Dataset:
+def _from_test_sets(sets: list[Path], specs: dict[str, InputSpec], where: str) -> Dataset:
     import onnx
     from onnx import numpy_helper
 
-    names = list(inputs)
+    names = list(specs)
 
     def load(d: Path) -> dict[str, np.ndarray]:
         out = {}
@@ -194,9 +544,14 @@ def _from_test_sets(sets: list[Path], inputs: dict[str, tuple[Any, ...]], where:
             t = onnx.TensorProto()
             try:
                 t.ParseFromString(f.read_bytes())
-            except Exception as e:  # noqa: BLE001
-                raise DataError(f"{f}: not a TensorProto ({e})") from None
-            out[n] = _fix(numpy_helper.to_array(t), n, inputs[n], str(f))
+                out[n] = numpy_helper.to_array(t, base_dir=str(d))
+            except Exception as e:  # noqa: BLE001 - protobuf / onnx external-data errors
+                raise DataError(f"{f}: cannot read the tensor ({type(e).__name__}: {e}); test data tensors must be "
+                                "TensorProtos, external data inside their folder") from None
         return out
 
-    return Dataset([(lambda d=d: load(d)) for d in sets], None, where)
+    return Dataset(len(sets), None, where, get=lambda i: load(sets[i]), specs=specs, where=lambda i: str(sets[i]))
+
+
+__all__ = ["Dataset", "ImagePreprocess", "InputSpec", "NpzMember", "check_header", "conform", "labels_from", "load_dataset",
+           "model_inputs", "open_npz"]

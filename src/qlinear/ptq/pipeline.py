@@ -1,12 +1,17 @@
 """``qlinear.quantize(model, data, config) -> QuantizedModel``: post-training quantization of an ONNX model.
 
-1. load (external data too), check the opset (13..25), fold BatchNorm into Conv;
-2. optional cross-layer equalization (:mod:`qlinear.ptq.equalize`);
+1. check the inputs before any work: the config, the model (``onnx.checker``, opset 13..25), the data against the
+   model's inputs (:meth:`~qlinear.ptq.data.Dataset.validate`);
+2. fold BatchNorm into Conv; optional cross-layer equalization (:mod:`qlinear.ptq.equalize`);
 3. plan the quantizers (:mod:`qlinear.graph.plan`);
 4. one streaming ONNX Runtime pass over the calibration samples feeds the activation observers (and the input means
    bias correction needs); weights are calibrated directly;
 5. bias correction, int32 bias at ``input_scale * weight_scale``, target rules (:mod:`qlinear.ptq.targets`);
-6. the Q/DQ model is :func:`qlinear.encodings.apply` of the resulting :class:`~qlinear.encodings.EncodingSet`.
+6. the Q/DQ model is :func:`qlinear.encodings.apply` of the resulting :class:`~qlinear.encodings.EncodingSet`; it
+   must load in ONNX Runtime at its default optimization level.
+
+:meth:`QuantizedModel.save` writes every output of a run into a folder as one transaction
+(:class:`qlinear.outdir.OutputFolder`).
 """
 
 from __future__ import annotations
@@ -21,18 +26,24 @@ import onnx
 
 from qlinear import calibration as C
 from qlinear.encodings import Encoding, EncodingSet
-from qlinear.errors import DataError, GraphError
+from qlinear.errors import CalibrationError, ConfigError, DataError, GraphError
 from qlinear.graph.fold import fold_batchnorm
-from qlinear.graph.model import GraphIndex, load_model, opset
-from qlinear.graph.plan import Plan, make_plan, resolve_inherit
+from qlinear.graph.model import GraphIndex, check_model, load_model, opset
+from qlinear.graph.plan import Plan, WeightSpec, make_plan, resolve_inherit
 from qlinear.ptq import targets
 from qlinear.ptq.config import QuantizeConfig
-from qlinear.ptq.data import Dataset, ImagePreprocess, load_dataset
+from qlinear.ptq.data import Dataset, ImagePreprocess, load_dataset, model_inputs
+
+Progress = Callable[[str, int], Callable[[int], None]]
 
 
 @dataclass
 class QuantizedModel:
-    """Result of :func:`quantize`: the Q/DQ model, its encodings, and what is needed to evaluate it."""
+    """Result of :func:`quantize`: the Q/DQ model, its encodings, and what is needed to evaluate it.
+
+    ``float_model`` is the model as given; ``reference_model`` the float model qlinear calibrated (BatchNorm folded,
+    equalized): the encodings name its tensors, and it is what the report compares against.
+    """
 
     model: onnx.ModelProto
     float_model: onnx.ModelProto
@@ -45,6 +56,11 @@ class QuantizedModel:
     notes: list[str] = field(default_factory=list)
     _report: Any = None
 
+    @property
+    def rewritten(self) -> bool:
+        """Whether the calibrated float model differs from the input (BatchNorm folded, equalized)."""
+        return self.reference_model.graph.SerializeToString() != self.float_model.graph.SerializeToString()
+
     def save_onnx(self, path: str | Path) -> None:
         from qlinear.graph.save import save_model
 
@@ -53,34 +69,76 @@ class QuantizedModel:
     def save_encodings(self, path: str | Path, version: str | None = None) -> None:
         from qlinear.encodings import save
 
-        version = version or "2.0.0"
-        save(self.encodings, path, version=version, drop_float=True)
+        save(self.encodings, path, version=version or "2.0.0", drop_float=True)
+
+    def held_out(self) -> tuple[int, int]:
+        """``(start, stop)`` of the samples the report evaluates: the ones after the calibration samples, or the
+        calibration samples themselves when none are left (the report then says so)."""
+        n = len(self.dataset)
+        start = min(self.config.calibration_samples, n)
+        stop = min(n, start + self.config.evaluation_samples)
+        if stop <= start:
+            return 0, min(n, self.config.evaluation_samples or n)
+        return start, stop
 
     def report(self, *, samples: int | None = None, progress: Callable[[int], None] | None = None):  # noqa: ANN201
         """Accuracy report on the held-out samples (computed once): per-tensor SQNR, sensitivity ranking, output
         agreement; see :mod:`qlinear.ptq.evaluate`."""
+        if samples is not None and (isinstance(samples, bool) or not isinstance(samples, (int, np.integer))
+                                    or samples < 1):
+            raise ConfigError(f"samples: expected a positive integer (how many held-out samples to evaluate), got "
+                              f"{samples!r}")
         if self._report is None:
             from qlinear.ptq.evaluate import evaluate
 
             self._report = evaluate(self, samples=samples, progress=progress)
         return self._report
 
+    def save(self, outdir: str | Path | Any, *, encodings_version: str = "2.0.0", report: bool = True,
+             progress: Callable[[int], None] | None = None) -> list[str]:
+        """Write the run's outputs into ``outdir`` as one transaction (all new files or the old ones untouched):
+        ``model.qdq.onnx``, ``model.encodings``, ``model.float.onnx`` (when BatchNorm folding or equalization changed
+        the float model: the encodings name its tensors), and with ``report`` ``report.json`` and ``report.html``.
+        Returns the file names written."""
+        from qlinear.encodings import VERSIONS
+        from qlinear.outdir import OutputFolder
 
-def _model_inputs(m: onnx.ModelProto) -> dict[str, tuple[Any, ...]]:
-    inits = {t.name for t in m.graph.initializer}
-    out = {}
-    for v in m.graph.input:
-        if v.name in inits:
-            continue
-        dims = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
-                     for d in v.type.tensor_type.shape.dim)
-        out[v.name] = dims
-    return out
+        if encodings_version not in VERSIONS:
+            raise ConfigError(f"encodings version {encodings_version!r}: expected one of {', '.join(VERSIONS)}")
+        folder = outdir if isinstance(outdir, OutputFolder) else OutputFolder(outdir)
+        folder.check()
+        rep = self.report(progress=progress) if report else None
+        with folder.transaction() as stage:
+            self.save_encodings(stage / "model.encodings", version=encodings_version)
+            self.save_onnx(stage / "model.qdq.onnx")
+            if self.rewritten:
+                from qlinear.graph.save import save_model
+
+                save_model(self.reference_model, stage / "model.float.onnx")
+            if rep is not None:
+                from qlinear._atomic import write_text
+                from qlinear.ptq.report import to_html, to_json
+
+                write_text(stage / "report.json", to_json(self, rep))
+                write_text(stage / "report.html", to_html(self, rep))
+            written = sorted(p.name for p in stage.iterdir())
+        return written
+
+
+def load_checked(model: Any) -> tuple[onnx.ModelProto, str]:
+    """The model and a label naming it, after :func:`~qlinear.graph.model.check_model` and the opset check."""
+    label = str(model) if isinstance(model, (str, Path)) else "model"
+    m = load_model(model)
+    ops = opset(m)
+    check_model(m, label)
+    if not 13 <= ops <= 25:
+        raise GraphError(f"{label}: opset {ops} is outside the supported range 13..25; convert it with "
+                         "onnx.version_converter first")
+    return m, label
 
 
 def quantize(model: Any, data: Any, config: QuantizeConfig | dict | None = None, *,
-             preprocess: ImagePreprocess | None = None,
-             progress: Callable[[str, int, int], Callable[[int], None]] | None = None) -> QuantizedModel:
+             preprocess: ImagePreprocess | None = None, progress: Progress | None = None) -> QuantizedModel:
     """Calibrate ``model`` on ``data`` and return the quantized model.
 
     Args:
@@ -90,25 +148,22 @@ def quantize(model: Any, data: Any, config: QuantizeConfig | dict | None = None,
         progress: ``progress(task, total) -> advance(n)`` hook (the CLI draws rich progress bars with it).
     """
     t_all = time.perf_counter()
+    if config is not None and not isinstance(config, (QuantizeConfig, dict)):
+        raise ConfigError(f"config: expected a QuantizeConfig or a dict of its options, got {type(config).__name__}")
     cfg = config if isinstance(config, QuantizeConfig) else QuantizeConfig.from_dict(config or {})
     cfg = targets.adjust_config(cfg)
-    m = load_model(model)
-    ops = opset(m)
-    if not 13 <= ops <= 25:
-        raise GraphError(f"model opset {ops} is outside the supported range 13..25; convert it with "
-                         "onnx.version_converter first")
+    m, label = load_checked(model)
     float_model = onnx.ModelProto()
     float_model.CopyFrom(m)
-    notes: list[str] = []
+    ds = load_dataset(data, model_inputs(m), preprocess=preprocess)
+    n_cal = min(cfg.calibration_samples, len(ds))
+    ds.validate(min(len(ds), cfg.calibration_samples + cfg.evaluation_samples))
+    notes: list[str] = list(ds.notes)
+    if n_cal < cfg.calibration_samples:
+        notes.append(f"only {len(ds)} samples: calibrating on {n_cal}")
     n_bn = fold_batchnorm(m)
     if n_bn:
         notes.append(f"folded {n_bn} BatchNormalization nodes into Conv")
-    ds = load_dataset(data, _model_inputs(m), preprocess=preprocess)
-    n_cal = min(cfg.calibration_samples, len(ds))
-    if n_cal == 0:
-        raise DataError("no calibration samples")
-    if n_cal < cfg.calibration_samples:
-        notes.append(f"only {len(ds)} samples: calibrating on {n_cal}")
     timings: dict[str, float] = {}
     if cfg.do_equalize:
         from qlinear.ptq.equalize import equalize
@@ -122,16 +177,16 @@ def quantize(model: Any, data: Any, config: QuantizeConfig | dict | None = None,
     plan = make_plan(m, exclude_nodes=cfg.exclude_nodes, exclude_op_types=cfg.exclude_op_types,
                      quantize_outputs=cfg.quantize_outputs)
     t0 = time.perf_counter()
-    tensors = list(plan.activations)
     means_for = [b.input for b in plan.biases] if cfg.bias_correction else []
     adv = progress("calibrating", n_cal) if progress else None
-    obs, means = _collect(m, ds, n_cal, tensors, cfg, means_for, adv)
+    obs, means = _collect(m, ds, n_cal, list(plan.activations), cfg, means_for, adv, label)
     timings["calibration"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     encs = _encodings(m, plan, obs, means, cfg)
     es = EncodingSet(tuple(encs), producer={"package": "qlinear", "version": _version()}, version="2.0.0")
     es = targets.finalize(es, m, plan, cfg)
     qm = _apply(es, m)
+    _check_loads(qm, label)
     timings["quantize"] = time.perf_counter() - t0
     timings["total"] = time.perf_counter() - t_all
     return QuantizedModel(qm, float_model, reference, es, cfg, plan, ds, timings, notes)
@@ -143,28 +198,46 @@ def _version() -> str:
     return qlinear.__version__
 
 
-def _collect(m, ds, n_cal, tensors, cfg, means_for, adv):  # noqa: ANN001, ANN202
+def _collect(m, ds, n_cal, tensors, cfg, means_for, adv, label):  # noqa: ANN001, ANN202
     from qlinear.ptq.collect import calibrate_activations
 
     # graph outputs keep their full range (min-max): clipping logits changes the argmax, whatever the method
     outputs = {o.name for o in m.graph.output}
-    return calibrate_activations(m, ds, 0, n_cal, tensors, cfg.a_method, batch_size=cfg.batch_size,
-                                 means_for=means_for, percentile=cfg.percentile, progress=adv, minmax_for=outputs)
+    obs, means = calibrate_activations(m, ds, 0, n_cal, tensors, cfg.a_method, batch_size=cfg.batch_size,
+                                       means_for=means_for, percentile=cfg.percentile, progress=adv,
+                                       minmax_for=outputs, label=label)
+    for t, o in obs.items():
+        if o.min is None:
+            continue
+        if not (np.isfinite(o.min).all() and np.isfinite(o.max).all()):
+            what = "NaN only" if np.isnan(o.min).all() else "infinite values"
+            raise CalibrationError(f"{label}: tensor {t!r} holds {what} on the calibration data (an overflow in the "
+                                   "float model?); exclude its node (exclude_nodes) or check the data")
+    return obs, means
 
 
-def _weight_encoding(name: str, w: np.ndarray, spec: Any, cfg: QuantizeConfig) -> Encoding:
+def _weight_encoding(name: str, w: np.ndarray, spec: WeightSpec, cfg: QuantizeConfig) -> Encoding:
     kw: dict[str, Any] = {}
     if cfg.weights == "per-channel":
         kw["axis"] = spec.channel_axis
     elif cfg.weights == "per-block":
         if spec.block_axis is None:
             kw["axis"] = spec.channel_axis
-        else:
-            kw.update(block_size=cfg.block_size, block_axis=spec.block_axis)
-    symmetric = cfg.weight_symmetric
-    policy = cfg.policy
-    return C.calibrate(w, cfg.weight_type, method=cfg.w_method, policy=policy, symmetric=symmetric,
+        else:  # a block longer than the axis is one block: store its real length
+            kw.update(block_size=min(cfg.block_size, int(w.shape[spec.block_axis])), block_axis=spec.block_axis)
+    return C.calibrate(w, cfg.weight_type, method=cfg.w_method, policy=cfg.policy, symmetric=cfg.weight_symmetric,
                        name=name, role="param", percentile=cfg.percentile, **kw)
+
+
+def channel_scale(e: Encoding, channel_axis: int, rank: int) -> np.ndarray:
+    """One weight scale per output channel (a scalar per-tensor): the scale itself, or for per-block and LPBQ
+    encodings the largest block scale of the channel (what an int32 bias scale is built from)."""
+    s = np.asarray(e.effective_scale, np.float64)
+    if e.granularity in ("per_tensor", "per_channel"):
+        return s
+    s = s.reshape(s.shape + (1,) * (rank - s.ndim)) if s.ndim < rank else s
+    c = channel_axis % rank
+    return s.max(axis=tuple(i for i in range(s.ndim) if i != c)).reshape(-1)
 
 
 def _encodings(m: onnx.ModelProto, plan: Plan, obs: dict, means: dict, cfg: QuantizeConfig) -> list[Encoding]:
@@ -186,23 +259,21 @@ def _encodings(m: onnx.ModelProto, plan: Plan, obs: dict, means: dict, cfg: Quan
         if s in out:
             out[t] = out[s].replace(name=t)
     weights: dict[str, Encoding] = {}
+    specs = {s.name: s for s in plan.weights}
     for spec in plan.weights:
-        w = g.array(spec.name)
-        weights[spec.name] = _weight_encoding(spec.name, w, spec, cfg)
+        weights[spec.name] = _weight_encoding(spec.name, g.array(spec.name), spec, cfg)
     if cfg.bias_correction:
         from qlinear.ptq.bias import correct_biases
 
         correct_biases(m, plan, weights, means)
-        g = GraphIndex.build(m, infer_shapes=False)
     for b in plan.biases:
         we = weights.get(b.weight)
         ie = out.get(b.input) or out.get(resolve_inherit(plan, b.input))
         if we is None or ie is None or not we.qtype.is_int or ie.granularity != "per_tensor":
             continue
-        ws = we.scale if we.int_scale is None else we.scale
-        if we.granularity in ("per_block", "lpbq"):
-            ws = np.asarray(we.effective_scale).max(axis=we.axis).reshape(-1)
-        s = C.bias_scale(ie.scale, ws.reshape(-1) if ws.ndim else ws)
+        spec = specs[b.weight]
+        ws = channel_scale(we, spec.channel_axis, len(g.shape(b.weight)))
+        s = C.bias_scale(ie.scale, ws)
         out[b.name] = Encoding(b.name, "int32", scale=s, axis=0 if s.ndim else None, role="param")
     return list(weights.values()) + list(out.values())
 
@@ -213,4 +284,16 @@ def _apply(es: EncodingSet, m: onnx.ModelProto) -> onnx.ModelProto:
     return apply(es, m)
 
 
-__all__ = ["QuantizeConfig", "QuantizedModel", "quantize"]
+def _check_loads(qm: onnx.ModelProto, label: str) -> None:
+    """The written model must load in ONNX Runtime at its default optimization level (what users run), not only at
+    the basic level the report evaluates at."""
+    from qlinear.ptq.session import Session
+
+    try:
+        Session(qm, level="all", label=f"the quantized {label}")
+    except GraphError as e:
+        raise GraphError(f"{e}; the Q/DQ model is valid ONNX but this ONNX Runtime build cannot run it: choose "
+                         "another activation/weight type for this target") from None
+
+
+__all__ = ["QuantizeConfig", "QuantizedModel", "channel_scale", "load_checked", "quantize"]

@@ -11,10 +11,24 @@ from typing import Any
 from qlinear.ptq.evaluate import Report
 
 
+def _finite(v: Any) -> Any:
+    """JSON has no NaN or infinities: they become null (the HTML report shows them as text)."""
+    if isinstance(v, float):
+        return v if math.isfinite(v) else None
+    if isinstance(v, dict):
+        return {k: _finite(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_finite(x) for x in v]
+    if hasattr(v, "item") and not isinstance(v, (str, bytes)):  # NumPy scalars
+        return _finite(v.item())
+    return v
+
+
 def to_json(qm: Any, rep: Report) -> str:
+    """The report as strict JSON (non-finite numbers, e.g. the SQNR of an exactly represented tensor, are null)."""
     doc = {"config": qm.config.to_dict(), "notes": qm.notes, "timings": qm.timings,
            "encodings": len(qm.encodings), "report": rep.to_dict()}
-    return json.dumps(doc, indent=2, default=float, allow_nan=True)
+    return json.dumps(_finite(doc), indent=2, allow_nan=False)
 
 
 def _bars(stats: list, width: int = 900) -> str:
@@ -40,6 +54,8 @@ def _bars(stats: list, width: int = 900) -> str:
 
 
 def _hist(name: str, h: dict, width: int = 420, height: int = 160) -> str:
+    """Histogram (log counts) of a tensor's float values over a span covering the data and the chosen range; the
+    range [lo, hi] is marked in red where it lies, the data's extent in grey."""
     counts, edges = h["counts"], h["edges"]
     lo, hi = edges[0], edges[-1]
     span = (hi - lo) or 1.0
@@ -51,12 +67,21 @@ def _hist(name: str, h: dict, width: int = 420, height: int = 160) -> str:
         bh = (math.log1p(c) / math.log1p(cmax)) * (height - 40)
         p.append(f'<rect x="{10 + i * bw:.1f}" y="{height - 20 - bh:.1f}" width="{bw * 0.9:.1f}" height="{bh:.1f}" '
                  f'fill="#7f8c8d"/>')
-    for v, col in ((h["lo"], "#c0392b"), (h["hi"], "#c0392b")):
-        x = 10 + (min(max(v, lo), hi) - lo) / span * (width - 20)
-        p.append(f'<line x1="{x:.1f}" y1="18" x2="{x:.1f}" y2="{height - 20}" stroke="{col}" stroke-width="2"/>')
+
+    def at(v: float) -> float:
+        return 10 + (v - lo) / span * (width - 20)
+
+    for key, col, dash in (("data_lo", "#7f8c8d", "3,2"), ("data_hi", "#7f8c8d", "3,2"), ("lo", "#c0392b", ""),
+                           ("hi", "#c0392b", "")):
+        v = h.get(key)
+        if v is None or not math.isfinite(v):
+            continue
+        extra = f' stroke-dasharray="{dash}"' if dash else ""
+        p.append(f'<line x1="{at(v):.1f}" y1="18" x2="{at(v):.1f}" y2="{height - 20}" stroke="{col}" '
+                 f'stroke-width="2"{extra}/>')
     p.append(f'<text x="10" y="{height - 6}">{lo:.3g}</text><text x="{width - 60}" y="{height - 6}">{hi:.3g}</text>')
-    p.append(f'<text x="{width / 2 - 80:.0f}" y="{height - 6}">range [{h["lo"]:.3g}, {h["hi"]:.3g}] (red; log counts)'
-             "</text></svg>")
+    p.append(f'<text x="{width / 2 - 90:.0f}" y="{height - 6}">range [{h["lo"]:.3g}, {h["hi"]:.3g}] (red), data '
+             "(grey); log counts</text></svg>")
     return "".join(p)
 
 
@@ -80,7 +105,8 @@ def to_html(qm: Any, rep: Report) -> str:
 <style>body{{font-family:sans-serif;margin:2em;max-width:1100px}}table{{border-collapse:collapse;font-size:12px}}
 td,th{{border:1px solid #ccc;padding:2px 6px}}h2{{margin-top:1.5em}}</style></head><body>
 <h1>qlinear quantization report</h1>
-<p>{rep.samples} held-out samples; {len(qm.encodings)} encodings; timings: {times}</p><ul>{notes}</ul>
+<p>{rep.samples} held-out samples (per-tensor statistics on the first {rep.stat_samples}); {len(qm.encodings)}
+encodings; timings: {times}</p><ul>{notes}</ul>
 <h2>Outputs against the float model</h2><table>{outs}</table>
 <h2>Per-layer SQNR</h2>{_bars(rep.tensors)}
 <h2>Most sensitive layers (SQNR lost by the layer)</h2><table><tr><th>#</th><th>tensor</th><th>dB lost</th></tr>{srows}</table>

@@ -1,0 +1,80 @@
+"""ONNX Runtime sessions for calibration and evaluation, with errors that say what failed.
+
+ONNX Runtime raises its own exception types with multi-line messages; here a failure to build a session becomes a
+:class:`~qlinear.errors.GraphError` naming the model, and a failure to run becomes a
+:class:`~qlinear.errors.DataError` (bad feed) or ``GraphError`` (the model) naming the samples.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+import onnx
+
+from qlinear.errors import DataError, GraphError
+
+LEVELS = ("disable", "basic", "extended", "all")
+
+
+def _first_line(e: Exception) -> str:
+    text = str(e).strip().replace("\n", " ")
+    return text[:400] + ("…" if len(text) > 400 else "")
+
+
+class Session:
+    """An ``onnxruntime.InferenceSession`` over a model, with named errors.
+
+    ``outputs`` are exposed as extra graph outputs; ``disable_qdq_fusion`` keeps ORT from fusing Q/DQ groups into its
+    int8 kernels (the float emulation of a Q/DQ graph, at any optimization level).
+    """
+
+    def __init__(self, m: onnx.ModelProto, outputs: Sequence[str] = (), *, level: str = "basic",
+                 label: str = "model", threads: int | None = None, disable_qdq_fusion: bool = False) -> None:
+        import onnxruntime as ort
+
+        mm = m
+        have = {o.name for o in m.graph.output}
+        extra = [t for t in dict.fromkeys(outputs) if t not in have]
+        if extra:
+            mm = onnx.ModelProto()
+            mm.CopyFrom(m)
+            for t in extra:
+                mm.graph.output.append(onnx.ValueInfoProto(name=t))
+        so = ort.SessionOptions()
+        so.graph_optimization_level = {
+            "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL, "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+            "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+            "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}[level]
+        so.log_severity_level = 4  # failures are raised as qlinear errors, not logged
+        if threads:
+            so.intra_op_num_threads = int(threads)
+        if disable_qdq_fusion:  # run QuantizeLinear/DequantizeLinear as ONNX defines them, not as int8 kernels
+            so.add_session_config_entry("session.disable_quant_qdq", "1")
+        self.label = label
+        try:
+            data = mm.SerializeToString()
+            self.sess = ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+        except ValueError as e:  # > 2 GB protobuf
+            raise GraphError(f"{label}: cannot serialize for ONNX Runtime ({e})") from None
+        except Exception as e:  # noqa: BLE001 - onnxruntime's Fail / InvalidGraph / NotImplemented ...
+            raise GraphError(f"{label}: ONNX Runtime cannot load it at optimization level {level!r}: "
+                             f"{_first_line(e)}") from None
+        self.input_names = [i.name for i in self.sess.get_inputs()]
+
+    def run(self, fetch: Sequence[str], feed: dict[str, np.ndarray], *, where: str = "samples") -> list[np.ndarray]:
+        feed = {k: v for k, v in feed.items() if k in self.input_names}
+        try:
+            return self.sess.run(list(fetch), feed)
+        except Exception as e:  # noqa: BLE001
+            msg = _first_line(e)
+            if "INVALID_ARGUMENT" in msg or "Unexpected input" in msg or "Got invalid dimensions" in msg:
+                raise DataError(f"{where}: ONNX Runtime rejects the data for {self.label}: {msg}") from None
+            raise GraphError(f"{self.label}: ONNX Runtime failed on {where}: {msg}") from None
+
+
+def session(m: onnx.ModelProto, outputs: Sequence[str] = (), **kw: Any) -> Session:
+    return Session(m, outputs, **kw)
+
+
+__all__ = ["LEVELS", "Session", "session"]
