@@ -20,6 +20,12 @@ setup(
             extra_compile_args=args,
             optional=True,
         ),
+        Extension(  # integer simulation: requantization in every mode, depthwise convolution (qlinear/kernels)
+            "qlinear.kernels._intkernels",
+            sources=["src/qlinear/kernels/_intkernels.c"],
+            extra_compile_args=args,
+            optional=True,
+        ),
         Extension(  # JSON layout of large encodings files (qlinear/encodings/_json.py)
             "qlinear.encodings._jsonfast",
             sources=["src/qlinear/encodings/_jsonfast.c"],

@@ -35,6 +35,7 @@ _LAZY = {
     "kernels": ("qlinear.kernels", None),
     "graph": ("qlinear.graph", None),
     "ptq": ("qlinear.ptq", None),
+    "tflite": ("qlinear.tflite", None),
 }
 
 

@@ -52,6 +52,7 @@ def _register() -> None:
 _GROUPS: list[tuple[str, str, str]] = [
     ("qlinear.cli.encodings", "app", "encodings"),
     ("qlinear.cli.quantize", "quantize", "quantize"),
+    ("qlinear.cli.check", "check", "check"),
 ]
 
 

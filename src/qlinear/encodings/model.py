@@ -298,6 +298,29 @@ class Encoding:
         self._need_resolved("its effective scale")
         return (self.int_scale.astype(np.float32) * self.scale.astype(np.float32)).astype(np.float64)
 
+    def channel_scale(self, channel_axis: int, rank: int) -> np.ndarray:
+        """One scale per output channel along ``channel_axis`` of a tensor of ``rank`` (a scalar per-tensor): the
+        scale itself, or for per-block and LPBQ encodings the largest block scale of the channel (what an int32 bias
+        scale is built from)."""
+        s = np.asarray(self.effective_scale, np.float64)
+        if self.granularity in ("per_tensor", "per_channel"):
+            return s
+        s = s.reshape(s.shape + (1,) * (rank - s.ndim)) if s.ndim < rank else s
+        c = channel_axis % rank
+        return s.max(axis=tuple(i for i in range(s.ndim) if i != c)).reshape(-1)
+
+    def centered(self, x: Any) -> np.ndarray:
+        """``quantize(x) - zero_point`` as int64 (the integers a kernel multiplies), any granularity."""
+        from qlinear.core import granularity as gr
+
+        x = np.asarray(x)
+        q = self.quantize(x).astype(np.int64)
+        if self.zero_point is None or not np.any(self.zero_point):
+            return q
+        p = self.onnx_params(x.shape)
+        g = gr.resolve(x.shape, p["scale"].shape, p["axis"], p["block_size"])
+        return q - gr.expand(np.asarray(p["zero_point"]).astype(np.int64), x.shape, g)
+
     def _need_resolved(self, what: str) -> None:
         if not self.resolved:
             raise EncodingError(f"{self.name}: the axes of this {self.granularity} encoding are unknown (0.6.1 and "

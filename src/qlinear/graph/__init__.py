@@ -2,3 +2,7 @@
 
 Importing this package loads ``onnx``.
 """
+
+from qlinear.graph.check import IntegerCheck, LayerCheck, check_integer  # noqa: E402
+
+__all__ = ["IntegerCheck", "LayerCheck", "check_integer"]

@@ -280,7 +280,15 @@ def _apply_param(e: Encoding, g: GraphIndex, graph: onnx.GraphProto, names: _Nam
         # int32 bias (AIMET §2.10 / ORT): round half to even of bias / scale in float64, saturated to int32
         s = e.scale.astype(np.float32)
         sb = np.broadcast_to(s.reshape(-1) if s.ndim else s, w.shape).astype(np.float64)
-        q = np.clip(np.rint(w.astype(np.float64) / sb), -2.0 ** 31, 2.0 ** 31 - 1).astype(np.int32)
+        qf = np.rint(w.astype(np.float64) / sb)
+        if np.any(np.abs(qf) > 2.0 ** 31 - 1):
+            i = int(np.argmax(np.abs(qf).reshape(-1)))
+            raise EncodingError(f"{e.name}: bias value {float(w.reshape(-1)[i])!r} / scale "
+                                f"{float(sb.reshape(-1)[i]):.3g} = {float(qf.reshape(-1)[i]):.4g} does not fit in "
+                                "int32 (it would saturate and every integer runtime would compute a wrong result); "
+                                "raise the weight scale of that channel (qlinear quantize does: "
+                                "qlinear.calibration.bias)")
+        q = qf.astype(np.int32)
         qn = _const(graph, names, f"{e.name}_quantized", q)
         sn = _const(graph, names, f"{e.name}_scale", s)
         zn = _const(graph, names, f"{e.name}_zero_point", np.zeros(s.shape, np.int32))

@@ -36,6 +36,8 @@ class WeightSpec:
     node: str
     channel_axis: int
     block_axis: int | None
+    input: str = ""          # the activation the weight multiplies
+    bias: str = ""           # the bias initializer added to the product, if any
 
 
 @dataclass
@@ -90,9 +92,10 @@ def make_plan(m: onnx.ModelProto, *, exclude_nodes: tuple[str, ...] = (), exclud
             w = n.input[1] if len(n.input) > 1 else ""
             if w in g.initializers and len(g.shape(w) or ()) >= 2:
                 axes = param_axes(g, w)
-                plan.weights.append(WeightSpec(w, n.op_type, n.name, axes[0], axes[1]))
                 b = n.input[2] if len(n.input) > 2 and n.op_type in ("Conv", "ConvTranspose", "Gemm") else ""
-                if b and b in g.initializers:
+                b = b if b and b in g.initializers else ""
+                plan.weights.append(WeightSpec(w, n.op_type, n.name, axes[0], axes[1], n.input[0], b))
+                if b:
                     plan.biases.append(BiasSpec(b, w, n.input[0]))
         if n.op_type in NON_FLOAT_OPS:
             continue

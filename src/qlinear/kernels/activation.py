@@ -55,3 +55,144 @@ def softmax(x: np.ndarray, *, s_in: float, beta: float = 1.0, s_out: float = 1 /
     inv = (np.float32(1.0) / (s * np.float32(s_out))).astype(np.float32)
     out = round_half_away((t * inv[..., None]).astype(np.float32)) + zp_out
     return np.moveaxis(np.clip(out, -128, 127).astype(np.int64), -1, axis)
+
+
+# ------------------------------------------------------------------------------------------------- 16-bit (16x8)
+#: ``sigmoid(i / 24)`` in unsigned 0.16 fixed point, the table TFLite's int16 LOGISTIC and TANH interpolate in. Its
+#: entries are not a plain rounding of the function, so they were read out of LiteRT 2.3.0 itself: the reference
+#: int16 TANH of ``x = 128 i`` at input scale ``8/3 * 2^-14`` (which maps ``x`` to the table's ``256 i``) returns
+#: ``table[i] - 32768`` exactly (``tests/kernels/test_int16.py`` repeats the probe).
+SIGMOID_TABLE_U16 = np.array([
+    32768, 33451, 34133, 34813, 35493, 36169, 36843, 37513, 38180, 38841, 39498, 40149, 40794, 41432, 42064, 42688,
+    43304, 43912, 44511, 45102, 45683, 46255, 46817, 47369, 47911, 48443, 48964, 49475, 49975, 50464, 50942, 51409,
+    51865, 52311, 52745, 53169, 53581, 53983, 54374, 54755, 55125, 55485, 55834, 56174, 56503, 56823, 57133, 57433,
+    57724, 58007, 58280, 58544, 58800, 59048, 59288, 59519, 59743, 59959, 60168, 60370, 60565, 60753, 60935, 61110,
+    61279, 61441, 61599, 61750, 61896, 62036, 62172, 62302, 62428, 62549, 62666, 62778, 62886, 62990, 63090, 63186,
+    63279, 63368, 63454, 63536, 63615, 63691, 63765, 63835, 63903, 63968, 64030, 64090, 64148, 64204, 64257, 64308,
+    64357, 64405, 64450, 64494, 64536, 64576, 64614, 64652, 64687, 64721, 64754, 64786, 64816, 64845, 64873, 64900,
+    64926, 64950, 64974, 64997, 65019, 65039, 65060, 65079, 65097, 65115, 65132, 65149, 65164, 65179, 65194, 65208,
+    65221, 65234, 65246, 65258, 65269, 65280, 65291, 65301, 65310, 65319, 65328, 65337, 65345, 65352, 65360, 65367,
+    65374, 65381, 65387, 65393, 65399, 65404, 65410, 65415, 65420, 65425, 65429, 65433, 65438, 65442, 65445, 65449,
+    65453, 65456, 65459, 65462, 65465, 65468, 65471, 65474, 65476, 65479, 65481, 65483, 65485, 65488, 65489, 65491,
+    65493, 65495, 65497, 65498, 65500, 65501, 65503, 65504, 65505, 65507, 65508, 65509, 65510, 65511, 65512, 65513,
+    65514, 65515, 65516, 65517, 65517, 65518, 65519, 65520, 65520, 65521, 65522, 65522, 65523, 65523, 65524, 65524,
+    65525, 65525, 65526, 65526, 65526, 65527, 65527, 65528, 65528, 65528, 65529, 65529, 65529, 65529, 65530, 65530,
+    65530, 65530, 65531, 65531, 65531, 65531, 65531, 65532, 65532, 65532, 65532, 65532, 65532, 65533, 65533, 65533,
+    65533, 65533, 65533, 65533, 65533, 65534, 65534, 65534, 65534, 65534, 65534, 65534, 65534, 65534, 65534, 65535
+], np.int64)
+
+
+def sigmoid_table_u16() -> np.ndarray:
+    return SIGMOID_TABLE_U16
+
+
+def checked_log2(x: float) -> tuple[int, bool]:
+    """TFLite ``CheckedLog2``: ``(round(log2 x), |fraction| < 1e-3)`` in float32."""
+    lg = np.float32(np.log(np.float32(x))) * np.float32(np.float32(1.0) / np.float32(np.log(np.float32(2.0))))
+    r = np.float32(round_half_away(lg))
+    return int(r), bool(abs(np.float32(lg - r)) < np.float32(1e-3))
+
+
+def _int16_act_params(s_in: float, pot_shifts: tuple[int, ...]) -> tuple[int, int]:
+    """(input_multiplier, input_left_shift) of TFLite's int16 LOGISTIC/TANH Prepare: a power-of-two input scale
+    ``2^(shift - 12)`` with ``shift`` in ``pot_shifts`` keeps multiplier 0; otherwise the scale is mapped to
+    ``1/(3*4096)`` by ``int(s_in * 4096 * 3 * 2^k)`` with the smallest ``k`` that passes 16383.5."""
+    lg, pot = checked_log2(s_in)
+    shift = 12 + lg
+    if pot and shift in pot_shifts:
+        return 0, shift
+    m = float(np.float32(s_in)) * 4096.0 * 3.0
+    shift = 0
+    while m <= 32767.0 / 2.0 and shift <= 30:
+        shift += 1
+        m *= 2.0
+    return int(m), shift
+
+
+def _scaled_int16(x: np.ndarray, mult: int, shift: int) -> np.ndarray:
+    if mult == 0:  # power-of-two case
+        mult, shift = 3 << shift, 0
+    rnd = (1 << (shift - 1)) if shift > 0 else 0
+    return (np.asarray(x, np.int64) * mult + rnd) >> shift
+
+
+def logistic16(x: np.ndarray, *, s_in: float) -> np.ndarray:
+    """TFLite reference int16 LOGISTIC (``reference_integer_ops::Logistic``): input rescaled to 1/(3*4096), linear
+    interpolation in :func:`sigmoid_table_u16` with 9 fractional bits, output scale 1/32768, zero point 0."""
+    mult, shift = _int16_act_params(s_in, (0,))
+    v = _scaled_int16(x, mult, shift)
+    a = np.abs(v)
+    uh = a >> 9
+    t = sigmoid_table_u16()
+    ua, ub = t[np.minimum(uh, 254)], t[np.minimum(uh + 1, 255)]
+    res = np.where(uh >= 255, 0x7FFF << 10, (ua << 9) + (a & 0x1FF) * (ub - ua))
+    res = np.where(v >= 0, res + (1 << 9), (1 << 25) - res + (1 << 9) - 1)
+    return (res >> 10).astype(np.int64)
+
+
+def tanh16(x: np.ndarray, *, s_in: float) -> np.ndarray:
+    """TFLite reference int16 TANH (``reference_integer_ops::Tanh``): ``tanh(x) = 2 sigmoid(2x) - 1`` on the same
+    table with 8 fractional bits; output scale 1/32768, zero point 0."""
+    mult, shift = _int16_act_params(s_in, (0, 1))
+    v = _scaled_int16(x, mult, shift)
+    a = np.abs(v)
+    uh = a >> 8
+    t = sigmoid_table_u16()
+    ua, ub = t[np.minimum(uh, 254)], t[np.minimum(uh + 1, 255)]
+    res = np.where(uh >= 255, 0xFFFF << 8, (ua << 8) + (a & 0xFF) * (ub - ua))
+    res = np.where(v >= 0, res - (1 << 23) + (1 << 7), -res + (1 << 23) + (1 << 7) - 1)
+    return (res >> 8).astype(np.int64)
+
+
+def lut_int16(fn, input_scale: float, input_zp: int, output_scale: float, output_zp: int) -> np.ndarray:  # noqa: ANN001
+    """TFLite ``LUTPopulate<int16_t>`` in double: 512 samples of ``fn`` over the int16 input range with a bias that
+    halves the interpolation error at each step's midpoint, plus a 513th entry for the last slope."""
+    in_min = input_scale * (-32768 - input_zp)
+    in_max = input_scale * (32767 - input_zp)
+    out_min = output_scale * (-32768 - output_zp)
+    out_max = output_scale * (32767 - output_zp)
+    step = (in_max - in_min) / 512
+    inv = 65536.0 / (out_max - out_min)
+    i = np.arange(512, dtype=np.float64)
+    val = fn(in_min + i * step)
+    mid = fn(in_min + i * step + step / 2)
+    nxt = fn(in_min + (i + 1) * step)
+    sample = round_half_away(val * inv)
+    interp = round_half_away((nxt * inv + round_half_away(val * inv)) / 2)
+    bias = round_half_away((interp - round_half_away(mid * inv)) / 2)
+    lut = np.clip(sample - bias, -32768, 32767)
+    last = np.clip(round_half_away(fn(np.float64(in_max)) * inv), -32768, 32767)
+    return np.append(lut, last).astype(np.int64)
+
+
+def lut_lookup_int16(v: np.ndarray, lut: np.ndarray) -> np.ndarray:
+    """TFLite ``generic_int16_table_lookup``: base + interpolated slope over 7 fractional bits (int16 arithmetic)."""
+    v = np.asarray(v, np.int64)
+    idx = 256 + (v >> 7)
+    off = v & 0x7F
+    base = lut[idx]
+    slope = ((lut[idx + 1] - base + 32768) & 0xFFFF) - 32768  # int16 difference
+    return ((base + ((slope * off + 64) >> 7) + 32768) & 0xFFFF) - 32768
+
+
+def softmax16(x: np.ndarray, *, s_in: float, beta: float = 1.0, axis: int = -1) -> np.ndarray:
+    """TFLite reference int16 SOFTMAX (``reference_ops::SoftmaxInt16``): ``exp`` of the scaled difference to the row
+    maximum from a 513-entry LUT over [-10, 0], the reciprocal of the Q16.15 sum from a ``1/(1+x)`` LUT, output scale
+    1/32768, zero point 0."""
+    from qlinear.kernels.requant import mbqm, quantize_multiplier
+
+    exp_lut = lut_int16(np.exp, 10.0 / 65535, 32767, 2.0 / 65535, 0)
+    rec_lut = lut_int16(lambda v: 1.0 / (1.0 + v), 1.0 / 65535, -32768, 2.0 / 65535, 0)
+    q, sh = quantize_multiplier(np.float64(np.float32(s_in)) * beta / (10.0 / 65535.0))
+    xm = np.moveaxis(np.asarray(x, np.int64), axis, -1)
+    diff = xm - xm.max(-1, keepdims=True)
+    scaled = mbqm(diff, int(q), int(sh))
+    e = lut_lookup_int16(np.clip(scaled + 32767, -32768, 32767), exp_lut)
+    total = e.sum(-1, keepdims=True)
+    clz = 32 - np.floor(np.log2(np.maximum(total, 1))).astype(np.int64) - 1
+    clz = np.where(total > 0, clz, 32)
+    shifted = ((total << (clz - 1)) + (1 << 13)) >> 14
+    rec = lut_lookup_int16(np.clip(shifted - ((1 << 15) + (1 << 16)), -32768, 32767), rec_lut)
+    rs = 31 - clz
+    out = (e * rec + (np.int64(1) << (rs - 1))) >> rs
+    return np.moveaxis(np.clip(out, 0, 32767), -1, axis)

@@ -4,7 +4,9 @@
   ``(acc ± n/2) / n`` (ties away from zero); input and output share scale and zero point;
 * max pool: max over the valid window;
 * mean (``QuantizedMeanOrSum``): ``sum = Σq - zp_in*N``; ``MBQM(sum, q', shift - sh) + zp_out`` with
-  ``q' = (q << sh) / N`` (fixed modes); float modes ``rint(sum * s_in / (N * s_out)) + zp_out``;
+  ``q' = (q << sh) / N`` (fixed modes); float modes ``rint(sum * s_in / (N * s_out)) + zp_out``; ``xnnpack``
+  (LiteRT's XNNPACK delegate, measured): ``rint(Σq * sc + (zp_out - N zp_in sc))``, ``sc = s_in / (s_out N)``,
+  all float32;
 * concatenation: inputs requantized to the output parameters (identity when they are equal, as int8 TFLite requires).
 """
 
@@ -55,6 +57,11 @@ def mean(x: np.ndarray, axes: tuple[int, ...], *, s_in: float, zp_in: int, s_out
         sh = min(int(math.floor(math.log2(n))), 32, 31 + shift)
         qn = (q << sh) // n
         return np.clip(mbqm(total, qn, shift - sh) + zp_out, qmin, qmax)
+    if mode == "xnnpack":  # XNNPACK qs8 mean: the raw sum scaled, the zero points folded into a float bias
+        raw = x.sum(axis=axes, keepdims=keepdims)
+        sc = np.float32(s_in) / (np.float32(s_out) * np.float32(n))
+        bias = np.float32(zp_out) - np.float32(zp_in * n) * sc
+        return np.clip(np.rint(raw.astype(np.float32) * sc + bias), qmin, qmax).astype(np.int64)
     m = np.float32(s_in) / (np.float32(n) * np.float32(s_out))
     return np.clip(np.rint(total.astype(np.float32) * m) + zp_out, qmin, qmax).astype(np.int64)
 

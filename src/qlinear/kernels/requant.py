@@ -107,24 +107,46 @@ def mbqm_ruy_x86(x: Any, q: Any, shift: Any) -> np.ndarray:
     return np.where(right > 0, (h + (np.int64(1) << np.maximum(right - 1, 0))) >> right, h)
 
 
+def check_accumulator(acc: np.ndarray, bits: int = 32) -> None:
+    """Raise :class:`OverflowRiskError` when an accumulator does not fit ``bits`` (the runtimes would wrap)."""
+    lim = 2 ** (bits - 1) - 1
+    if acc.size and (int(acc.max()) > lim or int(acc.min()) < -lim - 1):
+        from qlinear.errors import OverflowRiskError
+
+        worst = int(acc.max()) if int(acc.max()) > lim else int(acc.min())
+        raise OverflowRiskError(f"int{bits} accumulator overflow: {worst} does not fit in int{bits}; the runtimes "
+                                "would wrap around here (qlinear check MODEL finds such layers; qlinear quantize "
+                                "raises the weight scale to prevent it)")
+
+
+def mbqm_int64(x: Any, q: Any, shift: Any) -> np.ndarray:
+    """TFLite ``MultiplyByQuantizedMultiplier(int64_t x, ...)``, the 16x8 conv / fully-connected requantization: the
+    Q31 multiplier reduced to Q15 (``(q + 2^15) >> 16``), one rounding (ties toward +inf) by ``15 - shift``."""
+    x = np.asarray(x, np.int64)
+    q = np.asarray(q, np.int64)
+    total = 15 - np.asarray(shift, np.int64)
+    reduced = np.where(q < 0x7FFF0000, (q + (1 << 15)) >> 16, 0x7FFF)
+    return (x * reduced + (np.int64(1) << (total - 1))) >> total
+
+
 def requantize(acc: Any, multiplier: Any, zp_out: int, mode: str, *, qmin: int = -128, qmax: int = 127,
-               channel_axis: int = -1) -> np.ndarray:
+               channel_axis: int = -1, acc_bits: int = 32) -> np.ndarray:
     """Requantize int accumulators with a (per-channel) real ``multiplier = s_in*s_w/s_out`` in ``mode``.
 
     ``multiplier`` broadcasts along ``channel_axis`` of ``acc``. Returns int64 values clamped to ``[qmin, qmax]``
-    (pass the fused activation range as ``qmin``/``qmax``).
+    (pass the fused activation range as ``qmin``/``qmax``). Accumulators outside ``int{acc_bits}`` raise
+    :class:`~qlinear.errors.OverflowRiskError` in every mode (a runtime would wrap there).
     """
     if mode not in MODES:
         raise KernelError(f"unknown requantization mode {mode!r}; expected one of {', '.join(MODES)}")
     acc = np.asarray(acc, np.int64)
+    check_accumulator(acc, acc_bits)
     m = np.asarray(multiplier, np.float64)
     if m.ndim == 1 and acc.ndim > 1:
         shape = [1] * acc.ndim
         shape[channel_axis] = m.size
         m = m.reshape(shape)
     if mode in FIXED_MODES:
-        if np.any(np.abs(acc) > I32_MAX):
-            raise KernelError("int32 accumulator overflow: |acc| > 2^31-1; the runtimes would wrap here")
         q, sh = quantize_multiplier(m, single_rounding=mode == "fixed_single")
         fn = {"fixed_double": mbqm, "fixed_single": mbqm_single, "ruy_x86": mbqm_ruy_x86}[mode]
         out = fn(acc, q, sh) + zp_out

@@ -232,7 +232,10 @@ class Dataset:
 
     def batches(self, start: int, stop: int, batch_size: int) -> Iterator[dict[str, np.ndarray]]:
         """Batches of up to ``batch_size`` consecutive samples; samples of different shapes (a dynamic sequence
-        length, say) go to different batches."""
+        length, say) go to different batches; a model whose batch dimension is static gets one sample per call."""
+        if self.specs and any(sp.shape and isinstance(sp.shape[0], int) and sp.shape[0] > 0
+                              for sp in self.specs.values()):
+            batch_size = 1
         items: list[dict[str, np.ndarray]] = []
         for i in range(start, stop):
             it = self.sample(i)

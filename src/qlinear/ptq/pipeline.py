@@ -54,6 +54,7 @@ class QuantizedModel:
     dataset: Dataset
     timings: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    integer_check: Any = None  #: :class:`qlinear.graph.IntegerCheck` of ``model``
     _report: Any = None
 
     @property
@@ -70,6 +71,14 @@ class QuantizedModel:
         from qlinear.encodings import save
 
         save(self.encodings, path, version=version or "2.0.0", drop_float=True)
+
+    def save_tflite(self, path: str | Path, *, float_io: bool = True) -> None:
+        """Write the full-integer ``.tflite`` of the model (target ``tflite``; :func:`qlinear.tflite.export`): NHWC
+        float input and output (``float_io=False``: the integers), every parameter the Q/DQ model's own."""
+        from qlinear._atomic import write_bytes
+        from qlinear.tflite.export import export
+
+        write_bytes(path, export(self.model, float_io=float_io))
 
     def held_out(self) -> tuple[int, int]:
         """``(start, stop)`` of the samples the report evaluates: the ones after the calibration samples, or the
@@ -98,7 +107,8 @@ class QuantizedModel:
              progress: Callable[[int], None] | None = None) -> list[str]:
         """Write the run's outputs into ``outdir`` as one transaction (all new files or the old ones untouched):
         ``model.qdq.onnx``, ``model.encodings``, ``model.float.onnx`` (when BatchNorm folding or equalization changed
-        the float model: the encodings name its tensors), and with ``report`` ``report.json`` and ``report.html``.
+        the float model: the encodings name its tensors), ``model.tflite`` for target ``tflite``, and with ``report``
+        ``report.json`` and ``report.html``.
         Returns the file names written."""
         from qlinear.encodings import VERSIONS
         from qlinear.outdir import OutputFolder
@@ -115,6 +125,8 @@ class QuantizedModel:
                 from qlinear.graph.save import save_model
 
                 save_model(self.reference_model, stage / "model.float.onnx")
+            if self.config.target == "tflite":
+                self.save_tflite(stage / "model.tflite")
             if rep is not None:
                 from qlinear._atomic import write_text
                 from qlinear.ptq.report import to_html, to_json
@@ -185,11 +197,17 @@ def quantize(model: Any, data: Any, config: QuantizeConfig | dict | None = None,
     encs = _encodings(m, plan, obs, means, cfg)
     es = EncodingSet(tuple(encs), producer={"package": "qlinear", "version": _version()}, version="2.0.0")
     es = targets.finalize(es, m, plan, cfg)
+    es = int32_biases(es, m, plan, notes)
     qm = _apply(es, m)
     _check_loads(qm, label)
+    from qlinear.graph.check import check_integer
+
+    ic = check_integer(qm)
+    if not ic.ok:
+        notes.append(f"WARNING: {ic}")
     timings["quantize"] = time.perf_counter() - t0
     timings["total"] = time.perf_counter() - t_all
-    return QuantizedModel(qm, float_model, reference, es, cfg, plan, ds, timings, notes)
+    return QuantizedModel(qm, float_model, reference, es, cfg, plan, ds, timings, notes, ic)
 
 
 def _version() -> str:
@@ -229,18 +247,9 @@ def _weight_encoding(name: str, w: np.ndarray, spec: WeightSpec, cfg: QuantizeCo
                        name=name, role="param", percentile=cfg.percentile, **kw)
 
 
-def channel_scale(e: Encoding, channel_axis: int, rank: int) -> np.ndarray:
-    """One weight scale per output channel (a scalar per-tensor): the scale itself, or for per-block and LPBQ
-    encodings the largest block scale of the channel (what an int32 bias scale is built from)."""
-    s = np.asarray(e.effective_scale, np.float64)
-    if e.granularity in ("per_tensor", "per_channel"):
-        return s
-    s = s.reshape(s.shape + (1,) * (rank - s.ndim)) if s.ndim < rank else s
-    c = channel_axis % rank
-    return s.max(axis=tuple(i for i in range(s.ndim) if i != c)).reshape(-1)
-
-
 def _encodings(m: onnx.ModelProto, plan: Plan, obs: dict, means: dict, cfg: QuantizeConfig) -> list[Encoding]:
+    """Activation and weight encodings; bias correction of ``m``'s biases (the int32 biases come later,
+    :func:`int32_biases`, once the target's rules have set the activation encodings)."""
     g = GraphIndex.build(m, infer_shapes=False)
     out: dict[str, Encoding] = {}
     # activations: tied groups share merged statistics
@@ -259,23 +268,48 @@ def _encodings(m: onnx.ModelProto, plan: Plan, obs: dict, means: dict, cfg: Quan
         if s in out:
             out[t] = out[s].replace(name=t)
     weights: dict[str, Encoding] = {}
-    specs = {s.name: s for s in plan.weights}
     for spec in plan.weights:
         weights[spec.name] = _weight_encoding(spec.name, g.array(spec.name), spec, cfg)
     if cfg.bias_correction:
         from qlinear.ptq.bias import correct_biases
 
         correct_biases(m, plan, weights, means)
-    for b in plan.biases:
-        we = weights.get(b.weight)
-        ie = out.get(b.input) or out.get(resolve_inherit(plan, b.input))
-        if we is None or ie is None or not we.qtype.is_int or ie.granularity != "per_tensor":
-            continue
-        spec = specs[b.weight]
-        ws = channel_scale(we, spec.channel_axis, len(g.shape(b.weight)))
-        s = C.bias_scale(ie.scale, ws)
-        out[b.name] = Encoding(b.name, "int32", scale=s, axis=0 if s.ndim else None, role="param")
     return list(weights.values()) + list(out.values())
+
+
+def int32_biases(es: EncodingSet, m: onnx.ModelProto, plan: Plan, notes: list[str] | None = None) -> EncodingSet:
+    """Weight scales raised where an int32 bias or accumulator could overflow (:mod:`qlinear.calibration.bias`),
+    then the int32 bias encodings at ``input_scale * weight_scale`` (per output channel)."""
+    from qlinear.calibration.bias import fit_accumulator
+
+    g = GraphIndex.build(m, infer_shapes=False)
+    encs = {e.name: e for e in es}
+    raised: dict[str, int] = {}
+    for spec in plan.weights:
+        we = encs.get(spec.name)
+        ie = encs.get(spec.input) or encs.get(resolve_inherit(plan, spec.input))
+        if we is None or ie is None or not we.qtype.is_int or not ie.qtype.is_int or ie.granularity != "per_tensor":
+            continue
+        w = g.array(spec.name)
+        rank = w.ndim
+        z = int(np.asarray(ie.zero_point_or_zeros).reshape(-1)[0])
+        # 16x8: the runtimes accumulate in int64 (TFLite); only the int32 bias must fit
+        x_range = (int(ie.qtype.qmin) - z, int(ie.qtype.qmax) - z) if ie.qtype.bits <= 8 else None
+        bias = g.array(spec.bias) if spec.bias else None
+        s_x = float(np.asarray(ie.scale).reshape(-1)[0])
+        we2, ratio = fit_accumulator(we, w, bias, s_x, x_range, spec.channel_axis)
+        if np.any(ratio > 1):
+            encs[spec.name] = we2
+            raised[spec.name] = int(np.sum(ratio > 1))
+        if spec.bias:
+            s = C.bias_scale(ie.scale, encs[spec.name].channel_scale(spec.channel_axis, rank))
+            encs[spec.bias] = Encoding(spec.bias, "int32", scale=s, axis=0 if s.ndim else None, role="param")
+    if raised and notes is not None:
+        notes.append(f"raised the weight scale of {sum(raised.values())} channel(s) in {len(raised)} layer(s) so "
+                     "their int32 bias and accumulator cannot overflow (TFLite's rule, |bias_q| <= 2^30): "
+                     + ", ".join(f"{k} ({v})" for k, v in list(raised.items())[:5])
+                     + (" ..." if len(raised) > 5 else ""))
+    return es.with_encodings(encs.values())
 
 
 def _apply(es: EncodingSet, m: onnx.ModelProto) -> onnx.ModelProto:
@@ -296,4 +330,4 @@ def _check_loads(qm: onnx.ModelProto, label: str) -> None:
                          "another activation/weight type for this target") from None
 
 
-__all__ = ["QuantizeConfig", "QuantizedModel", "channel_scale", "load_checked", "quantize"]
+__all__ = ["QuantizeConfig", "QuantizedModel", "load_checked", "quantize"]

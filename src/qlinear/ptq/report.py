@@ -27,7 +27,9 @@ def _finite(v: Any) -> Any:
 def to_json(qm: Any, rep: Report) -> str:
     """The report as strict JSON (non-finite numbers, e.g. the SQNR of an exactly represented tensor, are null)."""
     doc = {"config": qm.config.to_dict(), "notes": qm.notes, "timings": qm.timings,
-           "encodings": len(qm.encodings), "report": rep.to_dict()}
+           "encodings": len(qm.encodings), "report": rep.to_dict(),
+           "integer_check": None if qm.integer_check is None else {
+               "ok": qm.integer_check.ok, "layers": [lc.as_dict() for lc in qm.integer_check.layers]}}
     return json.dumps(_finite(doc), indent=2, allow_nan=False)
 
 
@@ -101,6 +103,14 @@ def to_html(qm: Any, rep: Report) -> str:
     hists = "".join(_hist(n, h) for n, h in rep.histograms.items())
     times = ", ".join(f"{k} {v:.2f} s" for k, v in qm.timings.items())
     notes = "".join(f"<li>{html.escape(n)}</li>" for n in qm.notes)
+    ic = qm.integer_check
+    red = ' style="color:#c0392b"'
+    irows = "" if ic is None else "".join(
+        f"<tr{'' if lc.ok else red}><td>{html.escape(lc.node)}</td><td>{lc.op}</td>"
+        f"<td>{lc.accumulator}</td><td>{'' if lc.accumulator == 'float' else lc.bound}</td>"
+        f"<td>{'' if lc.accumulator == 'float' else f'{lc.headroom_bits:.2f}'}</td><td>{html.escape(lc.note)}</td></tr>"
+        for lc in ic.layers)
+    isum = "" if ic is None else html.escape(str(ic))
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>qlinear quantization report</title>
 <style>body{{font-family:sans-serif;margin:2em;max-width:1100px}}table{{border-collapse:collapse;font-size:12px}}
 td,th{{border:1px solid #ccc;padding:2px 6px}}h2{{margin-top:1.5em}}</style></head><body>
@@ -113,4 +123,6 @@ encodings; timings: {times}</p><ul>{notes}</ul>
 <h2>Worst tensors: float histogram and chosen range</h2>{hists}
 <h2>All quantized activations</h2><table><tr><th>tensor</th><th>type</th><th>scale</th><th>zero point</th>
 <th>range</th><th>SQNR dB</th><th>dB lost</th></tr>{trows}</table>
+<h2>Integer accumulators (worst case over all inputs)</h2><p>{isum}</p><table><tr><th>layer</th><th>op</th>
+<th>accumulator</th><th>worst |acc|</th><th>headroom (bits)</th><th>note</th></tr>{irows}</table>
 <h2>Configuration</h2><table>{rows}</table></body></html>"""

@@ -24,14 +24,17 @@ from qlinear.ptq.config import QuantizeConfig
 
 FIXED_TFLITE = {"Softmax": (1 / 256, -128), "Sigmoid": (1 / 256, -128), "Tanh": (1 / 128, 0),
                 "LogSoftmax": (16 / 256, 127)}
+#: the 16-bit (16x8) fixed output parameters (``GetFixedOutputRange`` with bit width 16)
+FIXED_TFLITE16 = {"Softmax": (1 / 32768, 0), "Sigmoid": (1 / 32768, 0), "Tanh": (1 / 32768, 0)}
 SAME_SCALE_TFLITE = ("MaxPool", "AveragePool", "GlobalAveragePool", "Concat", "Reshape", "Flatten", "Transpose",
                      "Squeeze", "Unsqueeze", "Pad", "Slice", "Gather", "SpaceToDepth", "DepthToSpace")
 
 
 def adjust_config(cfg: QuantizeConfig) -> QuantizeConfig:
-    if cfg.target == "tflite":
-        return cfg.replace(activation_type="int8", weight_type="int8", weight_symmetric=True,
-                           activation_symmetric=False, policy="tflite",
+    if cfg.target == "tflite":  # int8, or 16x8 (int16 symmetric activations) when 16-bit activations are asked
+        wide = cfg.activation_type in ("int16", "uint16")
+        return cfg.replace(activation_type="int16" if wide else "int8", weight_type="int8", weight_symmetric=True,
+                           activation_symmetric=wide, policy="tflite",
                            weights="per-channel" if cfg.weights == "per-block" else cfg.weights)
     if cfg.target == "qnn":
         at = cfg.activation_type.replace("int", "uint") if cfg.activation_type.startswith("int") else cfg.activation_type
@@ -43,21 +46,16 @@ def finalize(es: EncodingSet, m: onnx.ModelProto, plan: Any, cfg: QuantizeConfig
     if cfg.target != "tflite":
         return es
     encs = {e.name: e for e in es}
+    wide = cfg.activation_type == "int16"
+    fixed = FIXED_TFLITE16 if wide else FIXED_TFLITE
     for n in m.graph.node:
-        if n.op_type in FIXED_TFLITE and n.output[0] in encs:
-            s, z = FIXED_TFLITE[n.op_type]
-            encs[n.output[0]] = Encoding(n.output[0], "int8", scale=s, zero_point=z)
+        if n.op_type in fixed and n.output[0] in encs:
+            s, z = fixed[n.op_type]
+            encs[n.output[0]] = Encoding(n.output[0], cfg.activation_type, scale=s, zero_point=z)
     for n in m.graph.node:  # same-scale operators: output takes the input's parameters
         if n.op_type in SAME_SCALE_TFLITE and n.output[0] in encs and n.input and n.input[0] in encs:
             encs[n.output[0]] = encs[n.input[0]].replace(name=n.output[0])
-    # int32 bias must follow the (possibly changed) input scale
-    from qlinear.calibration import bias_scale
-
-    for b in plan.biases:
-        if b.name in encs and b.input in encs and b.weight in encs:
-            s = bias_scale(encs[b.input].scale, encs[b.weight].scale)
-            encs[b.name] = Encoding(b.name, "int32", scale=s, axis=0 if s.ndim else None, role="param")
-    return es.with_encodings(encs.values())
+    return es.with_encodings(encs.values())  # the int32 biases follow (pipeline.int32_biases)
 
 
 @dataclass
@@ -99,7 +97,8 @@ def check_tflite(model: Any, encodings: EncodingSet | None = None) -> list[Viola
         src = _float_name(g, o)
         if n.op_type in FIXED_TFLITE:
             e = enc.get(src)
-            s, z = FIXED_TFLITE[n.op_type]
+            s, z = (FIXED_TFLITE16 if e is not None and e.dtype == "int16" else FIXED_TFLITE).get(
+                n.op_type, FIXED_TFLITE[n.op_type])
             if e is not None and (not np.isclose(float(np.asarray(e.scale).reshape(-1)[0]), s, rtol=1e-6)
                                   or int(np.asarray(e.zero_point_or_zeros).reshape(-1)[0]) != z):
                 out.append(Violation(src, f"{n.op_type} output must be scale {s}, zero point {z}"))

@@ -1,0 +1,37 @@
+"""``qlinear check MODEL.qdq.onnx``: can any int32 accumulator of the model overflow? (thin shell over
+:func:`qlinear.graph.check_integer`)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import typer
+
+
+def check(model: Path = typer.Argument(..., help="Q/DQ ONNX model (e.g. OUTDIR/model.qdq.onnx).")) -> None:
+    """Prove, layer by layer, that no Conv/ConvTranspose/Gemm/MatMul accumulator can overflow on an integer runtime
+    (worst case over every input the activation type allows, with the model's own weights and biases); print the
+    headroom in bits. Exit status 1 if some layer can overflow."""
+    import sys
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from qlinear.graph import check_integer
+
+    res = check_integer(model)
+    t = Table(title=f"{model}: worst-case accumulators")
+    for c in ("layer", "op", "accumulator", "worst |acc|", "headroom (bits)", "note"):
+        t.add_column(c, overflow="fold")
+    for lc in res.layers:
+        head = "" if lc.accumulator == "float" else ("inf" if math.isinf(lc.headroom_bits) else
+                                                     f"{lc.headroom_bits:.2f}")
+        style = "" if lc.ok else "bold red"
+        t.add_row(lc.node, lc.op, lc.accumulator, "" if lc.accumulator == "float" else str(lc.bound), head, lc.note,
+                  style=style)
+    con = Console(width=None if sys.stdout.isatty() else 160)
+    con.print(t)
+    con.print(str(res), highlight=False)
+    if not res.ok:
+        raise typer.Exit(1)

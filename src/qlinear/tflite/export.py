@@ -1,0 +1,464 @@
+"""Q/DQ ONNX model -> full-integer ``.tflite`` (LiteRT), operator by operator, with the model's own integers.
+
+The Q/DQ model must follow the TFLite int8 rules (``qlinear quantize --target tflite`` writes such models:
+``tflite-int8-spec.md``): int8 (or int16) per-tensor activations, symmetric int8 per-channel weights, int32 biases
+at ``s_in * s_w``. Every weight, bias, scale and zero point is copied, not recomputed, so that the ``.tflite`` and
+:func:`qlinear.kernels.run_integer` compute on the same numbers.
+
+* **Layout**: ONNX is NCHW, TFLite NHWC. Every 4-D activation becomes NHWC (the graph input too: a ``.tflite``
+  takes ``[N, H, W, C]``); Conv weights OIHW become OHWI, depthwise ``[C*m, 1, kh, kw]`` become ``[1, kh, kw, C*m]``
+  (quantized dimension 3); a Reshape/Flatten of a 4-D tensor with spatial extent goes through a TRANSPOSE back to
+  NCHW first.
+* **Operators**: Conv (regular, grouped, depthwise) -> CONV_2D / DEPTHWISE_CONV_2D; Gemm and MatMul with a constant
+  weight -> FULLY_CONNECTED; Add/Sub/Mul -> ADD/SUB/MUL; AveragePool/MaxPool -> AVERAGE_POOL_2D/MAX_POOL_2D;
+  GlobalAveragePool/ReduceMean -> MEAN; Reshape/Flatten/Squeeze/Unsqueeze -> RESHAPE; Concat -> CONCATENATION; Pad
+  -> PAD; Softmax/Sigmoid/Tanh/HardSwish -> SOFTMAX/LOGISTIC/TANH/HARD_SWISH; Relu/Clip after an operator become its
+  fused activation (RELU, RELU6, RELU_N1_TO_1), alone RELU/RELU6/RELU_N1_TO_1; graph inputs and outputs get
+  QUANTIZE/DEQUANTIZE (``float_io=False``: the ``.tflite`` takes and returns the integers).
+* **Padding**: TFLite convolutions and pools know only SAME and VALID; explicit ONNX pads that are neither become a
+  PAD (filled with the input's zero point, i.e. real 0) before a VALID operator.
+
+Anything else raises :class:`~qlinear.errors.UnsupportedError` naming the node.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import onnx
+
+from qlinear.errors import GraphError, UnsupportedError
+from qlinear.graph.model import attr, load_model
+from qlinear.graph.qdq import QOp, QValue, QdqGraph, parse
+from qlinear.tflite import schema as S
+
+#: operator versions LiteRT registers for int8 kernels (and for 16x8 where it differs)
+VERSION8 = {"CONV_2D": 3, "DEPTHWISE_CONV_2D": 3, "FULLY_CONNECTED": 5, "ADD": 2, "SUB": 2, "MUL": 2,
+            "AVERAGE_POOL_2D": 2, "MAX_POOL_2D": 2, "MEAN": 2, "RESHAPE": 1, "PAD": 2, "CONCATENATION": 2,
+            "SOFTMAX": 2, "LOGISTIC": 2, "TANH": 2, "QUANTIZE": 2, "DEQUANTIZE": 2, "TRANSPOSE": 2, "HARD_SWISH": 1,
+            "RELU": 2, "RELU6": 2, "RELU_N1_TO_1": 2}
+VERSION16 = {"CONV_2D": 4, "DEPTHWISE_CONV_2D": 5, "FULLY_CONNECTED": 7, "ADD": 3, "SUB": 3, "MUL": 4,
+             "AVERAGE_POOL_2D": 3, "MAX_POOL_2D": 3, "MEAN": 3, "RESHAPE": 1, "PAD": 4, "CONCATENATION": 3,
+             "SOFTMAX": 3, "LOGISTIC": 3, "TANH": 3, "QUANTIZE": 3, "DEQUANTIZE": 4, "TRANSPOSE": 5,
+             "HARD_SWISH": 1, "RELU": 3, "RELU6": 3, "RELU_N1_TO_1": 3}
+
+SUPPORTED = ("Conv", "Gemm", "MatMul", "Add", "Sub", "Mul", "AveragePool", "MaxPool", "GlobalAveragePool",
+             "ReduceMean", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Concat", "Pad", "Softmax", "Sigmoid",
+             "Tanh", "HardSwish", "Relu", "Clip", "Identity")
+
+
+@dataclass
+class _T:
+    """A TFLite tensor being written: its index, ONNX shape and whether it is stored NHWC."""
+
+    index: int
+    onnx_shape: tuple[int, ...]
+    nhwc: bool
+
+
+def _nhwc(shape: tuple[int, ...]) -> list[int]:
+    n, c, h, w = shape
+    return [n, h, w, c]
+
+
+class _Writer:
+    def __init__(self, qg: QdqGraph, shapes: dict[str, tuple[int, ...]], float_io: bool) -> None:
+        self.qg, self.shapes, self.float_io = qg, shapes, float_io
+        self.md = S.ModelDef(description="qlinear: Q/DQ ONNX -> TFLite")
+        self.t: dict[str, _T] = {}
+
+    # ------------------------------------------------------------------------------------------ tensors
+    def tensor(self, name: str, shape: list[int], dtype: str, quant: S.Quant | None = None,
+               data: np.ndarray | None = None) -> int:
+        buf = 0 if data is None else self.md.add_buffer(data)
+        self.md.tensors.append(S.Tensor(name, [int(d) for d in shape], dtype, buf, quant))
+        return len(self.md.tensors) - 1
+
+    def quant(self, v: QValue, dim: int = 0) -> S.Quant:
+        p = v.params
+        return S.Quant([float(x) for x in p.scale.reshape(-1)], [int(x) for x in p.zero_point.reshape(-1)], dim)
+
+    def version(self, op: str, v: QValue) -> int:
+        return (VERSION16 if v.params.dtype.bits == 16 else VERSION8).get(op, 1)
+
+    def op(self, name: str, v: QValue, ins: list[int], outs: list[int], options: str | None = None,
+           **values: Any) -> None:
+        self.md.operators.append(S.Operator(self.md.opcode(name, self.version(name, v)), ins, outs, options,
+                                            values))
+
+    def activation(self, v: QValue, nhwc: bool, shape: tuple[int, ...]) -> _T:
+        """The TFLite tensor of integer value ``v`` (created on first use)."""
+        if v.name in self.t:
+            return self.t[v.name]
+        tshape = _nhwc(shape) if nhwc else list(shape)
+        idx = self.tensor(v.float_name or v.name, tshape, v.params.dtype.name, self.quant(v))
+        self.t[v.name] = _T(idx, tuple(shape), nhwc)
+        return self.t[v.name]
+
+    def input_of(self, op: QOp, i: int) -> _T:
+        v = op.inputs[i]
+        if v is None or v.name not in self.t:
+            raise UnsupportedError(f"node {op.name} ({op.op}): input {i} ({op.node.input[i]!r}) is not an integer "
+                                   "tensor of the model; the TFLite export needs a full-integer Q/DQ model "
+                                   "(qlinear quantize --target tflite)")
+        return self.t[v.name]
+
+    def output_of(self, op: QOp, nhwc: bool) -> _T:
+        if op.output is None:
+            raise UnsupportedError(f"node {op.name} ({op.op}): its output is not quantized; the TFLite export needs "
+                                   "a QuantizeLinear after every operator (quantize_outputs=True)")
+        shape = self.shapes.get(op.node.output[0]) or self.shapes.get(op.output.float_name)
+        if shape is None:
+            raise GraphError(f"node {op.name}: the shape of {op.node.output[0]!r} is unknown (shape inference)")
+        return self.activation(op.output, nhwc and len(shape) == 4, shape)
+
+    # ------------------------------------------------------------------------------------------ ops
+    def fused(self, op: QOp) -> int:
+        if op.act is None:
+            return S.ACTIVATION["NONE"]
+        if op.act == "CLIP":
+            raise UnsupportedError(f"node {op.name}: the clamp {op.act_bounds} after it is not a TFLite fused "
+                                   "activation (RELU, RELU6, RELU_N1_TO_1)")
+        return S.ACTIVATION[op.act]
+
+    def padding(self, op: QOp, x: _T, k: tuple[int, int], stride: tuple[int, int],
+                dil: tuple[int, int]) -> tuple[str, _T]:
+        """SAME, VALID, or VALID after an explicit PAD (module docstring)."""
+        node = op.node
+        pads = list(attr(node, "pads", [0, 0, 0, 0]))
+        ap = attr(node, "auto_pad", b"NOTSET")
+        ap = ap.decode() if isinstance(ap, bytes) else ap
+        h, w = x.onnx_shape[2], x.onnx_shape[3]
+        same = []
+        for size, kk, s, d in ((h, k[0], stride[0], dil[0]), (w, k[1], stride[1], dil[1])):
+            out = -(-size // s)
+            total = max((out - 1) * s + (kk - 1) * d + 1 - size, 0)
+            same.append((total // 2, total - total // 2))
+        if ap in ("SAME_UPPER",) or (ap == "NOTSET" and pads == [same[0][0], same[1][0], same[0][1], same[1][1]]
+                                      and any(pads)):
+            return "SAME", x
+        if ap == "VALID" or not any(pads):
+            return "VALID", x
+        if ap != "NOTSET":
+            raise UnsupportedError(f"node {op.name}: auto_pad {ap} has no TFLite padding")
+        t, l, b, r = pads[0], pads[1], pads[2], pads[3]
+        v = op.inputs[0]
+        shape = (x.onnx_shape[0], x.onnx_shape[1], h + t + b, w + l + r)
+        pv = QValue(f"{v.name}__pad_{op.name}", v.params, float_name=f"{v.float_name}_padded_{op.name}")
+        out = self.activation(pv, True, shape)
+        pads_t = self.tensor(f"{op.name}_paddings", [4, 2], "int32",
+                             data=np.array([[0, 0], [t, b], [l, r], [0, 0]], np.int32))
+        self.op("PAD", v, [x.index, pads_t], [out.index], "PadOptions")
+        return "VALID", out
+
+    def conv(self, op: QOp) -> None:
+        node = op.node
+        x = self.input_of(op, 0)
+        w = op.inputs[1]
+        if w is None or w.const is None or x.onnx_shape is None or len(x.onnx_shape) != 4:
+            raise UnsupportedError(f"node {op.name}: only 2-D convolutions with constant quantized weights export")
+        wq = np.asarray(w.const)
+        o, cg, kh, kw = wq.shape
+        c = x.onnx_shape[1]
+        groups = attr(node, "group", 1)
+        stride = tuple(attr(node, "strides", [1, 1]))
+        dil = tuple(attr(node, "dilations", [1, 1]))
+        pad, x = self.padding(op, x, (kh, kw), stride, dil)
+        out = self.output_of(op, True)
+        bias = self.bias(op, o)
+        depthwise = groups == c and cg == 1 and groups > 1
+        if depthwise:
+            wt = wq.reshape(o, kh, kw).transpose(1, 2, 0)[None]  # [1, kh, kw, C*m]
+            wi = self.tensor(w.float_name or w.name, list(wt.shape), w.params.dtype.name, self.quant(w, 3),
+                             np.ascontiguousarray(wt))
+            self.op("DEPTHWISE_CONV_2D", op.output, [x.index, wi, bias], [out.index], "DepthwiseConv2DOptions",
+                    padding=S.PADDING[pad], stride_w=stride[1], stride_h=stride[0], depth_multiplier=o // c,
+                    fused_activation_function=self.fused(op), dilation_w_factor=dil[1], dilation_h_factor=dil[0])
+            return
+        wt = wq.transpose(0, 2, 3, 1)  # OHWI
+        wi = self.tensor(w.float_name or w.name, list(wt.shape), w.params.dtype.name, self.quant(w, 0),
+                         np.ascontiguousarray(wt))
+        self.op("CONV_2D", op.output, [x.index, wi, bias], [out.index], "Conv2DOptions", padding=S.PADDING[pad],
+                stride_w=stride[1], stride_h=stride[0], fused_activation_function=self.fused(op),
+                dilation_w_factor=dil[1], dilation_h_factor=dil[0])
+
+    def bias(self, op: QOp, n: int) -> int:
+        if len(op.node.input) < 3 or not op.node.input[2]:
+            return -1
+        b = op.inputs[2]
+        if b is None or b.const is None or b.params.dtype.name not in ("int32", "int64"):
+            raise UnsupportedError(f"node {op.name}: its bias is not an int32 DequantizeLinear of a constant")
+        bq = np.asarray(b.const).reshape(-1)
+        if bq.size == 1 and n > 1:
+            bq = np.full(n, bq[0], bq.dtype)
+        scale = np.broadcast_to(b.params.scale.reshape(-1), (n,)) if b.params.scale.size == 1 else \
+            b.params.scale.reshape(-1)
+        q = S.Quant([float(s) for s in scale], [0] * n, 0)
+        if op.inputs[0] is not None and op.inputs[0].params.dtype.bits == 16:  # 16x8 kernels take an int64 bias
+            return self.tensor(b.float_name or b.name, [n], "int64", q, bq.astype(np.int64))
+        return self.tensor(b.float_name or b.name, [n], b.params.dtype.name, q, bq.astype(b.params.dtype.storage))
+
+    def fully_connected(self, op: QOp) -> None:
+        node = op.node
+        x = self.input_of(op, 0)
+        w = op.inputs[1]
+        if w is None or w.const is None or np.asarray(w.const).ndim != 2:
+            raise UnsupportedError(f"node {op.name} ({op.op}): only a constant 2-D quantized weight exports as "
+                                   "FULLY_CONNECTED")
+        if len(x.onnx_shape) != 2:
+            raise UnsupportedError(f"node {op.name} ({op.op}): FULLY_CONNECTED needs a 2-D input here, got "
+                                   f"{list(x.onnx_shape)}")
+        wq = np.asarray(w.const)
+        if op.op == "Gemm":
+            if attr(node, "transA", 0) or attr(node, "alpha", 1.0) != 1.0 or attr(node, "beta", 1.0) != 1.0:
+                raise UnsupportedError(f"node {op.name}: Gemm with transA/alpha/beta has no FULLY_CONNECTED form")
+            wt = wq if attr(node, "transB", 0) else wq.T
+            axis_ok = w.params.per_tensor or w.params.axis == (0 if attr(node, "transB", 0) else 1)
+        else:
+            wt = wq.T
+            axis_ok = w.params.per_tensor or w.params.axis == 1
+        if not axis_ok:
+            raise UnsupportedError(f"node {op.name}: per-channel weight scales must run along the output features")
+        out = self.output_of(op, False)
+        wi = self.tensor(w.float_name or w.name, list(wt.shape), w.params.dtype.name, self.quant(w, 0),
+                         np.ascontiguousarray(wt))
+        bias = self.bias(op, wt.shape[0]) if op.op == "Gemm" else -1
+        self.op("FULLY_CONNECTED", op.output, [x.index, wi, bias], [out.index], "FullyConnectedOptions",
+                fused_activation_function=self.fused(op))
+
+    def binary(self, op: QOp) -> None:
+        a, b = self.input_of(op, 0), self.input_of(op, 1)
+        nhwc = a.nhwc or b.nhwc
+        if a.nhwc != b.nhwc and (len(a.onnx_shape) == 4) == (len(b.onnx_shape) == 4):
+            raise UnsupportedError(f"node {op.name}: inputs in different layouts")
+        if (len(a.onnx_shape) == 4) != (len(b.onnx_shape) == 4):
+            raise UnsupportedError(f"node {op.name}: broadcasting between ranks {len(a.onnx_shape)} and "
+                                   f"{len(b.onnx_shape)} is not exported")
+        out = self.output_of(op, nhwc)
+        name = {"Add": "ADD", "Sub": "SUB", "Mul": "MUL"}[op.op]
+        opts = {"Add": "AddOptions", "Sub": "SubOptions", "Mul": "MulOptions"}[op.op]
+        extra = {"pot_scale_int16": False} if op.op != "Mul" and op.output.params.dtype.bits == 16 else {}
+        self.op(name, op.output, [a.index, b.index], [out.index], opts, fused_activation_function=self.fused(op),
+                **extra)
+
+    def pool(self, op: QOp) -> None:
+        node = op.node
+        x = self.input_of(op, 0)
+        if op.op == "GlobalAveragePool":
+            return self.mean(op, (2, 3), True)
+        k = tuple(attr(node, "kernel_shape"))
+        stride = tuple(attr(node, "strides", [1, 1]))
+        if attr(node, "ceil_mode", 0) or any(d != 1 for d in attr(node, "dilations", [1, 1])):
+            raise UnsupportedError(f"node {op.name}: ceil_mode/dilations have no TFLite pool")
+        pad, x2 = self.padding(op, x, k, stride, (1, 1))
+        if x2 is not x:
+            raise UnsupportedError(f"node {op.name}: pool padding that is neither SAME nor VALID")
+        if op.op == "AveragePool" and pad == "SAME" and attr(node, "count_include_pad", 0):
+            raise UnsupportedError(f"node {op.name}: count_include_pad=1 differs from TFLite's SAME average pool")
+        out = self.output_of(op, True)
+        name = "AVERAGE_POOL_2D" if op.op == "AveragePool" else "MAX_POOL_2D"
+        self.op(name, op.output, [x.index], [out.index], "Pool2DOptions", padding=S.PADDING[pad], stride_w=stride[1],
+                stride_h=stride[0], filter_width=k[1], filter_height=k[0], fused_activation_function=self.fused(op))
+
+    def mean(self, op: QOp, axes: tuple[int, ...], keep: bool) -> None:
+        x = self.input_of(op, 0)
+        rank = len(x.onnx_shape)
+        axes = tuple(a % rank for a in axes)
+        if x.nhwc:
+            axes = tuple({0: 0, 1: 3, 2: 1, 3: 2}[a] for a in axes)
+        out = self.output_of(op, keep and x.nhwc)
+        ai = self.tensor(f"{op.name}_axes", [len(axes)], "int32", data=np.array(sorted(axes), np.int32))
+        self.op("MEAN", op.output, [x.index, ai], [out.index], "ReducerOptions", keep_dims=keep)
+
+    def reshape(self, op: QOp) -> None:
+        x = self.input_of(op, 0)
+        shape = self.shapes.get(op.node.output[0]) or self.shapes.get(op.output.float_name if op.output else "")
+        if shape is None:
+            raise GraphError(f"node {op.name}: the shape of its output is unknown")
+        if x.nhwc and not all(d == 1 for d in x.onnx_shape[2:]):  # back to NCHW order first
+            v = op.inputs[0]
+            tv = QValue(f"{v.name}__nchw", v.params, float_name=f"{v.float_name}_nchw")
+            tt = self.activation(tv, False, x.onnx_shape)
+            perm = self.tensor(f"{op.name}_perm", [4], "int32", data=np.array([0, 3, 1, 2], np.int32))
+            self.op("TRANSPOSE", v, [x.index, perm], [tt.index], "TransposeOptions")
+            x = tt
+        out = self.output_of(op, len(shape) == 4)
+        tshape = _nhwc(shape) if len(shape) == 4 else list(shape)
+        # the batch dimension stays free (-1) so that LiteRT can resize the input
+        target = [-1] + tshape[1:] if tshape and x.onnx_shape and tshape[0] == x.onnx_shape[0] else tshape
+        si = self.tensor(f"{op.name}_shape", [len(target)], "int32", data=np.array(target, np.int32))
+        self.op("RESHAPE", op.output, [x.index, si], [out.index], "ReshapeOptions", new_shape=target)
+
+    def concat(self, op: QOp) -> None:
+        xs = [self.input_of(op, i) for i in range(len(op.inputs))]
+        rank = len(xs[0].onnx_shape)
+        axis = attr(op.node, "axis") % rank
+        nhwc = xs[0].nhwc
+        if any(t.nhwc != nhwc for t in xs):
+            raise UnsupportedError(f"node {op.name}: Concat of tensors in different layouts")
+        if nhwc:
+            axis = {0: 0, 1: 3, 2: 1, 3: 2}[axis]
+        out = self.output_of(op, nhwc)
+        self.op("CONCATENATION", op.output, [t.index for t in xs], [out.index], "ConcatenationOptions", axis=axis,
+                fused_activation_function=self.fused(op))
+
+    def pad(self, op: QOp) -> None:
+        x = self.input_of(op, 0)
+        mode = attr(op.node, "mode", b"constant")
+        mode = mode.decode() if isinstance(mode, bytes) else mode
+        pads = self.qg.consts.get(op.node.input[1]) if len(op.node.input) > 1 else None
+        pads = np.asarray(pads if pads is not None else attr(op.node, "pads"), np.int64)
+        cval = self.qg.consts.get(op.node.input[2]) if len(op.node.input) > 2 and op.node.input[2] else None
+        if mode != "constant" or (cval is not None and float(np.asarray(cval).reshape(-1)[0]) != 0.0):
+            raise UnsupportedError(f"node {op.name}: only constant zero padding exports (PAD)")
+        r = len(x.onnx_shape)
+        pr = np.stack([pads[:r], pads[r:]], 1)
+        if x.nhwc:
+            pr = pr[[0, 2, 3, 1]]
+        out = self.output_of(op, x.nhwc)
+        pi = self.tensor(f"{op.name}_paddings", [r, 2], "int32", data=pr.astype(np.int32))
+        self.op("PAD", op.output, [x.index, pi], [out.index], "PadOptions")
+
+    def unary(self, op: QOp) -> None:
+        x = self.input_of(op, 0)
+        out = self.output_of(op, x.nhwc)
+        if op.op == "Softmax":
+            axis = attr(op.node, "axis", -1) % len(x.onnx_shape)
+            if axis != len(x.onnx_shape) - 1 or x.nhwc:
+                raise UnsupportedError(f"node {op.name}: SOFTMAX runs over the last axis only")
+            self.op("SOFTMAX", op.output, [x.index], [out.index], "SoftmaxOptions", beta=1.0)
+            return
+        if op.op in ("Relu", "Clip"):
+            from qlinear.graph.qdq import _clip_bounds, activation_name
+
+            b = _clip_bounds(op.node, self.qg.consts)
+            name = activation_name(*b) if b is not None else "CLIP"
+            if name == "CLIP":
+                raise UnsupportedError(f"node {op.name}: Clip{b} is not RELU/RELU6/RELU_N1_TO_1")
+            self.op(name, op.output, [x.index], [out.index])
+            return
+        if op.op == "Identity":
+            self.op("RESHAPE", op.output, [x.index], [out.index], "ReshapeOptions",
+                    new_shape=_nhwc(x.onnx_shape) if x.nhwc else list(x.onnx_shape))
+            return
+        name = {"Sigmoid": "LOGISTIC", "Tanh": "TANH", "HardSwish": "HARD_SWISH"}[op.op]
+        if name == "HARD_SWISH" and op.output.params.dtype.bits != 8:
+            raise UnsupportedError(f"node {op.name}: HARD_SWISH has int8 kernels only in LiteRT (no 16-bit kernel)")
+        self.op(name, op.output, [x.index], [out.index], "HardSwishOptions" if name == "HARD_SWISH" else None)
+
+
+def _static_shapes(m: onnx.ModelProto, batch: int) -> dict[str, tuple[int, ...]]:
+    mm = onnx.ModelProto()
+    mm.CopyFrom(m)
+    inits = {t.name for t in mm.graph.initializer}
+    for v in mm.graph.input:
+        if v.name in inits:
+            continue
+        for i, d in enumerate(v.type.tensor_type.shape.dim):
+            if not d.HasField("dim_value") or d.dim_value <= 0:
+                if i != 0:
+                    raise GraphError(f"input {v.name!r}: dimension {i} is dynamic; a .tflite needs a static shape "
+                                     "(export the ONNX model with a fixed input size)")
+                d.ClearField("dim_param")
+                d.dim_value = batch
+    del mm.graph.value_info[:]
+    inferred = onnx.shape_inference.infer_shapes(mm, strict_mode=False, data_prop=True)
+    out: dict[str, tuple[int, ...]] = {}
+    for v in list(inferred.graph.input) + list(inferred.graph.value_info) + list(inferred.graph.output):
+        tt = v.type.tensor_type
+        if tt.HasField("shape") and all(d.HasField("dim_value") for d in tt.shape.dim):
+            out[v.name] = tuple(int(d.dim_value) for d in tt.shape.dim)
+    return out
+
+
+def export(model: Any, *, float_io: bool = True, batch: int = 1) -> bytes:
+    """The ``.tflite`` bytes of a TFLite-conforming Q/DQ model (module docstring). ``batch`` fixes a dynamic batch
+    dimension (LiteRT can resize it at run time)."""
+    qg = parse(model)
+    m = qg.model
+    shapes = _static_shapes(m, batch)
+    w = _Writer(qg, shapes, float_io)
+    g = qg.index
+    for v in m.graph.input:
+        if v.name in g.initializers:
+            continue
+        cons = g.consumers.get(v.name, [])
+        qn = [n for n, _ in cons if n.op_type == "QuantizeLinear"]
+        if len(qn) != 1 or len(cons) != 1 or qn[0].output[0] not in qg.values:
+            raise UnsupportedError(f"graph input {v.name!r} must feed exactly one QuantizeLinear")
+        qv = qg.values[qn[0].output[0]]
+        shape = shapes[v.name]
+        nhwc = len(shape) == 4
+        if float_io:
+            fi = w.tensor(v.name, _nhwc(shape) if nhwc else list(shape), "float32")
+            qt = w.activation(qv, nhwc, shape)
+            w.op("QUANTIZE", qv, [fi], [qt.index])
+            w.md.inputs.append(fi)
+        else:
+            qt = w.activation(qv, nhwc, shape)
+            w.md.inputs.append(qt.index)
+    handled: set[str] = set()
+    for n in m.graph.node:
+        key = n.name or (n.output[0] if n.output else "")
+        if n.op_type in ("QuantizeLinear", "DequantizeLinear", "Constant"):
+            continue
+        op = qg.ops.get(key)
+        if op is None:
+            if n.op_type in ("Relu", "Clip") and any(o.act_node is n for o in qg.ops.values()):
+                continue
+            raise UnsupportedError(f"node {key} ({n.op_type}) has no quantized inputs: the TFLite export needs a "
+                                   "full-integer model")
+        if op.op not in SUPPORTED:
+            raise UnsupportedError(f"node {op.name}: operator {op.op} is not in the TFLite int8 set qlinear exports "
+                                   f"({', '.join(SUPPORTED)})")
+        if op.op == "Conv":
+            w.conv(op)
+        elif op.op in ("Gemm", "MatMul"):
+            w.fully_connected(op)
+        elif op.op in ("Add", "Sub", "Mul"):
+            w.binary(op)
+        elif op.op in ("AveragePool", "MaxPool", "GlobalAveragePool"):
+            w.pool(op)
+        elif op.op == "ReduceMean":
+            axes = attr(n, "axes")
+            if axes is None and len(n.input) > 1 and n.input[1]:
+                axes = [int(a) for a in np.asarray(qg.consts[n.input[1]]).reshape(-1)]
+            if axes is None:
+                raise UnsupportedError(f"node {op.name}: ReduceMean over all axes is not exported")
+            w.mean(op, tuple(axes), bool(attr(n, "keepdims", 1)))
+        elif op.op in ("Reshape", "Flatten", "Squeeze", "Unsqueeze"):
+            w.reshape(op)
+        elif op.op == "Concat":
+            w.concat(op)
+        elif op.op == "Pad":
+            w.pad(op)
+        else:
+            w.unary(op)
+        handled.add(key)
+    for o in m.graph.output:
+        p = g.producer.get(o.name)
+        if p is None or p.op_type != "DequantizeLinear" or p.input[0] not in qg.values or \
+                p.input[0] not in w.t:
+            raise UnsupportedError(f"graph output {o.name!r} must be the DequantizeLinear of an integer tensor")
+        qt = w.t[p.input[0]]
+        if float_io:
+            shape = _nhwc(qt.onnx_shape) if qt.nhwc else list(qt.onnx_shape)
+            fo = w.tensor(o.name, shape, "float32")
+            w.op("DEQUANTIZE", qg.values[p.input[0]], [qt.index], [fo])
+            w.md.outputs.append(fo)
+        else:
+            w.md.outputs.append(qt.index)
+    return S.serialize(w.md)
+
+
+def input_layout(model: Any) -> dict[str, str]:
+    """How each graph input is laid out in the exported ``.tflite`` (``NHWC`` for 4-D inputs)."""
+    m = load_model(model)
+    inits = {t.name for t in m.graph.initializer}
+    return {v.name: "NHWC" if len(v.type.tensor_type.shape.dim) == 4 else "same"
+            for v in m.graph.input if v.name not in inits}
+
+
+__all__ = ["SUPPORTED", "export", "input_layout"]

@@ -1,0 +1,175 @@
+"""The .tflite export (issue 14 items 2-4): every constant of our flatbuffer writer against the schema code LiteRT ships,
+every exported operator run by LiteRT 2.3.0 and compared bit for bit with run_integer in the matching profile
+(``litert_ref`` = BUILTIN_REF, ``litert_xnnpack`` = the default resolver), in int8 and in 16x8."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import qlinear
+from qlinear.errors import UnsupportedError
+from qlinear.kernels.run import IntegerModel
+from qlinear.tflite import schema as S
+from qlinear.tflite.export import export
+
+litert = pytest.importorskip("ai_edge_litert.interpreter")
+G = pytest.importorskip("ai_edge_litert.schema_py_generated")
+
+RESOLVERS = {"ref": litert.OpResolverType.BUILTIN_REF, "auto": litert.OpResolverType.AUTO}
+
+
+def test_schema_constants_match_the_generated_code():
+    for name, v in S.OP.items():
+        assert getattr(G.BuiltinOperator, name) == v, name
+    for name, v in S.OPTIONS.items():
+        assert getattr(G.BuiltinOptions, name) == v, name
+    for name, v in S.TENSOR_TYPE.items():
+        assert getattr(G.TensorType, {"bool": "BOOL"}.get(name, name.upper())) == v, name
+    for name, v in S.ACTIVATION.items():
+        if name:
+            assert getattr(G.ActivationFunctionType, name) == v
+    assert G.Padding.SAME == S.PADDING["SAME"] and G.Padding.VALID == S.PADDING["VALID"]
+    # every options table: the generated code reads back the fields we wrote
+    md = S.ModelDef()
+    md.tensors.append(S.Tensor("x", [1, 2, 2, 3], "int8", 0, S.Quant([0.5], [1])))
+    md.operators.append(S.Operator(md.opcode("CONV_2D", 3), [0, 0, -1], [0], "Conv2DOptions",
+                                   {"padding": 1, "stride_w": 2, "stride_h": 3, "fused_activation_function": 3,
+                                    "dilation_w_factor": 2, "dilation_h_factor": 4}))
+    md.operators.append(S.Operator(md.opcode("DEPTHWISE_CONV_2D", 3), [0], [0], "DepthwiseConv2DOptions",
+                                   {"depth_multiplier": 2, "fused_activation_function": 1, "stride_h": 5}))
+    md.operators.append(S.Operator(md.opcode("ADD", 2), [0, 0], [0], "AddOptions", {"pot_scale_int16": False}))
+    md.operators.append(S.Operator(md.opcode("RESHAPE", 1), [0], [0], "ReshapeOptions", {"new_shape": [-1, 6]}))
+    md.inputs, md.outputs = [0], [0]
+    m = G.ModelT.InitFromPackedBuf(S.serialize(md), 0)
+    ops = m.subgraphs[0].operators
+    c = ops[0].builtinOptions
+    assert (c.padding, c.strideW, c.strideH, c.fusedActivationFunction, c.dilationWFactor, c.dilationHFactor) == \
+        (1, 2, 3, 3, 2, 4)
+    d = ops[1].builtinOptions
+    assert (d.depthMultiplier, d.fusedActivationFunction, d.strideH) == (2, 1, 5)
+    assert ops[2].builtinOptions.potScaleInt16 is False
+    assert list(ops[3].builtinOptions.newShape) == [-1, 6]
+    t = m.subgraphs[0].tensors[0]
+    assert list(t.shape) == [1, 2, 2, 3] and list(t.quantization.scale) == [0.5] and \
+        list(t.quantization.zeroPoint) == [1]
+    assert [(oc.builtinCode, oc.version) for oc in m.operatorCodes] == [(3, 3), (4, 3), (0, 2), (22, 1)]
+
+
+RNG = np.random.default_rng(0)
+
+
+def _w(*s):
+    return RNG.normal(0, 0.5, s).astype(np.float32)
+
+
+def _model(nodes, inits):
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4, 8, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.graph.output[0].CopyFrom(onnx.shape_inference.infer_shapes(m).graph.output[0])
+    return m
+
+
+def _node(op, ins, outs, **kw):
+    return helper.make_node(op, ins, outs, **kw)
+
+
+CASES = {
+    "conv_same": ([_node("Conv", ["x", "w", "b"], ["y"], pads=[1, 1, 1, 1])], {"w": _w(6, 4, 3, 3), "b": _w(6)}),
+    "conv_s2_explicit_pad": ([_node("Conv", ["x", "w", "b"], ["y"], pads=[1, 1, 1, 1], strides=[2, 2])],
+                             {"w": _w(6, 4, 3, 3), "b": _w(6)}),
+    "conv_relu6": ([_node("Conv", ["x", "w", "b"], ["c"]), _node("Clip", ["c", "lo", "hi"], ["y"])],
+                   {"w": _w(6, 4, 3, 3), "b": _w(6), "lo": np.float32(0), "hi": np.float32(6)}),
+    "depthwise_x2": ([_node("Conv", ["x", "w", "b"], ["y"], pads=[1, 1, 1, 1], group=4)],
+                     {"w": _w(8, 1, 3, 3), "b": _w(8)}),
+    "grouped": ([_node("Conv", ["x", "w", "b"], ["y"], pads=[1, 1, 1, 1], group=2)], {"w": _w(6, 2, 3, 3), "b": _w(6)}),
+    "add_relu": ([_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]), _node("Add", ["c", "x"], ["a"]),
+                  _node("Relu", ["a"], ["y"])], {"w": _w(4, 4, 3, 3), "b": _w(4)}),
+    "mul": ([_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]), _node("Mul", ["c", "x"], ["y"])],
+            {"w": _w(4, 4, 3, 3), "b": _w(4)}),
+    "sub": ([_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]), _node("Sub", ["c", "x"], ["y"])],
+            {"w": _w(4, 4, 3, 3), "b": _w(4)}),
+    "avgpool": ([_node("AveragePool", ["x"], ["y"], kernel_shape=[2, 2], strides=[2, 2])], {}),
+    "maxpool": ([_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2], strides=[2, 2])], {}),
+    "gap_flatten_fc": ([_node("GlobalAveragePool", ["x"], ["g"]), _node("Flatten", ["g"], ["f"]),
+                        _node("Gemm", ["f", "w", "b"], ["y"], transB=1)], {"w": _w(5, 4), "b": _w(5)}),
+    "mean_gemm_transb0": ([_node("ReduceMean", ["x"], ["g"], axes=[2, 3], keepdims=0),
+                           _node("Gemm", ["g", "w", "b"], ["y"])], {"w": _w(4, 5), "b": _w(5)}),
+    "flatten_spatial_matmul": ([_node("Flatten", ["x"], ["f"]), _node("MatMul", ["f", "w"], ["y"])], {"w": _w(256, 5)}),
+    "concat": ([_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]), _node("Concat", ["c", "x"], ["y"], axis=1)],
+               {"w": _w(4, 4, 3, 3), "b": _w(4)}),
+    "pad": ([_node("Pad", ["x", "p"], ["y"])], {"p": np.array([0, 0, 1, 2, 0, 0, 2, 1], np.int64)}),
+    "softmax": ([_node("GlobalAveragePool", ["x"], ["g"]), _node("Flatten", ["g"], ["f"]),
+                 _node("Gemm", ["f", "w", "b"], ["l"], transB=1), _node("Softmax", ["l"], ["y"])],
+                {"w": _w(5, 4) * 8, "b": _w(5)}),
+    "sigmoid": ([_node("Sigmoid", ["x"], ["y"])], {}),
+    "tanh": ([_node("Tanh", ["x"], ["y"])], {}),
+    "hardswish": ([_node("HardSwish", ["x"], ["y"])], {}),
+    "relu6_alone": ([_node("Clip", ["x", "lo", "hi"], ["y"])], {"lo": np.float32(0), "hi": np.float32(6)}),
+}
+X = RNG.normal(0, 2, (64, 4, 8, 8)).astype(np.float32)
+
+
+def _litert(data: bytes, x: np.ndarray, resolver: str) -> np.ndarray:
+    it = litert.Interpreter(model_content=data, experimental_op_resolver_type=RESOLVERS[resolver])
+    it.resize_tensor_input(it.get_input_details()[0]["index"], [len(x), 8, 8, 4])
+    it.allocate_tensors()
+    it.set_tensor(it.get_input_details()[0]["index"], x.transpose(0, 2, 3, 1))
+    it.invoke()
+    y = it.get_tensor(it.get_output_details()[0]["index"])
+    return y.transpose(0, 3, 1, 2) if y.ndim == 4 else y
+
+
+@pytest.mark.parametrize("bits", [8, 16])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_operator_bit_exact_against_litert(case, bits):
+    qm = qlinear.quantize(_model(*CASES[case]), {"x": X}, dict(
+        calibration_samples=48, evaluation_samples=0, target="tflite", activation_type=f"int{bits}"))
+    if bits == 16 and case == "hardswish":  # LiteRT 2.3.0: "Only float32, uint8 and int8 are supported"
+        with pytest.raises(UnsupportedError, match="HARD_SWISH has int8 kernels only"):
+            export(qm.model)
+        return
+    data = export(qm.model)
+    x = X[48:]
+    y = _litert(data, x, "ref")
+    z = IntegerModel(qm.model, "litert_ref").run({"x": x})["y"]
+    assert np.array_equal(y, z), f"{int((y != z).sum())} of {y.size} differ from BUILTIN_REF"
+    if bits == 8:  # XNNPACK has no 16x8 kernels (the optimized builtins run them, not matched here)
+        y = _litert(data, x, "auto")
+        z = IntegerModel(qm.model, "litert_xnnpack").run({"x": x})["y"]
+        assert np.array_equal(y, z), f"{int((y != z).sum())} of {y.size} differ from the default resolver"
+
+
+def test_unsupported_operator_is_named():
+    m = _model([_node("Erf", ["x"], ["y"])], {})
+    qm = qlinear.quantize(m, {"x": X}, dict(calibration_samples=8, evaluation_samples=0, target="tflite"))
+    with pytest.raises(UnsupportedError, match="Erf"):
+        export(qm.model)
+    m = _model([_node("AveragePool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])], {})
+    qm = qlinear.quantize(m, {"x": X}, dict(calibration_samples=8, evaluation_samples=0, target="tflite"))
+    with pytest.raises(UnsupportedError, match="neither SAME nor VALID"):
+        export(qm.model)
+
+
+def test_integer_io_and_bundled_example(tmp_path):
+    from qlinear.examples import DATA, MODEL
+
+    qm = qlinear.quantize(MODEL, DATA, dict(calibration_samples=20, evaluation_samples=20, target="tflite"))
+    x = np.load(DATA)["input"][20:]
+    for resolver, mode in (("ref", "litert_ref"), ("auto", "litert_xnnpack")):
+        it = litert.Interpreter(model_content=export(qm.model), experimental_op_resolver_type=RESOLVERS[resolver])
+        it.resize_tensor_input(it.get_input_details()[0]["index"], [len(x), 24, 24, 3])
+        it.allocate_tensors()
+        it.set_tensor(it.get_input_details()[0]["index"], x.transpose(0, 2, 3, 1))
+        it.invoke()
+        y = it.get_tensor(it.get_output_details()[0]["index"])
+        assert np.array_equal(y, IntegerModel(qm.model, mode).run({"input": x})["logits"])
+    raw = export(qm.model, float_io=False)
+    it = litert.Interpreter(model_content=raw, experimental_op_resolver_type=RESOLVERS["ref"])
+    assert it.get_input_details()[0]["dtype"] == np.int8 and it.get_output_details()[0]["dtype"] == np.int8
+    qm.save_tflite(tmp_path / "m.tflite")
+    assert (tmp_path / "m.tflite").read_bytes()[4:8] == b"TFL3"
