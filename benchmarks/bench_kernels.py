@@ -1,8 +1,10 @@
 """Integer kernels: int8 GEMM (M=N=K=1024) against ONNX Runtime's MatMulInteger, and a MobileNet Conv2D layer
 (1x1 pointwise, 1x96x56x56 -> 24 channels, and 3x3 depthwise 1x144x56x56) against QLinearConv; same thread count
 for both (numpy's BLAS and ORT both limited to N threads), ratio printed. Every output is checked equal first.
+With ``../shared`` present, a whole-model row: ``run_integer`` (``ort_fused`` profile, compiled once) on the Q/DQ
+EfficientNet-Lite0 against ONNX Runtime running the same model with its fused int8 kernels, batch 8, outputs compared.
 
-    python benchmarks/bench_kernels.py [--threads 1]
+    python benchmarks/bench_kernels.py [--threads 1] [--shared ../shared]
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import time
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--shared", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared"))
     a = ap.parse_args()
     for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[v] = str(a.threads)
@@ -23,6 +26,9 @@ def main() -> None:
     from onnx import TensorProto, helper
 
     from qlinear import kernels as K
+    from qlinear.kernels import native
+
+    native.set_threads(a.threads)
 
     def sess(node, inputs, out_type):
         vis = [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape))
@@ -74,7 +80,27 @@ def main() -> None:
 
         assert np.array_equal(ours(), sc.run(None, ins)[0])
         rows.append((f"Conv2D {name} (QLinearConv)", best(ours), best(lambda sc=sc, ins=ins: sc.run(None, ins))))
-    print(f"threads: {a.threads}; numpy {np.__version__}, onnxruntime {ort.__version__}")
+    model = os.path.join(a.shared, "models", "efficientnet-lite0.onnx")
+    if os.path.exists(model):
+        import qlinear
+        from qlinear.kernels.run import IntegerModel
+
+        x = rng.normal(0, 1, (40, 3, 224, 224)).astype(np.float32)
+        qm = qlinear.quantize(model, {"input": x[:32]}, dict(calibration_samples=32, evaluation_samples=0))
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = a.threads
+        so.log_severity_level = 3
+        s = ort.InferenceSession(qm.model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        im = IntegerModel(qm.model, "ort_fused")
+        xb = x[32:40]
+        assert np.array_equal(im.run({"input": xb})["logits"], s.run(None, {"input": xb})[0])
+        rows.append(("EfficientNet-Lite0 W8A8 whole model, batch 8, per image (ORT fused int8)",
+                     best(lambda: im.run({"input": xb}), 5) / 8, best(lambda: s.run(None, {"input": xb}), 5) / 8))
+    import re
+
+    flags = " ".join(sorted(set(re.findall(r"\b(avx\w*|fma)\b", open("/proc/cpuinfo").read())))) \
+        if os.path.exists("/proc/cpuinfo") else "?"
+    print(f"threads: {a.threads}; numpy {np.__version__}, onnxruntime {ort.__version__}; CPU flags: {flags}")
     print("| kernel | qlinear (ms) | ONNX Runtime (ms) | qlinear / ORT |")
     print("|---|---|---|---|")
     for n, tq, to in rows:

@@ -25,6 +25,13 @@ MODE_CODE = {"fixed_double": 0, "fixed_single": 1, "ruy_x86": 2, "f64_round_away
              "int64_reduced": 6}
 OUT_KIND = {np.dtype(np.int8): 0, np.dtype(np.uint8): 1, np.dtype(np.int16): 2, np.dtype(np.uint16): 3}
 _MIN_ROWS_PARALLEL = 1 << 15  # elements per call below which one thread is used
+_THREADS: int | None = None
+
+
+def set_threads(n: int | None) -> None:
+    """Threads the integer kernels may use (None: all cores, up to 8)."""
+    global _THREADS
+    _THREADS = None if n is None else max(1, int(n))
 
 
 @lru_cache(maxsize=1)
@@ -46,7 +53,8 @@ def available() -> bool:
 
 
 def _split(fn, rows: int, work: int) -> None:  # noqa: ANN001
-    threads = min(cpu_count(), 8) if work >= _MIN_ROWS_PARALLEL and rows > 1 else 1
+    cap = _THREADS if _THREADS is not None else min(cpu_count(), 8)
+    threads = cap if work >= _MIN_ROWS_PARALLEL and rows > 1 else 1
     parallel_ranges(fn, rows, threads, 1)
 
 
@@ -176,4 +184,4 @@ def dwconv(x: np.ndarray, zx: int, w_centered: np.ndarray, mult: int, bias: np.n
     return out
 
 
-__all__ = ["MODE_CODE", "Multiplier", "available", "dwconv", "requant"]
+__all__ = ["MODE_CODE", "Multiplier", "available", "dwconv", "requant", "set_threads"]
