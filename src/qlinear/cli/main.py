@@ -60,11 +60,32 @@ _GROUPS: list[tuple[str, str, str]] = [
 EXIT_OK, EXIT_PROBLEMS, EXIT_USAGE, EXIT_ERROR, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
 
+def _tune_malloc() -> None:
+    """Keep freed memory in this process (glibc): allocations up to 32 MB from the heap, no trimming. A quantization
+    run allocates and frees the same large buffers batch after batch (ONNX Runtime outputs, NumPy temporaries); on
+    VMs where first-touch page faults are costly this saves ~15 % of the run. Only the command does this, never the
+    library."""
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    if not name or not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(name)
+        libc.mallopt(-3, 32 << 20)  # M_MMAP_THRESHOLD (glibc's maximum)
+        libc.mallopt(-1, 1 << 30)   # M_TRIM_THRESHOLD
+        libc.mallopt(-2, 64 << 20)  # M_TOP_PAD
+    except (OSError, AttributeError):
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI and return its exit status: 0 success; 1 a check (``encodings validate``, ``check``) found
     problems; 2 a usage error (unknown option, bad argument: click's status); 3 a :class:`QlinearError` (bad input
     file, data or config, a run that cannot complete), printed as one red line, never a traceback; 130 interrupted."""
     _register()
+    _tune_malloc()
     try:
         app(args=argv, prog_name="qlinear")
     except QlinearError as e:

@@ -17,10 +17,11 @@ from qlinear.ptq.data import Dataset
 
 
 def session(m: onnx.ModelProto, outputs: list[str], label: str = "model") -> Any:
-    """A basic-optimization ONNX Runtime session exposing ``outputs`` (see :mod:`qlinear.ptq.session`)."""
+    """An ONNX Runtime session of the float model exposing ``outputs``, at the full optimization level (float
+    fusions change the last bits of a few values, not the ranges calibration needs; see :mod:`qlinear.ptq.session`)."""
     from qlinear.ptq.session import Session
 
-    return Session(m, outputs, level="basic", label=label)
+    return Session(m, outputs, level="all", label=label)
 
 
 class ChannelMean:
@@ -31,8 +32,10 @@ class ChannelMean:
         self.n = 0
 
     def update(self, x: np.ndarray) -> None:
-        axes = tuple(i for i in range(x.ndim) if i != 1) if x.ndim > 1 else (0,)
-        s = x.sum(axis=axes, dtype=np.float64)  # float64 accumulation without a float64 copy
+        if x.ndim > 2:  # contiguous pairwise float32 sums over each plane, then float64 over planes
+            s = x.reshape(x.shape[0], x.shape[1], -1).sum(-1).sum(0, dtype=np.float64)
+        else:
+            s = x.reshape(-1, x.shape[-1] if x.ndim > 1 else 1).sum(0, dtype=np.float64)
         self.sum = s if self.sum is None else self.sum + s
         self.n += x.size // (x.shape[1] if x.ndim > 1 else 1)
 
@@ -43,7 +46,7 @@ class ChannelMean:
 
 def calibrate_activations(m: onnx.ModelProto, ds: Dataset, start: int, stop: int, tensors: list[str],
                           method: str, *, batch_size: int, means_for: list[str] = (), percentile: float = 99.99,
-                          minmax_for: set[str] = frozenset(), label: str = "model",
+                          minmax_for: set[str] = frozenset(), label: str = "model", keep: dict | None = None,
                           progress: Callable[[int], None] | None = None) -> tuple[dict[str, Observer],
                                                                                  dict[str, ChannelMean]]:
     kw = {"percentile": percentile} if method in ("percentile", "mse", "sqnr", "entropy") else {}
@@ -66,4 +69,6 @@ def calibrate_activations(m: onnx.ModelProto, ds: Dataset, start: int, stop: int
             means[t].update(vals[t])
         if progress:
             progress(n)
+    if keep is not None:  # the warm session, reused by the report for the float model's intermediate tensors
+        keep["session"], keep["outputs"] = sess, list(fetch)
     return obs, means

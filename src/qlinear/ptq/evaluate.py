@@ -1,19 +1,19 @@
-"""Accuracy of a quantized model against its float model on held-out samples, in one pass.
+"""Accuracy of a quantized model against its float model on held-out samples.
 
 * **output agreement** on every held-out sample: top-1 agreement (and top-1 accuracy when labels are known) for
   classifier outputs ``[N, classes]``; cosine similarity (mean, min over samples) and SQNR for every output;
-* **per-tensor SQNR** ``10 log10(sum x^2 / sum (x - x_q)^2)`` between each quantized activation of the Q/DQ model
-  (its DequantizeLinear output) and the same tensor of the float model, accumulated over the first
-  ``stat_samples`` held-out samples (float32 BLAS dot products: three passes over each tensor);
-* **sensitivity ranking**: layers ordered by the SQNR they lose (SQNR of their input minus SQNR of their output;
-  the first layers get the graph input's SQNR as reference);
-* **histograms** of the worst tensors, from a strided sample of the float values of every statistics batch, over a
-  span that covers both the data and the chosen range.
+* **per-tensor SQNR** of each activation's own quantization, ``10 log10(sum x^2 / sum (x - DQ(Q(x)))^2)`` with ``x``
+  the float model's tensor and its encoding, on the first ``stat_samples`` held-out samples. It is local (no error
+  carried from earlier layers) and costs one pass of the float model, which calibration already has warm; the tensors
+  are ranked by it (lowest first) and the effect of each on the output is what :mod:`qlinear.ptq.repair` measures;
+* **histograms** of the worst tensors, from a strided sample of the float values of those samples, over a span that
+  covers both the data and the chosen range.
 
-The float model runs at ONNX Runtime's full optimization level. The Q/DQ model runs at the full level too, with
-ONNX Runtime's Q/DQ fusions disabled (``session.disable_quant_qdq``): every QuantizeLinear/DequantizeLinear is
-executed as the operator ONNX defines, in float, and only float fusions (Conv+activation, NCHWc layouts) apply;
-what ORT's int8 kernels give on a given CPU is a different question (``run_integer`` and the README answer it).
+The float model runs at ONNX Runtime's full optimization level. The quantized model's outputs come from ONNX Runtime's
+default execution, the fused int8 kernels users deploy, where those are exact on the CPU and the target is ``ort``
+(:func:`output_engine`; ``run_integer(mode="ort_fused")`` reproduces them bit for bit); elsewhere from the Q/DQ model
+as ONNX defines it (full optimization level with the Q/DQ fusions disabled, ``session.disable_quant_qdq``: every
+QuantizeLinear/DequantizeLinear runs as the operator, float operators in between). ``Report.engine`` says which.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ from typing import Any, Callable
 import numpy as np
 
 from qlinear.errors import DataError
-from qlinear.graph.model import GraphIndex
 
 HIST_CAP = 100_000  # float values kept per tensor for its histogram
 
@@ -38,7 +37,6 @@ class TensorStat:
     lo: float
     hi: float
     sqnr_db: float
-    loss_db: float = 0.0
 
 
 @dataclass
@@ -50,11 +48,12 @@ class Report:
     histograms: dict[str, dict[str, Any]] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     stat_samples: int = 0
+    engine: str = "onnx"   #: how the quantized model's outputs were computed (:func:`output_engine`)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"samples": self.samples, "stat_samples": self.stat_samples, "outputs": self.outputs,
-                "ranking": self.ranking, "tensors": [t.__dict__ for t in self.tensors], "timings": self.timings,
-                "histograms": self.histograms}
+        return {"samples": self.samples, "stat_samples": self.stat_samples, "engine": self.engine,
+                "outputs": self.outputs, "ranking": self.ranking, "tensors": [t.__dict__ for t in self.tensors],
+                "timings": self.timings, "histograms": self.histograms}
 
 
 def _sqnr(sig: float, noise: float) -> float:
@@ -91,6 +90,32 @@ class _Sample:
         return np.concatenate(self.parts) if self.parts else np.zeros(0, np.float32)
 
 
+def int8_kernels_exact() -> bool:
+    """Whether ONNX Runtime's int8 GEMM/conv kernels accumulate exactly on this CPU: x86 with VNNI (``vpdpbusd``),
+    or a non-x86 CPU. On x86 without VNNI its u8s8 kernel adds pairs of products in saturating int16
+    (``vpmaddubsw``), which changes results (README, "ORT fused int8 kernels")."""
+    import platform
+
+    if platform.machine().lower() not in ("x86_64", "amd64", "i386", "i686"):
+        return True
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            flags = f.read()
+    except OSError:
+        return False
+    return "avx512_vnni" in flags or "avx_vnni" in flags
+
+
+def output_engine(qm: Any) -> str:
+    """How the report computes the quantized model's outputs: ``ort-int8`` (ONNX Runtime at its default
+    optimization level, the fused int8 kernels users deploy, when they are exact on this CPU and the target is
+    ``ort``), else ``onnx`` (every QuantizeLinear/DequantizeLinear as ONNX defines it, float operators in between)."""
+    act = {e.dtype for e in qm.encodings.activations if e.scale is not None}
+    if qm.config.target == "ort" and act and act <= {"uint8", "int8"} and int8_kernels_exact():
+        return "ort-int8"
+    return "onnx"
+
+
 def _range(e: Any) -> tuple[float, float]:
     s = float(np.asarray(e.scale).reshape(-1)[0])
     if e.qtype.is_int:
@@ -99,8 +124,19 @@ def _range(e: Any) -> tuple[float, float]:
     return -float(e.qtype.qmax) * s, float(e.qtype.qmax) * s
 
 
+def float_stats_session(qm: Any, names: list[str]) -> Any:
+    """An ONNX Runtime session of the float model exposing ``names``: calibration's own (warm) when it does."""
+    from qlinear.ptq.session import Session
+
+    warm, exposed = getattr(qm, "_float_session", None) or (None, [])
+    outputs = {o.name for o in qm.reference_model.graph.output}
+    if warm is not None and set(names) <= set(exposed) | outputs:
+        return warm
+    return Session(qm.reference_model, names, level="all", label="the float model")
+
+
 def evaluate(qm: Any, *, samples: int | None = None, progress: Callable[[int], None] | None = None,
-             worst_histograms: int = 4, stat_samples: int = 32) -> Report:
+             worst_histograms: int = 4, stat_samples: int = 16) -> Report:
     from qlinear.ptq.session import Session
 
     ds = qm.dataset
@@ -113,76 +149,77 @@ def evaluate(qm: Any, *, samples: int | None = None, progress: Callable[[int], N
         raise DataError(f"{ds.source}: no samples to evaluate")
     ref = qm.reference_model  # float model after exact rewrites (BN folding, CLE): same outputs, same tensors
     outputs = [o.name for o in ref.graph.output]
-    g = GraphIndex.build(qm.model, infer_shapes=False)
     ref_inputs = {v.name for v in ref.graph.input}
-    ref_tensors = ref_inputs | {o for nd in ref.graph.node for o in nd.output}
-    pairs = []
-    for e in qm.encodings.activations:
-        if e.scale is None:
-            continue
-        dq = e.name if e.name in outputs else f"{e.name}_dequantized"
-        if dq in g.producer and e.name in ref_tensors:
-            pairs.append((e, dq))
-    f_stats = [e.name for e, _ in pairs if e.name not in ref_inputs]
-    q_stats = [dq for _, dq in pairs if dq not in outputs]
-    fs = Session(ref, f_stats, level="all", label="the float model")
-    qs = Session(qm.model, q_stats, level="all", label="the Q/DQ model", disable_qdq_fusion=True)
+    warm, exposed = getattr(qm, "_float_session", None) or (None, [])
+    known = (set(exposed) | set(outputs) | ref_inputs) if warm is not None else \
+        ref_inputs | {o for nd in ref.graph.node for o in nd.output}
+    # activations that only move data (a Reshape's output) share their source's encoding and statistics
+    encs = [e for e in qm.encodings.activations if e.scale is not None and e.name in known
+            and e.name not in qm.plan.inherit]
     n_stat = min(n, stat_samples)
-    sig = {e.name: 0.0 for e, _ in pairs}
+    sig = {e.name: 0.0 for e in encs}
     noise = dict(sig)
-    lo_seen = {e.name: np.inf for e, _ in pairs}
-    hi_seen = {e.name: -np.inf for e, _ in pairs}
+    lo_seen = {e.name: np.inf for e in encs}
+    hi_seen = {e.name: -np.inf for e in encs}
     per_batch = max(1, HIST_CAP * cfg.batch_size // max(n_stat, 1))
-    hist = {e.name: _Sample(per_batch) for e, _ in pairs}
-    out_f: dict[str, list[np.ndarray]] = {o: [] for o in outputs}
-    out_q: dict[str, list[np.ndarray]] = {o: [] for o in outputs}
-    done = start
-    for feed in ds.batches(start, stop, cfg.batch_size):
-        b = len(next(iter(feed.values())))
-        where = f"{ds.source}, samples {done}..{done + b - 1}"
-        stats = done < start + n_stat
-        f_fetch = outputs + (f_stats if stats else [])
-        q_fetch = outputs + (q_stats if stats else [])
-        fv = dict(zip(f_fetch, fs.run(f_fetch, feed, where=where)))
-        fv.update(feed)
-        qv = dict(zip(q_fetch, qs.run(q_fetch, feed, where=where)))
-        if stats:
-            for e, dq in pairs:
-                x = np.ascontiguousarray(fv[e.name], np.float32).reshape(-1)
-                y = np.ascontiguousarray(qv[dq], np.float32).reshape(-1)
+    hist = {e.name: _Sample(per_batch) for e in encs}
+    if n_stat and encs:
+        fetch = [e.name for e in encs if e.name not in ref_inputs]
+        fs_stats = float_stats_session(qm, fetch)
+        done = start
+        for feed in ds.batches(start, start + n_stat, cfg.batch_size):
+            b = len(next(iter(feed.values())))
+            fv = dict(zip(fetch, fs_stats.run(fetch, feed, where=f"{ds.source}, samples {done}..{done + b - 1}")))
+            fv.update(feed)
+            for e in encs:
+                x = np.ascontiguousarray(fv[e.name], np.float32)
+                y = e.fake_quantize(x).reshape(-1)
+                x = x.reshape(-1)
                 sig[e.name] += _sumsq(x)
                 noise[e.name] += _sumsq(x - y)
                 if x.size:
                     lo_seen[e.name] = min(lo_seen[e.name], float(x.min()))
                     hi_seen[e.name] = max(hi_seen[e.name], float(x.max()))
                 hist[e.name].add(x)
-        for o in outputs:
-            out_f[o].append(fv[o])
-            out_q[o].append(qv[o])
-        done += b
+            done += b
+    engine = output_engine(qm)
+    fs = Session(ref, (), level="all", label="the float model")
+    qs = Session(qm.model, (), level="all", label="the quantized model", disable_qdq_fusion=engine != "ort-int8")
+    out_f: dict[str, list[np.ndarray]] = {o: [] for o in outputs}
+    out_q: dict[str, list[np.ndarray]] = {o: [] for o in outputs}
+    chunk: list[tuple[str, dict[str, np.ndarray]]] = []
+
+    def flush() -> None:
+        # a few batches through one model, then through the other: alternating sessions batch by batch costs ~40 %
+        for sess, store in ((fs, out_f), (qs, out_q)):
+            for where, feed in chunk:
+                for o, v in zip(outputs, sess.run(outputs, feed, where=where)):
+                    store[o].append(v)
         if progress:
-            progress(b)
-    stats_list = []
-    sq = {}
-    for e, _ in pairs:
-        s = _sqnr(sig[e.name], noise[e.name])
-        sq[e.name] = s
+            progress(sum(len(next(iter(f.values()))) for _, f in chunk))
+        chunk.clear()
+
+    done = start
+    for feed in ds.batches(start, stop, cfg.batch_size):
+        b = len(next(iter(feed.values())))
+        chunk.append((f"{ds.source}, samples {done}..{done + b - 1}", feed))
+        done += b
+        if len(chunk) == 4:
+            flush()
+    if chunk:
+        flush()
+    stats = []
+    for e in encs:
         lo, hi = _range(e)
-        stats_list.append(TensorStat(e.name, e.dtype, float(np.asarray(e.scale).reshape(-1)[0]),
-                                     int(np.asarray(e.zero_point_or_zeros).reshape(-1)[0]) if e.qtype.is_int else 0,
-                                     lo, hi, s))
-    fg = GraphIndex.build(ref, infer_shapes=False)
-    quantized = set(sq)
-    for st in stats_list:
-        prev = _upstream(fg, st.name, quantized)
-        up = max((sq[p] for p in prev), default=float("inf"))
-        st.loss_db = (up - st.sqnr_db) if np.isfinite(up) else -st.sqnr_db
-    ranking = [s.name for s in sorted(stats_list, key=lambda s: s.sqnr_db)]
+        stats.append(TensorStat(e.name, e.dtype, float(np.asarray(e.scale).reshape(-1)[0]),
+                                int(np.asarray(e.zero_point_or_zeros).reshape(-1)[0]) if e.qtype.is_int else 0,
+                                lo, hi, _sqnr(sig[e.name], noise[e.name])))
+    ranking = [s.name for s in sorted(stats, key=lambda s: s.sqnr_db)]
     labels = None if ds.labels is None else ds.labels[start:stop]
-    res = {o: _output_metrics(np.concatenate(out_f[o]), np.concatenate(out_q[o]), labels, o, ds.source)
+    res = {o: output_metrics(np.concatenate(out_f[o]), np.concatenate(out_q[o]), labels, o, ds.source)
            for o in outputs}
     hists = {}
-    by_name = {s.name: s for s in stats_list}
+    by_name = {s.name: s for s in stats}
     for name in ranking[:worst_histograms]:
         x = hist[name].values()
         if not x.size:
@@ -194,11 +231,12 @@ def evaluate(qm: Any, *, samples: int | None = None, progress: Callable[[int], N
         h, edges = np.histogram(x.astype(np.float64), bins=64, range=(span_lo, span_hi))
         hists[name] = {"counts": h.tolist(), "edges": edges.tolist(), "lo": st.lo, "hi": st.hi,
                        "data_lo": lo_seen[name], "data_hi": hi_seen[name], "values": int(x.size)}
-    return Report(n, stats_list, res, ranking, hists, stat_samples=n_stat)
+    return Report(n, stats, res, ranking, hists, stat_samples=n_stat, engine=engine)
 
 
-def _output_metrics(a: np.ndarray, b: np.ndarray, labels: list[int] | None, name: str,
-                    source: str) -> dict[str, float]:
+def output_metrics(a: np.ndarray, b: np.ndarray, labels: list[int] | None, name: str,
+                   source: str) -> dict[str, float]:
+    """Agreement of a quantized output ``b`` with the float output ``a`` (and accuracy against ``labels``)."""
     r: dict[str, float] = {}
     if a.ndim == 2 and a.shape[1] > 1:
         fa, qa = a.argmax(1), b.argmax(1)
@@ -219,25 +257,3 @@ def _output_metrics(a: np.ndarray, b: np.ndarray, labels: list[int] | None, name
     r["cosine_min"] = float(np.min(cos))
     r["sqnr_db"] = _sqnr(float(np.sum(af ** 2)), float(np.sum((af - bf) ** 2)))
     return r
-
-
-def _upstream(g: GraphIndex, name: str, quantized: set[str], limit: int = 64) -> set[str]:
-    """The nearest quantized tensors upstream of ``name`` (through unquantized intermediates)."""
-    found: set[str] = set()
-    stack = [name]
-    seen = {name}
-    while stack and limit:
-        limit -= 1
-        t = stack.pop()
-        p = g.producer.get(t)
-        if p is None:
-            continue
-        for i in p.input:
-            if not i or i in seen or i in g.initializers:
-                continue
-            seen.add(i)
-            if i in quantized:
-                found.add(i)
-            else:
-                stack.append(i)
-    return found

@@ -56,6 +56,7 @@ class QuantizedModel:
     notes: list[str] = field(default_factory=list)
     integer_check: Any = None  #: :class:`qlinear.graph.IntegerCheck` of ``model``
     _report: Any = None
+    _float_session: Any = field(default=None, repr=False)  # calibration's ORT session (float model, every tensor)
 
     @property
     def rewritten(self) -> bool:
@@ -191,7 +192,8 @@ def quantize(model: Any, data: Any, config: QuantizeConfig | dict | None = None,
     t0 = time.perf_counter()
     means_for = [b.input for b in plan.biases] if cfg.bias_correction else []
     adv = progress("calibrating", n_cal) if progress else None
-    obs, means = _collect(m, ds, n_cal, list(plan.activations), cfg, means_for, adv, label)
+    keep: dict[str, Any] = {}
+    obs, means = _collect(m, ds, n_cal, list(plan.activations), cfg, means_for, adv, label, keep)
     timings["calibration"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     encs = _encodings(m, plan, obs, means, cfg)
@@ -207,7 +209,9 @@ def quantize(model: Any, data: Any, config: QuantizeConfig | dict | None = None,
         notes.append(f"WARNING: {ic}")
     timings["quantize"] = time.perf_counter() - t0
     timings["total"] = time.perf_counter() - t_all
-    return QuantizedModel(qm, float_model, reference, es, cfg, plan, ds, timings, notes, ic)
+    out = QuantizedModel(qm, float_model, reference, es, cfg, plan, ds, timings, notes, ic)
+    out._float_session = keep.get("session"), keep.get("outputs", [])
+    return out
 
 
 def _version() -> str:
@@ -216,14 +220,14 @@ def _version() -> str:
     return qlinear.__version__
 
 
-def _collect(m, ds, n_cal, tensors, cfg, means_for, adv, label):  # noqa: ANN001, ANN202
+def _collect(m, ds, n_cal, tensors, cfg, means_for, adv, label, keep=None):  # noqa: ANN001, ANN202
     from qlinear.ptq.collect import calibrate_activations
 
     # graph outputs keep their full range (min-max): clipping logits changes the argmax, whatever the method
     outputs = {o.name for o in m.graph.output}
     obs, means = calibrate_activations(m, ds, 0, n_cal, tensors, cfg.a_method, batch_size=cfg.batch_size,
                                        means_for=means_for, percentile=cfg.percentile, progress=adv,
-                                       minmax_for=outputs, label=label)
+                                       minmax_for=outputs, label=label, keep=keep)
     for t, o in obs.items():
         if o.min is None:
             continue

@@ -50,7 +50,7 @@ def _bars(stats: list, width: int = 900) -> str:
         parts.append(f'<text x="{left - 4}" y="{y + 8}" text-anchor="end">{html.escape(s.name[:40])}</text>')
         parts.append(f'<rect x="{left}" y="{y}" width="{w:.1f}" height="{h_bar}" fill="{color}"/>')
         parts.append(f'<text x="{left + w + 3:.1f}" y="{y + 8}">{s.sqnr_db:.1f} dB</text>')
-    parts.append(f'<text x="{left}" y="12">SQNR of each quantized activation vs float (dB, higher is better)</text>')
+    parts.append(f'<text x="{left}" y="12">SQNR of each activation\'s quantization (dB, higher is better)</text>')
     parts.append("</svg>")
     return "".join(parts)
 
@@ -94,12 +94,12 @@ def to_html(qm: Any, rep: Report) -> str:
         f"<tr><td>{html.escape(o)}</td>" + "".join(f"<td>{k}: {v:.4f}</td>" for k, v in r.items()) + "</tr>"
         for o, r in rep.outputs.items())
     worst = sorted(rep.tensors, key=lambda s: s.sqnr_db)
-    sens = sorted(rep.tensors, key=lambda s: -s.loss_db)[:15]
     trows = "".join(f"<tr><td>{html.escape(s.name)}</td><td>{s.dtype}</td><td>{s.scale:.4g}</td><td>{s.zero_point}</td>"
-                    f"<td>[{s.lo:.4g}, {s.hi:.4g}]</td><td>{s.sqnr_db:.2f}</td><td>{s.loss_db:.2f}</td></tr>"
-                    for s in worst)
-    srows = "".join(f"<tr><td>{i + 1}</td><td>{html.escape(s.name)}</td><td>{s.loss_db:.2f}</td></tr>"
-                    for i, s in enumerate(sens))
+                    f"<td>[{s.lo:.4g}, {s.hi:.4g}]</td><td>{s.sqnr_db:.2f}</td></tr>" for s in worst)
+    decisions = getattr(qm, "decisions", None) or []
+    srows = "".join(f"<tr><td>{i + 1}</td><td>{html.escape(str(d.get('tensor', '')))}</td>"
+                    f"<td>{html.escape(str(d.get('change', '')))}</td><td>{html.escape(str(d.get('metric', '')))}</td></tr>"
+                    for i, d in enumerate(decisions))
     hists = "".join(_hist(n, h) for n, h in rep.histograms.items())
     times = ", ".join(f"{k} {v:.2f} s" for k, v in qm.timings.items())
     notes = "".join(f"<li>{html.escape(n)}</li>" for n in qm.notes)
@@ -115,14 +115,16 @@ def to_html(qm: Any, rep: Report) -> str:
 <style>body{{font-family:sans-serif;margin:2em;max-width:1100px}}table{{border-collapse:collapse;font-size:12px}}
 td,th{{border:1px solid #ccc;padding:2px 6px}}h2{{margin-top:1.5em}}</style></head><body>
 <h1>qlinear quantization report</h1>
-<p>{rep.samples} held-out samples (per-tensor statistics on the first {rep.stat_samples}); {len(qm.encodings)}
-encodings; timings: {times}</p><ul>{notes}</ul>
+<p>{rep.samples} held-out samples (per-tensor statistics on the first {rep.stat_samples}); outputs computed by
+{"ONNX Runtime's int8 kernels (exact on this CPU)" if rep.engine == "ort-int8" else "the Q/DQ model as ONNX defines it"};
+{len(qm.encodings)} encodings; timings: {times}</p><ul>{notes}</ul>
 <h2>Outputs against the float model</h2><table>{outs}</table>
-<h2>Per-layer SQNR</h2>{_bars(rep.tensors)}
-<h2>Most sensitive layers (SQNR lost by the layer)</h2><table><tr><th>#</th><th>tensor</th><th>dB lost</th></tr>{srows}</table>
+<h2>Per-tensor SQNR of its own quantization (lowest first)</h2>{_bars(worst)}
+<h2>Precision decisions</h2><table><tr><th>#</th><th>tensor</th><th>change</th><th>output metric after</th></tr>{srows}
+</table>
 <h2>Worst tensors: float histogram and chosen range</h2>{hists}
 <h2>All quantized activations</h2><table><tr><th>tensor</th><th>type</th><th>scale</th><th>zero point</th>
-<th>range</th><th>SQNR dB</th><th>dB lost</th></tr>{trows}</table>
+<th>range</th><th>SQNR dB</th></tr>{trows}</table>
 <h2>Integer accumulators (worst case over all inputs)</h2><p>{isum}</p><table><tr><th>layer</th><th>op</th>
 <th>accumulator</th><th>worst |acc|</th><th>headroom (bits)</th><th>note</th></tr>{irows}</table>
 <h2>Configuration</h2><table>{rows}</table></body></html>"""
