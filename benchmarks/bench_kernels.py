@@ -11,7 +11,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _cpu import cpu_flags  # noqa: E402
 
 
 def main() -> None:
@@ -96,10 +101,7 @@ def main() -> None:
         assert np.array_equal(im.run({"input": xb})["logits"], s.run(None, {"input": xb})[0])
         rows.append(("EfficientNet-Lite0 W8A8 whole model, batch 8, per image (ORT fused int8)",
                      best(lambda: im.run({"input": xb}), 5) / 8, best(lambda: s.run(None, {"input": xb}), 5) / 8))
-    import re
-
-    flags = " ".join(sorted(set(re.findall(r"\b(avx\w*|fma)\b", open("/proc/cpuinfo").read())))) \
-        if os.path.exists("/proc/cpuinfo") else "?"
+    flags = cpu_flags()
     print(f"threads: {a.threads}; numpy {np.__version__}, onnxruntime {ort.__version__}; CPU flags: {flags}")
     print("| kernel | qlinear (ms) | ONNX Runtime (ms) | qlinear / ORT |")
     print("|---|---|---|---|")

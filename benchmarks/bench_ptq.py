@@ -1,15 +1,17 @@
 """End-to-end PTQ on EfficientNet-Lite0 (ImageNet-trained) with 300 labelled images: 100 for calibration, 200 held
-out. In one run: float top-1; qlinear W8A8 per-channel and per-tensor; ONNX Runtime ``quantize_static`` (MinMax,
-QDQ, uint8 activations / int8 weights, per-channel and per-tensor); AIMET-style min-max (AIMET's rules, no bias
-correction, no equalization). Columns: top-1, top-1 agreement with float, calibration wall time (images are decoded
-once, before timing, for every tool).
+out. In one run: float top-1; qlinear W8A8 per-channel and per-tensor (min-max, AdaRound); W4A8 per-channel (min-max,
+SQNR, SeqMSE, AdaRound, with symmetric and asymmetric int4 weights, and with precision repair); ONNX Runtime
+``quantize_static`` (MinMax, QDQ, uint8 activations / int8 or int4 weights); AIMET-style min-max (AIMET's rules, no
+bias correction, no equalization). Columns: top-1, top-1 agreement with float, output SQNR, wall time of the whole
+quantization (images are decoded once, before timing, for every tool).
 
-    python benchmarks/bench_ptq.py [--shared ../shared]
+    python benchmarks/bench_ptq.py [--shared ../shared] [--group w8|w4|all]
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -19,6 +21,9 @@ import onnxruntime as ort
 
 import qlinear
 from qlinear.ptq import QuantizeConfig, load_dataset
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _cpu import cpu_flags  # noqa: E402
 
 
 def run(model_bytes: bytes, x: np.ndarray, name: str, fused: bool = False) -> np.ndarray:
@@ -38,6 +43,7 @@ def main() -> None:
     ap.add_argument("--shared", default=str(Path(__file__).resolve().parents[2] / "shared"))
     ap.add_argument("--histogram", action="store_true",
                     help="only the histogram calibrators: qlinear SQNR/entropy vs ORT Entropy/Percentile")
+    ap.add_argument("--group", default="all", choices=("w8", "w4", "all"), help="W8A8 rows, W4A8 rows, or both")
     a = ap.parse_args()
     model = Path(a.shared) / "models" / "efficientnet-lite0.onnx"
     images = Path(a.shared) / "data" / "imagenet-dev"
@@ -49,7 +55,7 @@ def main() -> None:
     mb = model.read_bytes()
     f = run(mb, x[ev], "input")
     ftop = f.argmax(1)
-    rows = [("float", float(np.mean(ftop == labels[ev])), 1.0, 0.0, 1.0)]
+    rows = [("float", float(np.mean(ftop == labels[ev])), 1.0, 0.0, 1.0, float("inf"))]
 
     def ours(label: str, **kw) -> None:
         cfg = QuantizeConfig(calibration_samples=100, evaluation_samples=200, **kw)
@@ -57,11 +63,13 @@ def main() -> None:
         qm = qlinear.quantize(model, arrays, cfg)
         t = time.perf_counter() - t0
         b = qm.model.SerializeToString()
-        q = run(b, x[ev], "input").argmax(1)
+        qo = run(b, x[ev], "input")
+        q = qo.argmax(1)
         qf = run(b, x[ev], "input", fused=True).argmax(1)
-        rows.append((label, float(np.mean(q == labels[ev])), float(np.mean(q == ftop)), t, float(np.mean(qf == ftop))))
+        rows.append((label, float(np.mean(q == labels[ev])), float(np.mean(q == ftop)), t, float(np.mean(qf == ftop)),
+                     _sqnr(f, qo)))
 
-    def ort_static(label: str, per_channel: bool, method: str = "MinMax") -> None:
+    def ort_static(label: str, per_channel: bool, method: str = "MinMax", weight_type: str = "QInt8") -> None:
         from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 
         class R(CalibrationDataReader):
@@ -76,14 +84,20 @@ def main() -> None:
             t0 = time.perf_counter()
             from onnxruntime.quantization import CalibrationMethod
 
-            quantize_static(str(model), str(out), R(), quant_format=QuantFormat.QDQ, per_channel=per_channel,
-                            activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
-                            calibrate_method=getattr(CalibrationMethod, method))
+            try:
+                quantize_static(str(model), str(out), R(), quant_format=QuantFormat.QDQ, per_channel=per_channel,
+                                activation_type=QuantType.QUInt8, weight_type=getattr(QuantType, weight_type),
+                                calibrate_method=getattr(CalibrationMethod, method))
+            except Exception as e:  # noqa: BLE001 - report what the peer does not support
+                print(f"{label}: ONNX Runtime failed: {str(e).splitlines()[0][:200]}")
+                return
             t = time.perf_counter() - t0
             b = out.read_bytes()
-            q = run(b, x[ev], "input").argmax(1)
+            qo = run(b, x[ev], "input")
+            q = qo.argmax(1)
             qf = run(b, x[ev], "input", fused=True).argmax(1)
-        rows.append((label, float(np.mean(q == labels[ev])), float(np.mean(q == ftop)), t, float(np.mean(qf == ftop))))
+        rows.append((label, float(np.mean(q == labels[ev])), float(np.mean(q == ftop)), t, float(np.mean(qf == ftop)),
+                     _sqnr(f, qo)))
 
     qlinear.quantize(model, arrays, QuantizeConfig(calibration_samples=2, evaluation_samples=0))  # warm-up, untimed
     if a.histogram:
@@ -94,23 +108,49 @@ def main() -> None:
         ort_static("ORT quantize_static Percentile per-channel", True, "Percentile")
         _table(ds, rows)
         return
-    ours("qlinear W8A8 per-channel (default)")
-    ours("qlinear W8A8 per-tensor (CLE + bias correction)", weights="per-tensor")
-    ort_static("ORT quantize_static MinMax per-channel", True)
-    ort_static("ORT quantize_static MinMax per-tensor", False)
-    ours("AIMET-style min-max per-channel (no bias correction)", bias_correction=False)
-    ours("AIMET-style min-max per-tensor (no CLE, no bias correction)", weights="per-tensor", bias_correction=False,
-         equalize=False, weight_method="minmax")
+    if a.group in ("w8", "all"):
+        ours("qlinear W8A8 per-channel (default)")
+        ours("qlinear W8A8 per-channel, AdaRound", weight_method="adaround")
+        ours("qlinear W8A8 per-tensor (CLE + bias correction)", weights="per-tensor")
+        ours("qlinear W8A8 per-tensor, CLE + AdaRound", weights="per-tensor", weight_method="adaround")
+        ort_static("ORT quantize_static MinMax per-channel", True)
+        ort_static("ORT quantize_static MinMax per-tensor", False)
+        ours("AIMET-style min-max per-channel (no bias correction)", bias_correction=False)
+        ours("AIMET-style min-max per-tensor (no CLE, no bias correction)", weights="per-tensor",
+             bias_correction=False, equalize=False, weight_method="minmax")
+    if a.group in ("w4", "all"):
+        w4 = dict(weight_type="int4")
+        ours("qlinear W4A8 per-channel min-max", **w4)
+        ours("qlinear W4A8 per-channel SQNR", **w4, weight_method="sqnr")
+        ours("qlinear W4A8 per-channel SeqMSE", **w4, weight_method="seqmse")
+        ours("qlinear W4A8 per-channel AdaRound", **w4, weight_method="adaround")
+        ours("qlinear W4A8 per-channel min-max, asymmetric weights", **w4, weight_symmetric=False)
+        ours("qlinear W4A8 per-channel SeqMSE, asymmetric weights", **w4, weight_symmetric=False,
+             weight_method="seqmse")
+        ours("qlinear W4A8 per-channel AdaRound, asymmetric weights", **w4, weight_symmetric=False,
+             weight_method="adaround")
+        ours("qlinear W4A8 AdaRound + repair (top1_agreement>=0.98)", **w4, weight_method="adaround",
+             accuracy_target="top1_agreement>=0.98")
+        ours("qlinear W4A8 SeqMSE + repair (top1_agreement>=0.98)", **w4, weight_method="seqmse",
+             accuracy_target="top1_agreement>=0.98")
+        ort_static("ORT quantize_static MinMax per-channel, int4 weights", True, weight_type="QInt4")
+        ours("AIMET-style min-max W4A8 per-channel (no bias correction)", **w4, bias_correction=False)
     _table(ds, rows)
 
 
+def _sqnr(f: np.ndarray, q: np.ndarray) -> float:
+    f, q = f.astype(np.float64), q.astype(np.float64)
+    return float(10 * np.log10(np.sum(f ** 2) / max(np.sum((f - q) ** 2), 1e-300)))
+
+
 def _table(ds, rows) -> None:  # noqa: ANN001
-    print(f"EfficientNet-Lite0, {len(ds)} images: 100 calibration, 200 held out; ORT {ort.__version__}")
-    print("| method | top-1 | agreement with float | calibration wall time (s) | agreement, ORT fused int8 kernels |")
-    print("|---|---|---|---|---|")
-    for label, top1, agree, t, fused in rows:
-        print(f"| {label} | {top1:.3f} | {agree:.3f} | {t:.2f} | {fused:.3f} |" if t else
-              f"| {label} | {top1:.3f} | - | - | - |")
+    print(f"EfficientNet-Lite0, {len(ds)} images: 100 calibration, 200 held out; ORT {ort.__version__}; "
+          f"CPU flags: {cpu_flags()}")
+    print("| method | top-1 | agreement with float | output SQNR (dB) | wall time (s) | agreement, ORT fused kernels |")
+    print("|---|---|---|---|---|---|")
+    for label, top1, agree, t, fused, sq in rows:
+        print(f"| {label} | {top1:.3f} | {agree:.3f} | {sq:.1f} | {t:.1f} | {fused:.3f} |" if t else
+              f"| {label} | {top1:.3f} | - | - | - | - |")
 
 
 if __name__ == "__main__":

@@ -9,19 +9,14 @@ held-out images; wall time per image of each.
 from __future__ import annotations
 
 import argparse
-import re
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-
-def cpu_flags() -> str:
-    try:
-        flags = set(re.findall(r"\b(avx\w*|fma|amx\w*)\b", Path("/proc/cpuinfo").read_text()))
-    except OSError:
-        return "?"
-    return " ".join(sorted(flags))
+sys.path.insert(0, str(Path(__file__).parent))
+from _cpu import cpu_flags  # noqa: E402
 
 
 def main() -> None:

@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import io
 import os
-from pathlib import Path
 
 import numpy as np
 import onnx
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

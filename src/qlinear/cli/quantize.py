@@ -25,7 +25,11 @@ def quantize(
     calibration: Optional[str] = typer.Option(None, "--calibration", help="Activation method: minmax (default), "
                                               "sqnr, mse, percentile, entropy or moving_average."),
     weight_method: Optional[str] = typer.Option(None, "--weight-method", help="Weight method: minmax (default), "
-                                                "sqnr, mse or percentile."),
+                                                "sqnr, mse, percentile, seqmse (ranges by the layer's output error) "
+                                                "or adaround (learned rounding; uses the calibration data)."),
+    accuracy_target: Optional[str] = typer.Option(None, "--accuracy-target", help="METRIC>=VALUE, e.g. "
+                                                  "top1_agreement>=0.99 or sqnr_db>=20: raise the precision of the "
+                                                  "tensors that hurt most until it holds on calibration samples."),
     target: Optional[str] = typer.Option(None, "--target", help="ort (default), tflite or qnn."),
     config: Optional[Path] = typer.Option(None, "--config", help="JSON/TOML file of QuantizeConfig options; "
                                           "command-line options override it."),
@@ -65,7 +69,8 @@ def quantize(
     base = QuantizeConfig.from_file(config).to_dict() if config else {}
     over = {"weights": weights, "weight_type": weight_type, "activation_type": activation_type,
             "block_size": block_size, "activation_method": calibration, "weight_method": weight_method,
-            "target": target, "calibration_samples": calibration_samples, "evaluation_samples": evaluation_samples}
+            "target": target, "calibration_samples": calibration_samples, "evaluation_samples": evaluation_samples,
+            "accuracy_target": accuracy_target}
     base.update({k: v for k, v in over.items() if v is not None})
     cfg = QuantizeConfig.from_dict(base, source=str(config) if config else "command line")
     folder = OutputFolder(output)
@@ -98,8 +103,12 @@ def quantize(
         for s in sorted(rep.tensors, key=lambda s: s.sqnr_db)[:3]:
             t.add_row(s.name, "SQNR dB (worst)", f"{s.sqnr_db:.2f}")
     t.add_row("", "calibration time s", f"{qm.timings.get('calibration', 0):.2f}")
+    for d in qm.decisions:
+        t.add_row(d["tensor"], d["change"], "" if d.get("metric") is None else f"{d['metric']:.4f}")
     out.print(t)
     for n in qm.notes:
         out.print(f"[dim]{n}[/]", highlight=False)
     shown = [f for f in files if not f.startswith(".")]
     out.print(f"wrote {output}/: {', '.join(shown)}", highlight=False)
+    if any(n.startswith("WARNING: accuracy target") for n in qm.notes):
+        raise typer.Exit(1)  # EXIT_PROBLEMS: written, but the asked accuracy is not reached

@@ -24,7 +24,6 @@ import onnx
 from onnx import numpy_helper
 
 from qlinear.core.types import QType, qtype
-from qlinear.errors import GraphError
 from qlinear.graph.model import GraphIndex, attr, load_model
 
 ACTIVATIONS = ("Relu", "Clip")

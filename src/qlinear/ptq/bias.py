@@ -17,13 +17,16 @@ from qlinear.graph.model import GraphIndex, attr
 from qlinear.graph.plan import Plan
 
 
-def correct_biases(m: onnx.ModelProto, plan: Plan, weights: dict[str, Encoding], means: dict) -> int:
+def correct_biases(m: onnx.ModelProto, plan: Plan, weights: dict[str, Encoding], means: dict, *,
+                   skip: set[str] = frozenset()) -> int:
+    """Correct the biases of ``m`` in place for the weight encodings ``weights`` (module docstring), except the
+    bias initializers in ``skip``; returns how many were corrected."""
     g = GraphIndex.build(m, infer_shapes=False)
     inits = {t.name: t for t in m.graph.initializer}
     done = 0
     for b in plan.biases:
         we = weights.get(b.weight)
-        if we is None or b.input not in means or means[b.input].sum is None:
+        if we is None or b.name in skip or b.input not in means or means[b.input].sum is None:
             continue
         node = next((n for n, _ in g.consumers.get(b.weight, []) if n.op_type in ("Conv", "Gemm")), None)
         if node is None:

@@ -46,12 +46,16 @@ class ChannelMean:
 
 def calibrate_activations(m: onnx.ModelProto, ds: Dataset, start: int, stop: int, tensors: list[str],
                           method: str, *, batch_size: int, means_for: list[str] = (), percentile: float = 99.99,
+                          method_for: dict[str, str] | None = None,
                           minmax_for: set[str] = frozenset(), label: str = "model", keep: dict | None = None,
                           progress: Callable[[int], None] | None = None) -> tuple[dict[str, Observer],
                                                                                  dict[str, ChannelMean]]:
-    kw = {"percentile": percentile} if method in ("percentile", "mse", "sqnr", "entropy") else {}
-    obs = {t: make_observer("minmax" if t in minmax_for else method, Grouping(), **(kw if t not in minmax_for else {}))
-           for t in tensors}
+    def observer(t: str) -> Observer:
+        mt = "minmax" if t in minmax_for else (method_for or {}).get(t, method)
+        kw = {"percentile": percentile} if mt in ("percentile", "mse", "sqnr", "entropy") else {}
+        return make_observer(mt, Grouping(), **kw)
+
+    obs = {t: observer(t) for t in tensors}
     means = {t: ChannelMean() for t in means_for}
     outs = list(dict.fromkeys(list(tensors) + list(means_for)))
     inputs = {i.name for i in m.graph.input}

@@ -17,6 +17,8 @@ WEIGHT_TYPES = ("int8", "uint8", "int4", "int16", "float8e4m3fn")
 ACTIVATION_TYPES = ("uint8", "int8", "uint16", "int16", "float8e4m3fn")
 GRANULARITIES = ("per-channel", "per-tensor", "per-block")
 METHODS = ("minmax", "moving_average", "sqnr", "mse", "percentile", "entropy")
+#: weight methods that use the layer inputs (calibration data): sequential MSE and AdaRound (:mod:`qlinear.ptq.refine`)
+DATA_WEIGHT_METHODS = ("seqmse", "adaround")
 TARGETS = ("ort", "tflite", "qnn")
 
 
@@ -29,7 +31,9 @@ class QuantizeConfig:
         weights: ``per-channel`` (default), ``per-tensor`` or ``per-block`` (``block_size``).
         weight_method / activation_method: calibration method per role. Default (``None``): ``minmax`` for both
             with per-channel/per-block weights; with per-tensor weights SQNR search for the weights and MSE for the
-            activations (min-max loses too much there).
+            activations (min-max loses too much there). Weights also take ``seqmse`` (clipping ranges chosen by the
+            layer's output error on the calibration inputs) and ``adaround`` (SeqMSE ranges, then AdaRound's learned
+            rounding, ``adaround_iterations`` Adam steps per layer); see :mod:`qlinear.ptq.refine`.
         weight_symmetric / activation_symmetric: symmetric grids (default: weights yes, activations no).
         policy: range-to-parameters rule (``aimet``, ``onnxruntime``, ``tflite``); the target may impose one.
         percentile: for the percentile method.
@@ -41,6 +45,12 @@ class QuantizeConfig:
         calibration_samples / evaluation_samples: how many samples of the data to use for each (the rest is
             ignored); evaluation samples follow the calibration ones.
         batch_size: samples per ONNX Runtime call while calibrating.
+        overrides: per-tensor rules by name or operator type (type, granularity, block size, method, or
+            ``float``); see :mod:`qlinear.ptq.overrides`.
+        accuracy_target: ``METRIC>=VALUE`` (``top1_agreement``, ``cosine_mean``, ``cosine_min``, ``sqnr_db``):
+            precision repair raises the tensors that hurt most until it holds on the last ``repair_samples``
+            calibration samples (at most half of them), which are then held back from fitting; see
+            :mod:`qlinear.ptq.repair`.
     """
 
     weight_type: str = "int8"
@@ -63,6 +73,11 @@ class QuantizeConfig:
     evaluation_samples: int = 200
     batch_size: int = 8
     seed: int = 0
+    adaround_iterations: int = 300
+    seqmse_asymmetric: bool = True
+    overrides: tuple = ()
+    accuracy_target: str | None = None
+    repair_samples: int = 64
 
     def __post_init__(self) -> None:
         def one_of(name: str, allowed: tuple[str, ...]) -> None:
@@ -73,12 +88,13 @@ class QuantizeConfig:
         one_of("weight_type", WEIGHT_TYPES)
         one_of("activation_type", ACTIVATION_TYPES)
         one_of("weights", GRANULARITIES)
-        for name in ("weight_method", "activation_method"):
-            if getattr(self, name) is not None:
-                one_of(name, METHODS)
+        if self.weight_method is not None:
+            one_of("weight_method", METHODS + DATA_WEIGHT_METHODS)
+        if self.activation_method is not None:
+            one_of("activation_method", METHODS)
         one_of("target", TARGETS)
         one_of("policy", ("aimet", "onnxruntime", "tflite"))
-        for name in ("block_size", "calibration_samples", "batch_size"):
+        for name in ("block_size", "calibration_samples", "batch_size", "adaround_iterations", "repair_samples"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
                 raise ConfigError(f"{name}: expected a positive integer, got {v!r}")
@@ -96,8 +112,31 @@ class QuantizeConfig:
         for name in ("weight_symmetric", "activation_symmetric", "bias_correction", "quantize_outputs"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name}: expected true or false, got {getattr(self, name)!r}")
+        self._check_overrides()
+        if self.accuracy_target is not None:
+            from qlinear.ptq.repair import Target
+
+            Target.parse(self.accuracy_target)
+            if self.target == "tflite":
+                raise ConfigError("accuracy_target: precision repair is not available with target tflite (a "
+                                  "full-integer TFLite model has one activation type); use target ort or qnn")
         if self.equalize is not None and not isinstance(self.equalize, bool):
             raise ConfigError(f"equalize: expected true, false or null, got {self.equalize!r}")
+
+    def _check_overrides(self) -> None:
+        from qlinear.ptq.overrides import Override, validate
+
+        v = self.overrides
+        if isinstance(v, (str, bytes, dict)) or not isinstance(v, (list, tuple)):
+            raise ConfigError(f"overrides: expected a list of rules such as [{{\"op_type\": \"Softmax\", "
+                              f"\"type\": \"uint16\"}}], got {v!r}")
+        rules = tuple(Override.parse(d, f"overrides[{i}]") for i, d in enumerate(v))
+        validate(rules, weight_types=WEIGHT_TYPES, activation_types=ACTIVATION_TYPES, granularities=GRANULARITIES,
+                 weight_methods=METHODS + DATA_WEIGHT_METHODS, activation_methods=METHODS)
+        if rules and self.target == "tflite":
+            raise ConfigError("overrides: not available with target tflite (a full-integer TFLite model has one "
+                              "activation type and int8 weights throughout); use target ort or qnn")
+        object.__setattr__(self, "overrides", rules)
 
     @property
     def w_method(self) -> str:

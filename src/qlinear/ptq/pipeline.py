@@ -26,12 +26,12 @@ import onnx
 
 from qlinear import calibration as C
 from qlinear.encodings import Encoding, EncodingSet
-from qlinear.errors import CalibrationError, ConfigError, DataError, GraphError
+from qlinear.errors import CalibrationError, ConfigError, GraphError
 from qlinear.graph.fold import fold_batchnorm
 from qlinear.graph.model import GraphIndex, check_model, load_model, opset
 from qlinear.graph.plan import Plan, WeightSpec, make_plan, resolve_inherit
 from qlinear.ptq import targets
-from qlinear.ptq.config import QuantizeConfig
+from qlinear.ptq.config import DATA_WEIGHT_METHODS, QuantizeConfig
 from qlinear.ptq.data import Dataset, ImagePreprocess, load_dataset, model_inputs
 
 Progress = Callable[[str, int], Callable[[int], None]]
@@ -42,7 +42,10 @@ class QuantizedModel:
     """Result of :func:`quantize`: the Q/DQ model, its encodings, and what is needed to evaluate it.
 
     ``float_model`` is the model as given; ``reference_model`` the float model qlinear calibrated (BatchNorm folded,
-    equalized): the encodings name its tensors, and it is what the report compares against.
+    equalized), what the report compares against; ``encoded_model`` that model with the changes quantization made to
+    its float parameters (bias correction, weights moved onto their AdaRound/SeqMSE grid, layers restored by
+    precision repair): the float model the encodings apply to, ``apply(encodings, encoded_model) == model``.
+    ``decisions`` lists the precision repair's changes (:mod:`qlinear.ptq.repair`).
     """
 
     model: onnx.ModelProto
@@ -55,13 +58,20 @@ class QuantizedModel:
     timings: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     integer_check: Any = None  #: :class:`qlinear.graph.IntegerCheck` of ``model``
+    encoded_model: onnx.ModelProto | None = None
+    decisions: list[dict] = field(default_factory=list)
     _report: Any = None
     _float_session: Any = field(default=None, repr=False)  # calibration's ORT session (float model, every tensor)
 
+    def __post_init__(self) -> None:
+        if self.encoded_model is None:
+            self.encoded_model = self.reference_model
+
     @property
     def rewritten(self) -> bool:
-        """Whether the calibrated float model differs from the input (BatchNorm folded, equalized)."""
-        return self.reference_model.graph.SerializeToString() != self.float_model.graph.SerializeToString()
+        """Whether the float model the encodings apply to differs from the input (BatchNorm folded, equalized, bias
+        corrected, weights moved onto their grid)."""
+        return self.encoded_model.graph.SerializeToString() != self.float_model.graph.SerializeToString()
 
     def save_onnx(self, path: str | Path) -> None:
         from qlinear.graph.save import save_model
@@ -125,7 +135,7 @@ class QuantizedModel:
             if self.rewritten:
                 from qlinear.graph.save import save_model
 
-                save_model(self.reference_model, stage / "model.float.onnx")
+                save_model(self.encoded_model, stage / "model.float.onnx")
             if self.config.target == "tflite":
                 self.save_tflite(stage / "model.tflite")
             if rep is not None:
@@ -174,6 +184,11 @@ def quantize(model: Any, data: Any, config: QuantizeConfig | dict | None = None,
     notes: list[str] = list(ds.notes)
     if n_cal < cfg.calibration_samples:
         notes.append(f"only {len(ds)} samples: calibrating on {n_cal}")
+    n_fit = n_cal  # with an accuracy target, the last calibration samples judge the repair and are not fitted on
+    if cfg.accuracy_target:
+        if n_cal < 2:
+            raise ConfigError(f"accuracy_target: needs at least 2 calibration samples, the data has {n_cal}")
+        n_fit = n_cal - min(cfg.repair_samples, n_cal // 2)
     n_bn = fold_batchnorm(m)
     if n_bn:
         notes.append(f"folded {n_bn} BatchNormalization nodes into Conv")
@@ -189,16 +204,40 @@ def quantize(model: Any, data: Any, config: QuantizeConfig | dict | None = None,
     reference.CopyFrom(m)
     plan = make_plan(m, exclude_nodes=cfg.exclude_nodes, exclude_op_types=cfg.exclude_op_types,
                      quantize_outputs=cfg.quantize_outputs)
+    tcfg = TensorConfigs(cfg, m, plan)
     t0 = time.perf_counter()
     means_for = [b.input for b in plan.biases] if cfg.bias_correction else []
-    adv = progress("calibrating", n_cal) if progress else None
+    adv = progress("calibrating", n_fit) if progress else None
     keep: dict[str, Any] = {}
-    obs, means = _collect(m, ds, n_cal, list(plan.activations), cfg, means_for, adv, label, keep)
+    obs, means = _collect(m, ds, n_fit, list(plan.activations), cfg, means_for, adv, label, keep, tcfg)
     timings["calibration"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    encs = _encodings(m, plan, obs, means, cfg)
+    encs = _encodings(m, plan, obs, tcfg)
     es = EncodingSet(tuple(encs), producer={"package": "qlinear", "version": _version()}, version="2.0.0")
     es = targets.finalize(es, m, plan, cfg)
+    timings["quantize"] = time.perf_counter() - t0
+    done: set[str] = set()
+    methods = {s.name: tcfg.weight(s.name).w_method for s in plan.weights}
+    if any(v in DATA_WEIGHT_METHODS for v in methods.values()):
+        from qlinear.ptq.refine import refine_weights
+
+        t1 = time.perf_counter()
+        r = refine_weights(es, m, plan, ds, n_fit, cfg, methods, label=label, progress=progress, notes=notes)
+        es, done = r.encodings, r.biases
+        timings["refine"] = time.perf_counter() - t1
+    t0 = time.perf_counter()
+    if cfg.bias_correction:  # the layers the data-driven methods corrected already are skipped
+        from qlinear.ptq.bias import correct_biases
+
+        correct_biases(m, plan, {e.name: e for e in es.params}, means, skip=done)
+    decisions: list[dict] = []
+    if cfg.accuracy_target:
+        from qlinear.ptq.repair import run_repair
+
+        t1 = time.perf_counter()
+        es, m, decisions = run_repair(es, m, reference, plan, obs, means, tcfg, ds, (n_fit, n_cal), keep, label=label,
+                                      progress=progress, notes=notes)
+        timings["repair"] = time.perf_counter() - t1
     es = int32_biases(es, m, plan, notes)
     qm = _apply(es, m)
     _check_loads(qm, label)
@@ -207,9 +246,9 @@ def quantize(model: Any, data: Any, config: QuantizeConfig | dict | None = None,
     ic = check_integer(qm)
     if not ic.ok:
         notes.append(f"WARNING: {ic}")
-    timings["quantize"] = time.perf_counter() - t0
+    timings["quantize"] += time.perf_counter() - t0 - timings.get("repair", 0.0)
     timings["total"] = time.perf_counter() - t_all
-    out = QuantizedModel(qm, float_model, reference, es, cfg, plan, ds, timings, notes, ic)
+    out = QuantizedModel(qm, float_model, reference, es, cfg, plan, ds, timings, notes, ic, m, decisions)
     out._float_session = keep.get("session"), keep.get("outputs", [])
     return out
 
@@ -220,12 +259,53 @@ def _version() -> str:
     return qlinear.__version__
 
 
-def _collect(m, ds, n_cal, tensors, cfg, means_for, adv, label, keep=None):  # noqa: ANN001, ANN202
+class TensorConfigs:
+    """The configuration in effect for each tensor: the run's, changed by the matching ``overrides`` rules
+    (:mod:`qlinear.ptq.overrides`); tensors the rules leave in float are taken out of ``plan``."""
+
+    def __init__(self, cfg: QuantizeConfig, m: onnx.ModelProto, plan: Plan) -> None:
+        from qlinear.ptq.config import ACTIVATION_TYPES, METHODS, WEIGHT_TYPES
+        from qlinear.ptq.overrides import apply_to_plan
+
+        self.cfg = cfg
+        self.resolved = apply_to_plan(cfg.overrides, m, plan, weight_types=WEIGHT_TYPES,
+                                      activation_types=ACTIVATION_TYPES, weight_methods=METHODS + DATA_WEIGHT_METHODS,
+                                      activation_methods=METHODS)
+        self._cache: dict[tuple[str, str], QuantizeConfig] = {}
+
+    def weight(self, name: str) -> QuantizeConfig:
+        return self._get(name, "weight")
+
+    def activation(self, name: str) -> QuantizeConfig:
+        return self._get(name, "activation")
+
+    def _get(self, name: str, role: str) -> QuantizeConfig:
+        r = self.resolved.get(name)
+        if r is None:
+            return self.cfg
+        key = (name, role)
+        if key not in self._cache:
+            c = self.cfg
+            if role == "weight":
+                c = c.replace(weight_type=r.type or c.weight_type, weights=r.granularity or c.weights,
+                              block_size=r.block_size or c.block_size, weight_method=r.method or c.weight_method)
+            else:
+                t = r.type or c.activation_type
+                if c.target == "qnn" and t.startswith("int"):  # AIMET's HTP configs: unsigned activations
+                    t = "u" + t
+                c = c.replace(activation_type=t, activation_method=r.method or c.activation_method)
+            self._cache[key] = c
+        return self._cache[key]
+
+
+def _collect(m, ds, n_cal, tensors, cfg, means_for, adv, label, keep=None, tcfg=None):  # noqa: ANN001, ANN202
     from qlinear.ptq.collect import calibrate_activations
 
     # graph outputs keep their full range (min-max): clipping logits changes the argmax, whatever the method
     outputs = {o.name for o in m.graph.output}
-    obs, means = calibrate_activations(m, ds, 0, n_cal, tensors, cfg.a_method, batch_size=cfg.batch_size,
+    method_for = {t: tcfg.activation(t).a_method for t in tensors} if tcfg is not None and tcfg.resolved else {}
+    obs, means = calibrate_activations(m, ds, 0, n_cal, tensors, cfg.a_method, method_for=method_for,
+                                       batch_size=cfg.batch_size,
                                        means_for=means_for, percentile=cfg.percentile, progress=adv,
                                        minmax_for=outputs, label=label, keep=keep)
     for t, o in obs.items():
@@ -247,13 +327,14 @@ def _weight_encoding(name: str, w: np.ndarray, spec: WeightSpec, cfg: QuantizeCo
             kw["axis"] = spec.channel_axis
         else:  # a block longer than the axis is one block: store its real length
             kw.update(block_size=min(cfg.block_size, int(w.shape[spec.block_axis])), block_axis=spec.block_axis)
-    return C.calibrate(w, cfg.weight_type, method=cfg.w_method, policy=cfg.policy, symmetric=cfg.weight_symmetric,
+    method = "minmax" if cfg.w_method in DATA_WEIGHT_METHODS else cfg.w_method
+    return C.calibrate(w, cfg.weight_type, method=method, policy=cfg.policy, symmetric=cfg.weight_symmetric,
                        name=name, role="param", percentile=cfg.percentile, **kw)
 
 
-def _encodings(m: onnx.ModelProto, plan: Plan, obs: dict, means: dict, cfg: QuantizeConfig) -> list[Encoding]:
-    """Activation and weight encodings; bias correction of ``m``'s biases (the int32 biases come later,
-    :func:`int32_biases`, once the target's rules have set the activation encodings)."""
+def _encodings(m: onnx.ModelProto, plan: Plan, obs: dict, tcfg: "TensorConfigs") -> list[Encoding]:
+    """Activation and weight encodings (the int32 biases come later, :func:`int32_biases`, once the target's rules
+    have set the activation encodings). Data-driven weight methods start from min-max ranges."""
     g = GraphIndex.build(m, infer_shapes=False)
     out: dict[str, Encoding] = {}
     # activations: tied groups share merged statistics
@@ -266,18 +347,15 @@ def _encodings(m: onnx.ModelProto, plan: Plan, obs: dict, means: dict, cfg: Quan
             for t in members[1:]:
                 obs[t] = base
     for t in plan.activations:
-        out[t] = obs[t].compute(cfg.activation_type, symmetric=cfg.activation_symmetric, policy=cfg.policy, name=t)
+        c = tcfg.activation(t)
+        out[t] = obs[t].compute(c.activation_type, symmetric=c.activation_symmetric, policy=c.policy, name=t)
     for t, src in plan.inherit.items():
         s = resolve_inherit(plan, src)
         if s in out:
             out[t] = out[s].replace(name=t)
     weights: dict[str, Encoding] = {}
     for spec in plan.weights:
-        weights[spec.name] = _weight_encoding(spec.name, g.array(spec.name), spec, cfg)
-    if cfg.bias_correction:
-        from qlinear.ptq.bias import correct_biases
-
-        correct_biases(m, plan, weights, means)
+        weights[spec.name] = _weight_encoding(spec.name, g.array(spec.name), spec, tcfg.weight(spec.name))
     return list(weights.values()) + list(out.values())
 
 

@@ -27,7 +27,7 @@ def _finite(v: Any) -> Any:
 def to_json(qm: Any, rep: Report) -> str:
     """The report as strict JSON (non-finite numbers, e.g. the SQNR of an exactly represented tensor, are null)."""
     doc = {"config": qm.config.to_dict(), "notes": qm.notes, "timings": qm.timings,
-           "encodings": len(qm.encodings), "report": rep.to_dict(),
+           "encodings": len(qm.encodings), "report": rep.to_dict(), "decisions": list(qm.decisions),
            "integer_check": None if qm.integer_check is None else {
                "ok": qm.integer_check.ok, "layers": [lc.as_dict() for lc in qm.integer_check.layers]}}
     return json.dumps(_finite(doc), indent=2, allow_nan=False)
@@ -98,7 +98,8 @@ def to_html(qm: Any, rep: Report) -> str:
                     f"<td>[{s.lo:.4g}, {s.hi:.4g}]</td><td>{s.sqnr_db:.2f}</td></tr>" for s in worst)
     decisions = getattr(qm, "decisions", None) or []
     srows = "".join(f"<tr><td>{i + 1}</td><td>{html.escape(str(d.get('tensor', '')))}</td>"
-                    f"<td>{html.escape(str(d.get('change', '')))}</td><td>{html.escape(str(d.get('metric', '')))}</td></tr>"
+                    f"<td>{html.escape(str(d.get('change', '')))}</td><td>{html.escape(str(d.get('reason', '')))}</td>"
+                    f"<td>{'' if d.get('metric') is None else format(d['metric'], '.4f')}</td></tr>"
                     for i, d in enumerate(decisions))
     hists = "".join(_hist(n, h) for n, h in rep.histograms.items())
     times = ", ".join(f"{k} {v:.2f} s" for k, v in qm.timings.items())
@@ -120,7 +121,8 @@ td,th{{border:1px solid #ccc;padding:2px 6px}}h2{{margin-top:1.5em}}</style></he
 {len(qm.encodings)} encodings; timings: {times}</p><ul>{notes}</ul>
 <h2>Outputs against the float model</h2><table>{outs}</table>
 <h2>Per-tensor SQNR of its own quantization (lowest first)</h2>{_bars(worst)}
-<h2>Precision decisions</h2><table><tr><th>#</th><th>tensor</th><th>change</th><th>output metric after</th></tr>{srows}
+<h2>Precision decisions</h2><table><tr><th>#</th><th>tensor</th><th>change</th><th>why</th>
+<th>output metric after (calibration samples)</th></tr>{srows}
 </table>
 <h2>Worst tensors: float histogram and chosen range</h2>{hists}
 <h2>All quantized activations</h2><table><tr><th>tensor</th><th>type</th><th>scale</th><th>zero point</th>

@@ -1,0 +1,287 @@
+"""Automatic precision repair: raise the precision of the tensors that hurt the output most until an accuracy
+target holds on the calibration samples.
+
+The target is ``METRIC>=VALUE`` with ``METRIC`` one of :data:`METRICS` (the output metrics of the report:
+top-1 agreement with the float model, mean or minimum cosine similarity, output SQNR in dB); it must hold for every
+output. The candidates are the quantized weights and activations, ranked by their own quantization SQNR (the noise
+each adds where it is quantized, lowest first). Each candidate moves one rung up its ladder (weights
+``int2/int4 -> int8 -> int16``, activations ``8 -> 16`` bits; ``float`` when the rule ``allow_float`` lets a tensor
+leave quantization, ONNX Runtime's target only). The search raises the first ``1, 2, 4, ...`` candidates of the
+ranking, measuring the real quantized model each time, then bisects to the smallest prefix that meets the target.
+Every decision is recorded with the metric the model had after it.
+
+Decisions are made on calibration samples only: the last ``repair_samples`` (at most half) of them, which
+calibration, SeqMSE and AdaRound then do not fit on (a model fitted on a sample looks better on it than it is); the
+report measures the result on the held-out samples.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+import onnx
+
+from qlinear.errors import ConfigError
+
+METRICS = ("top1_agreement", "cosine_mean", "cosine_min", "sqnr_db")
+
+
+@dataclass(frozen=True)
+class Target:
+    """An accuracy target ``metric >= value`` over every output."""
+
+    metric: str
+    value: float
+
+    @classmethod
+    def parse(cls, text: str, where: str = "accuracy_target") -> "Target":
+        if not isinstance(text, str):
+            raise ConfigError(f"{where}: expected a string such as \"top1_agreement>=0.99\", got {text!r}")
+        m = re.fullmatch(r"\s*([a-z0-9_]+)\s*(>=|=)\s*([-+0-9.eE]+)\s*", text)
+        if not m or m.group(1) not in METRICS:
+            raise ConfigError(f"{where}: {text!r} is not METRIC>=VALUE with METRIC one of {', '.join(METRICS)} "
+                              "(for example \"top1_agreement>=0.99\" or \"sqnr_db>=20\")")
+        try:
+            v = float(m.group(3))
+        except ValueError:
+            raise ConfigError(f"{where}: {m.group(3)!r} is not a number") from None
+        if m.group(1) != "sqnr_db" and not -1 <= v <= 1:
+            raise ConfigError(f"{where}: {m.group(1)} is between -1 and 1 (agreement and cosine are fractions), "
+                              f"got {v}")
+        return cls(m.group(1), v)
+
+    def value_of(self, metrics: dict[str, dict[str, float]]) -> float:
+        """The worst output's value of the metric."""
+        vals = [d[self.metric] for d in metrics.values() if self.metric in d]
+        if not vals:
+            raise ConfigError(f"accuracy_target: no output has the metric {self.metric!r} (top-1 agreement needs a "
+                              "classifier output [N, classes]); use cosine_mean or sqnr_db")
+        return min(vals)
+
+    def __str__(self) -> str:
+        return f"{self.metric}>={self.value:g}"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    tensor: str
+    role: str          # "weight" or "activation"
+    current: str       # its type now
+    raised: str        # the next rung
+    sqnr_db: float     # its own quantization SQNR (the ranking key)
+
+
+@dataclass
+class Outcome:
+    """The result of :func:`repair`."""
+
+    met: bool
+    value: float                              # the metric of the model returned
+    before: float                             # the metric before any change
+    raised: dict[str, str] = field(default_factory=dict)   # tensor -> new type
+    decisions: list[dict] = field(default_factory=list)    # {tensor, change, metric}
+    evaluations: int = 0
+
+
+def ladder(role: str, current: str, *, allow_float: bool) -> str | None:
+    """The next rung of a tensor's precision (module docstring), or None at the top."""
+    bits = {"int2": 2, "uint2": 2, "int4": 4, "uint4": 4, "int8": 8, "uint8": 8, "int16": 16, "uint16": 16}
+    b = bits.get(current)
+    if b is None:  # float8 and the like: only float is above
+        return "float" if allow_float else None
+    unsigned = current.startswith("u")
+    if role == "weight" and b < 8:
+        return "uint8" if unsigned else "int8"
+    if b < 16:
+        return "uint16" if unsigned else "int16"
+    return "float" if allow_float else None
+
+
+def repair(target: Target, candidates: list[Candidate], measure: Callable[[dict[str, str]], dict],
+           *, progress: Callable[[int], None] | None = None) -> Outcome:
+    """The smallest prefix of ``candidates`` (ranked) whose raise meets ``target`` (module docstring).
+
+    ``measure(raised)`` builds the quantized model with the tensors of ``raised`` (tensor -> type) raised and
+    returns its output metrics on the repair samples.
+    """
+    cache: dict[int, float] = {}
+
+    def value(k: int) -> float:
+        if k not in cache:
+            cache[k] = target.value_of(measure({c.tensor: c.raised for c in candidates[:k]}))
+            if progress:
+                progress(1)
+        return cache[k]
+
+    before = value(0)
+    if before >= target.value or not candidates:
+        return Outcome(before >= target.value, before, before, evaluations=len(cache))
+    lo, hi = 0, None  # value(lo) misses the target; value(hi) meets it
+    k = 1
+    while hi is None:
+        k = min(k, len(candidates))
+        if value(k) >= target.value:
+            hi = k
+        elif k == len(candidates):
+            break
+        else:
+            lo = k
+            k *= 2
+    if hi is None:  # even everything raised one rung misses: return that, flagged
+        k = len(candidates)
+        return Outcome(False, value(k), before, {c.tensor: c.raised for c in candidates},
+                       _decisions(candidates, k, cache), len(cache))
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if value(mid) >= target.value:
+            hi = mid
+        else:
+            lo = mid
+    return Outcome(True, value(hi), before, {c.tensor: c.raised for c in candidates[:hi]},
+                   _decisions(candidates, hi, cache), len(cache))
+
+
+def _decisions(candidates: list[Candidate], k: int, cache: dict[int, float]) -> list[dict]:
+    out = []
+    for i, c in enumerate(candidates[:k]):
+        after = min((j for j in cache if j >= i + 1 and j <= k), default=k)
+        out.append({"tensor": c.tensor, "change": f"{c.role} {c.current} -> {c.raised}",
+                    "reason": f"own quantization SQNR {c.sqnr_db:.1f} dB (rank {i + 1})",
+                    "metric": cache.get(after)})
+    return out
+
+
+# --------------------------------------------------------------------------------------------- in the pipeline
+def _sqnr(x: np.ndarray, xq: np.ndarray) -> float:
+    x = np.asarray(x, np.float64)
+    noise = float(np.sum((x - np.asarray(xq, np.float64)) ** 2))
+    sig = float(np.sum(x ** 2))
+    if noise == 0.0:
+        return float("inf")
+    return 10 * np.log10(max(sig, 1e-300) / noise)
+
+
+def run_repair(es: Any, m: onnx.ModelProto, reference: onnx.ModelProto, plan: Any, obs: dict, means: dict,
+               tcfg: Any, ds: Any, samples: tuple[int, int], keep: dict, *, label: str = "model",
+               progress: Callable[[str, int], Callable[[int], None]] | None = None,
+               notes: list[str] | None = None) -> tuple[Any, onnx.ModelProto, list[dict]]:
+    """Precision repair inside :func:`qlinear.quantize` (module docstring), judged on the calibration samples
+    ``samples = (start, stop)`` that nothing was fitted on: returns the encodings (before the int32 biases), the float
+    model they apply to, and the decisions."""
+    from qlinear.encodings import EncodingSet
+    from qlinear.graph.model import GraphIndex
+    from qlinear.graph.plan import resolve_inherit
+    from qlinear.ptq.bias import correct_biases
+    from qlinear.ptq.config import DATA_WEIGHT_METHODS
+    from qlinear.ptq.evaluate import output_metrics
+    from qlinear.ptq.pipeline import _apply, _weight_encoding, int32_biases
+    from qlinear.ptq.session import Session
+
+    cfg = tcfg.cfg
+    target = Target.parse(cfg.accuracy_target)
+    allow_float = cfg.target == "ort"
+    n_rep = samples[1] - samples[0]
+    outputs = [o.name for o in m.graph.output]
+    fsess = keep.get("session")
+    if fsess is None:
+        fsess = Session(reference, outputs, level="all", label=f"the float {label}")
+    batches = list(ds.batches(samples[0], samples[1], cfg.batch_size))
+    float_out = {o: np.concatenate([fsess.run([o], b)[0] for b in batches]) for o in outputs}
+
+    encs = {e.name: e for e in es}
+    g_ref = GraphIndex.build(reference, infer_shapes=False)
+    g_m = GraphIndex.build(m, infer_shapes=False)
+    specs = {s.name: s for s in plan.weights}
+    cands: list[Candidate] = []
+    for name, spec in specs.items():  # weights: their deployed values against the float ones
+        e = encs.get(name)
+        if e is None or not e.qtype.is_int:
+            continue
+        nxt = ladder("weight", e.dtype, allow_float=allow_float)
+        if nxt is None:
+            continue
+        w = g_ref.array(name).astype(np.float32)
+        cands.append(Candidate(name, "weight", e.dtype, nxt, _sqnr(w, e.fake_quantize(g_m.array(name)))))
+    acts = [t for t in plan.activations if t in encs and encs[t].qtype.is_int]
+    stat = batches[:1]
+    have = set(keep.get("outputs", [])) if keep.get("session") is not None else set()
+    fetch = [t for t in acts if t in have]
+    vals = dict(zip(fetch, fsess.run(fetch, stat[0]))) if fetch and stat else {}
+    vals.update({k: v for k, v in (stat[0] if stat else {}).items() if k in acts})
+    for t in acts:  # activations: their own quantization on the first batch of samples
+        if t not in vals:
+            continue
+        nxt = ladder("activation", encs[t].dtype, allow_float=allow_float)
+        if nxt is not None:
+            x = np.asarray(vals[t], np.float32)
+            cands.append(Candidate(t, "activation", encs[t].dtype, nxt, _sqnr(x, encs[t].fake_quantize(x))))
+    cands.sort(key=lambda c: c.sqnr_db)
+    inheritors: dict[str, list[str]] = {}
+    for t, src in plan.inherit.items():
+        inheritors.setdefault(resolve_inherit(plan, src), []).append(t)
+
+    def build(raised: dict[str, str]) -> tuple[Any, onnx.ModelProto]:
+        m2 = onnx.ModelProto()
+        m2.CopyFrom(m)
+        inits = {t.name: t for t in m2.graph.initializer}
+        e2 = dict(encs)
+        restored = []
+        for t, new in raised.items():
+            if t in specs:
+                spec = specs[t]
+                inits[t].CopyFrom(g_ref.initializers[t])  # the float weight (not its 4-bit grid) and its bias
+                if spec.bias:
+                    inits[spec.bias].CopyFrom(g_ref.initializers[spec.bias])
+                if new == "float":
+                    e2.pop(t, None)
+                    continue
+                c = tcfg.weight(t)
+                c = c.replace(weight_type=new, weight_method="minmax" if c.w_method in DATA_WEIGHT_METHODS
+                              else c.weight_method)
+                e2[t] = _weight_encoding(t, g_ref.array(t), spec, c)
+                restored.append(t)
+            else:
+                for name in [t] + inheritors.get(t, []):
+                    if new == "float":
+                        e2.pop(name, None)
+                    else:
+                        c = tcfg.activation(t)
+                        e2[name] = obs[t].compute(new, symmetric=c.activation_symmetric, policy=c.policy,
+                                                  name=t).replace(name=name)
+        if restored and cfg.bias_correction:
+            keep_only = {specs[t].bias for t in restored if specs[t].bias}
+            others = {b.name for b in plan.biases} - keep_only
+            correct_biases(m2, plan, {t: e2[t] for t in restored}, means, skip=others)
+        return EncodingSet(tuple(e2.values()), producer=es.producer, version=es.version), m2
+
+    def measure(raised: dict[str, str]) -> dict:
+        es2, m2 = build(raised)
+        q = _apply(int32_biases(es2, m2, plan), m2)
+        sess = Session(q, level="basic", label=f"the quantized {label}", disable_qdq_fusion=True)
+        got = {o: np.concatenate([sess.run([o], b)[0] for b in batches]) for o in outputs}
+        return {o: output_metrics(float_out[o], got[o], None, o, "repair samples") for o in outputs}
+
+    adv = progress("precision repair", 2 * max(1, int(np.ceil(np.log2(len(cands) + 1)))) + 1) if progress else None
+    res = repair(target, cands, measure, progress=adv)
+    es2, m2 = build(res.raised)
+    if notes is not None:
+        head = (f"precision repair ({target}, judged on calibration samples {samples[0]}..{samples[1] - 1}, which "
+                f"nothing was fitted on): "
+                f"{target.metric} {res.before:.4f} -> {res.value:.4f}")
+        if not res.raised:
+            notes.append(f"{head}; the target holds without changes")
+        else:
+            what = ", ".join(f"{d['tensor']} ({d['change'].split(' ', 1)[1]})" for d in res.decisions[:6])
+            more = f" and {len(res.decisions) - 6} more" if len(res.decisions) > 6 else ""
+            notes.append(f"{head} by raising {len(res.decisions)} of {len(cands)} tensors: {what}{more} "
+                         f"({res.evaluations} evaluations)")
+        if not res.met:
+            notes.append(f"WARNING: accuracy target {target} not met even with every candidate raised one step "
+                         f"(best {res.value:.4f}); leave more in float (overrides) or relax the target")
+    return es2, m2, res.decisions
+
+
+__all__ = ["Candidate", "METRICS", "Outcome", "Target", "ladder", "repair", "run_repair"]

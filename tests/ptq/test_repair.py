@@ -1,0 +1,135 @@
+"""Per-tensor overrides and automatic precision repair (qlinear.ptq.overrides, qlinear.ptq.repair)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import qlinear
+from qlinear import encodings as E
+from qlinear.cli.main import main
+from qlinear.errors import ConfigError
+from qlinear.examples import DATA, MODEL
+from qlinear.ptq.repair import Candidate, Target, ladder, repair
+
+BASE = dict(calibration_samples=24, evaluation_samples=16)
+
+
+def test_overrides_by_name_op_type_role_and_float():
+    qm = qlinear.quantize(MODEL, DATA, dict(BASE, weight_type="int4", overrides=[
+        {"name": "fc.weight", "type": "int8"},                          # by tensor name
+        {"op_type": "Relu", "type": "uint16"},                          # by producer op type (activation)
+        {"name": "dw", "role": "weight", "granularity": "per-tensor"},  # by node name, weights only
+        {"name": "pw.weight", "type": "float"},                         # left in float
+    ]))
+    es = qm.encodings
+    assert es["fc.weight"].dtype == "int8" and es["stem.weight"].dtype == "int4"
+    assert es["relu_out"].dtype == "uint16" and es["relu6_out"].dtype == "uint8"
+    assert es["dw.weight"].granularity == "per_tensor" and es["dw.weight"].dtype == "int4"
+    assert "pw.weight" not in es.names() and "pw.bias" not in es.names()
+    assert qm.plan.skipped["pw.weight"] == "left in float by an override"
+    assert E.validate(es, qm.model).ok
+    assert qm.report().outputs["logits"]["top1_agreement"] >= 0.9
+
+
+@pytest.mark.parametrize("rules,msg", [
+    ("Conv", "expected a list of rules"),
+    ([{"type": "int8"}], "give \"name\""),
+    ([{"name": "x", "type": "int3"}], "is not one of float"),
+    ([{"name": "x", "role": "bias", "type": "int8"}], "role: 'bias'"),
+    ([{"name": "x"}], "sets nothing"),
+    ([{"name": "x", "type": "int8", "colour": 1}], "unknown key"),
+    ([{"name": "x", "role": "activation", "method": "seqmse"}], "not a calibration method for activations"),
+    ([{"name": "x", "granularity": "per-row"}], "granularity"),
+])
+def test_bad_overrides_are_config_errors(rules, msg):
+    with pytest.raises(ConfigError, match=msg):
+        qlinear.QuantizeConfig(overrides=rules)
+
+
+def test_overrides_and_repair_refused_for_tflite():
+    with pytest.raises(ConfigError, match="target tflite"):
+        qlinear.QuantizeConfig(target="tflite", overrides=[{"name": "x", "type": "int8"}])
+    with pytest.raises(ConfigError, match="target tflite"):
+        qlinear.QuantizeConfig(target="tflite", accuracy_target="sqnr_db>=20")
+
+
+@pytest.mark.parametrize("text,ok", [("top1_agreement>=0.99", True), ("sqnr_db >= 25", True), ("cosine_min=0.9", True),
+                                     ("accuracy>=0.9", False), ("top1_agreement>=99", False), ("sqnr_db>x", False),
+                                     (3, False)])
+def test_target_parsing(text, ok):
+    if ok:
+        t = Target.parse(text)
+        assert str(t).startswith(t.metric)
+    else:
+        with pytest.raises(ConfigError, match="accuracy_target"):
+            Target.parse(text)
+
+
+def test_ladder():
+    assert ladder("weight", "int4", allow_float=False) == "int8"
+    assert ladder("weight", "int8", allow_float=False) == "int16"
+    assert ladder("weight", "int16", allow_float=True) == "float"
+    assert ladder("weight", "int16", allow_float=False) is None
+    assert ladder("activation", "uint8", allow_float=False) == "uint16"
+    assert ladder("activation", "float8e4m3fn", allow_float=True) == "float"
+
+
+def test_search_finds_the_smallest_prefix():
+    """A fake model whose metric is the number of raised candidates: the search returns exactly the prefix that
+    meets the target, with few evaluations (doubling then bisection)."""
+    cands = [Candidate(f"t{i}", "weight", "int4", "int8", float(i)) for i in range(40)]
+    calls = []
+
+    def measure(raised):
+        calls.append(len(raised))
+        return {"y": {"sqnr_db": float(len(raised))}}
+
+    res = repair(Target("sqnr_db", 13), cands, measure)
+    assert res.met and res.value == 13 and list(res.raised) == [f"t{i}" for i in range(13)]
+    assert len(calls) <= 2 * 6 + 1 and len(res.decisions) == 13
+    assert res.decisions[-1]["metric"] == 13 and "rank 13" in res.decisions[-1]["reason"]
+    res = repair(Target("sqnr_db", 100), cands, measure)  # unreachable: everything raised, flagged
+    assert not res.met and len(res.raised) == 40
+    res = repair(Target("sqnr_db", -1), cands, measure)  # already met: nothing changes
+    assert res.met and not res.raised and not res.decisions
+
+
+def test_repair_in_the_pipeline_meets_the_target_and_records_decisions(tmp_path):
+    base = qlinear.quantize(MODEL, DATA, dict(BASE, weight_type="int4"))
+    before = base.report().outputs["logits"]["sqnr_db"]
+    qm = qlinear.quantize(MODEL, DATA, dict(BASE, weight_type="int4", accuracy_target="sqnr_db>=40"))
+    assert qm.decisions and all(d["change"].startswith(("weight", "activation")) for d in qm.decisions)
+    raised = [d["tensor"] for d in qm.decisions]
+    assert all(qm.encodings[t].qtype.bits > base.encodings[t].qtype.bits for t in raised)
+    assert qm.report().outputs["logits"]["sqnr_db"] > before + 5
+    # the repaired weights are quantized from the float weights again, and everything is consistent
+    assert E.validate(qm.encodings, qm.model).ok
+    again = E.apply(qm.encodings, qm.encoded_model)
+    assert {t.name for t in again.graph.initializer} == {t.name for t in qm.model.graph.initializer}
+    qm.save(tmp_path / "out")
+    doc = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert [d["tensor"] for d in doc["decisions"]] == raised
+    assert "Precision decisions" in (tmp_path / "out" / "report.html").read_text()
+    assert any("precision repair" in n for n in qm.notes)
+
+
+def test_cli_accuracy_target_and_exit_status(tmp_path, capsys):
+    rc = main(["quantize", "--weight-type", "int4", "--accuracy-target", "sqnr_db>=35", "-o", str(tmp_path / "a")])
+    out = capsys.readouterr().out
+    assert rc == 0 and "->" in out  # the decisions are listed
+    rc = main(["quantize", "--weight-type", "int4", "--accuracy-target", "sqnr_db>=200", "-o", str(tmp_path / "b")])
+    assert rc == 1 and (tmp_path / "b" / "model.qdq.onnx").exists()  # written, but the target is not reached
+    assert "not met" in capsys.readouterr().out
+    rc = main(["quantize", "--accuracy-target", "speed>=2", "-o", str(tmp_path / "c")])
+    assert rc == 3 and "METRIC>=VALUE" in capsys.readouterr().err
+
+
+def test_weight_methods_from_the_cli(tmp_path, capsys):
+    rc = main(["quantize", "--weight-type", "int4", "--weight-method", "seqmse", "-o", str(tmp_path / "o")])
+    assert rc == 0
+    assert "SeqMSE" in capsys.readouterr().out
+    es = E.load(tmp_path / "o" / "model.encodings")
+    assert np.all(np.asarray(es["pw.weight"].scale) > 0)
