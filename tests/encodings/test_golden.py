@@ -134,3 +134,57 @@ def test_version_2_1_0_meta_scales_round_trip(golden, tiny):
     fc1 = next(e for e in doc["encodings"] if e["name"] == "fc1.weight")
     assert set(fc1["y_scale"]) == {"x", "x_scale", "axis"} and fc1["y_scale"]["axis"] < 0 and fc1["axis"] >= 0
     assert E.loads(text).same_parameters(es)
+
+
+def _relayout(doc, top_first=(), entry_first=(), widen_minmax=False):
+    """A golden document laid out another way: top-level keys in another order, entry keys in another order, 0.6.1
+    min/max as float32 values widened to double (what aimet-torch writes)."""
+    import numpy as np
+
+    def entry(e):
+        if isinstance(e, list):
+            return [entry(x) for x in e]
+        if not isinstance(e, dict):
+            return e
+        out = {k: e[k] for k in entry_first if k in e}
+        out.update((k, v) for k, v in e.items() if k not in out)
+        if widen_minmax:
+            for k in ("min", "max"):
+                if isinstance(out.get(k), float):
+                    out[k] = float(np.float32(out[k]) * np.float32(1.0000001))
+        return out
+
+    new = {k: doc[k] for k in top_first if k in doc}
+    new.update((k, v) for k, v in doc.items() if k not in new)
+    for sec in ("activation_encodings", "param_encodings", "encodings"):
+        s = new.get(sec)
+        if isinstance(s, dict):
+            new[sec] = {n: entry(v) for n, v in s.items()}
+        elif isinstance(s, list):
+            new[sec] = [entry(v) for v in s]
+    return new
+
+
+@pytest.mark.parametrize("name,kw,indent", [
+    ("lpbq_tf_v1.0.0", dict(top_first=("producer", "version")), 2),             # aimet-torch 1.0.0 LPBQ
+    ("lpbq_tf_v2.0.0", dict(entry_first=("name", "output_dtype", "axis", "block_size")), 2),  # aimet-torch 2.0.0
+    ("per_channel_tf_v0.6.1", dict(widen_minmax=True), 4),                    # aimet-torch 0.6.1 min/max
+    ("per_tensor_tf_v0.6.1", dict(widen_minmax=True, top_first=("version",)), 4),
+    ("per_tensor_tf_v1.0.0", dict(top_first=("version", "quantizer_args"), entry_first=("name", "offset")), "\t"),
+])
+def test_unknown_layouts_resave_byte_for_byte(shared_dir, tiny, name, kw, indent):
+    """Issue 14: a layout qlinear does not write itself re-saves in the same version with the file's key order and
+    values; a changed encoding is written the writer's way, the others keep theirs."""
+    import json
+
+    src = json.loads((shared_dir / "aimet-golden" / f"aimet-onnx-2.42.0_{name}.encodings").read_text())
+    text = json.dumps(_relayout(src, **kw), indent=indent)
+    assert E.dumps(E.loads(text)) == text
+    es = E.loads(text, model=tiny)  # axes resolved against the model: the parameters are still the file's
+    assert E.dumps(es) == text
+    assert E.loads(E.dumps(es, "2.1.0" if es.version != "2.1.0" else "2.0.0")).same_parameters(es)
+    first = es.encodings[0]
+    changed = es.with_encodings([first.replace(scale=np.asarray(first.scale) * 2)] + list(es.encodings[1:]))
+    again = E.loads(E.dumps(changed), model=tiny)
+    assert again.same_parameters(changed)
+    assert E.dumps(changed) != text and E.dumps(changed).count("\n") == text.count("\n")

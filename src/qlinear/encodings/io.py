@@ -6,11 +6,12 @@ from __future__ import annotations
 import io
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any, Union
 
 from qlinear.encodings import _doc as d
-from qlinear.encodings import _json, _scan
+from qlinear.encodings import _json, _layout, _scan
 from qlinear.encodings import v0_6_1, v1_0_0, v2_0_0, v2_1_0
 from qlinear.encodings.model import AIMET_ONNX, EncodingSet, Style
 from qlinear.errors import EncodingError, QlinearError
@@ -113,7 +114,8 @@ def _loads_lifted(text: str | bytes, path: str | None) -> EncodingSet | None:
         if got is None:
             return None
         encs, first_keys = got
-        return _assemble(d.Ctx(path, bools=False), doc, encs, False, first_keys, _head_text(data, path))
+        es = _assemble(d.Ctx(path, bools=False), doc, encs, False, first_keys, _head_text(data, path))
+        return replace(es, layout=_layout.record(doc, detect_version(doc, path=path), es, keep_values=False))
     except (QlinearError, ValueError, TypeError, KeyError, IndexError, OverflowError, RecursionError):
         return None
 
@@ -154,7 +156,8 @@ def from_document(doc: Any, *, path: str | None = None, text: str | None = None,
     ctx = d.Ctx(path, bools=bools)
     version = detect_version(doc, path=path)
     encs, int_offsets, first_keys = _MODULES[version].read(ctx, doc)
-    return _assemble(ctx, doc, encs, int_offsets, first_keys, text)
+    es = _assemble(ctx, doc, encs, int_offsets, first_keys, text)
+    return replace(es, layout=_layout.record(doc, version, es))
 
 
 def _assemble(ctx: d.Ctx, doc: dict, encs: list, int_offsets: bool, first_keys: list[str] | None,
@@ -193,7 +196,11 @@ def _document(es: EncodingSet, version: str, *, style: Style | None = None, drop
                             "EncodingSet([Encoding(...), ...]))")
     if version not in _MODULES:
         raise EncodingError(f"unknown version {version!r}; qlinear writes {', '.join(VERSIONS)}")
-    return _MODULES[version].write(es, style or es.style, drop_float=drop_float)
+    doc = _MODULES[version].write(es, style or es.style, drop_float=drop_float)
+    lay = es.layout
+    if lay is not None and lay.version == version:  # re-saving in the version read: keep the file's layout
+        doc = _layout.restore(doc, lay, es)
+    return doc
 
 
 def dumps(es: EncodingSet, version: str | None = None, *, style: Style | None = None, drop_float: bool = False) -> str:

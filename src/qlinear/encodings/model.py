@@ -453,6 +453,7 @@ class EncodingSet:
     producer: Mapping[str, Any] | None = None
     version: str | None = None
     style: Style = field(default=AIMET_ONNX)
+    layout: Any = field(default=None, compare=False, repr=False)  # the file's layout as read (encodings._layout)
     _by_name: dict[str, Encoding] = field(init=False, repr=False, compare=False, default_factory=dict)
 
     def __post_init__(self) -> None:
