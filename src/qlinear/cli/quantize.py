@@ -15,18 +15,24 @@ def quantize(
                                         "or a folder of .npy/.npz files, of images, or of test_data_set_* folders."),
     output: Path = typer.Option(Path("qlinear-out"), "--output", "-o", help="Output folder (replaced as a whole at "
                                 "the end of a successful run; a failed run leaves it unchanged)."),
-    weights: Optional[str] = typer.Option(None, "--weights", help="per-channel (default), per-tensor or per-block."),
-    weight_type: Optional[str] = typer.Option(None, "--weight-type", help="int8 (default), uint8, int4, int16 or "
-                                              "float8e4m3fn."),
+    weights: Optional[str] = typer.Option(None, "--weights", help="per-channel (default), per-tensor, per-block "
+                                         "or lpbq (4-bit blocks, integer block scales under a per-channel scale)."),
+    weight_type: Optional[str] = typer.Option(None, "--weight-type", help="int8 (default), uint8, int4, uint4, int2, "
+                                              "int16 or float8e4m3fn."),
     activation_type: Optional[str] = typer.Option(None, "--activation-type", help="uint8 (default), int8, uint16, "
-                                                  "int16 or float8e4m3fn."),
+                                                  "int16, float8e4m3fn, or float: weight-only (W4A16/W8A16: only "
+                                                  "MatMul/Gemm weights are quantized; no data needed for minmax/mse)."),
     block_size: Optional[int] = typer.Option(None, "--block-size", help="Block size of per-block weights "
                                              "(default 32)."),
     calibration: Optional[str] = typer.Option(None, "--calibration", help="Activation method: minmax (default), "
                                               "sqnr, mse, percentile, entropy or moving_average."),
     weight_method: Optional[str] = typer.Option(None, "--weight-method", help="Weight method: minmax (default), "
                                                 "sqnr, mse, percentile, seqmse (ranges by the layer's output error) "
-                                                "or adaround (learned rounding; uses the calibration data)."),
+                                                "or adaround (learned rounding; uses the calibration data); "
+                                                "weight-only: minmax (round to nearest), mse or gptq (needs data)."),
+    output_format: Optional[str] = typer.Option(None, "--format", help="Weight-only output: qdq (default: blocked "
+                                                "DequantizeLinear, which ONNX Runtime fuses into MatMulNBits) or "
+                                                "matmulnbits (com.microsoft.MatMulNBits written directly)."),
     accuracy_target: Optional[str] = typer.Option(None, "--accuracy-target", help="METRIC>=VALUE, e.g. "
                                                   "top1_agreement>=0.99 or sqnr_db>=20: raise the precision of the "
                                                   "tensors that hurt most until it holds on calibration samples."),
@@ -62,17 +68,19 @@ def quantize(
         if calibration_samples is None and evaluation_samples is None:
             calibration_samples, evaluation_samples = 20, 20  # the example has 40 samples: half held out
         con.print(f"[dim]no model given: quantizing the bundled example {MODEL.name} on {DATA.name}[/]")
-    if data is None:
-        raise ConfigError("--data is required with a model (an .npz file or a folder of samples)")
     if encodings_version not in VERSIONS:
         raise ConfigError(f"--encodings-version {encodings_version!r}: expected one of {', '.join(VERSIONS)}")
     base = QuantizeConfig.from_file(config).to_dict() if config else {}
     over = {"weights": weights, "weight_type": weight_type, "activation_type": activation_type,
             "block_size": block_size, "activation_method": calibration, "weight_method": weight_method,
             "target": target, "calibration_samples": calibration_samples, "evaluation_samples": evaluation_samples,
-            "accuracy_target": accuracy_target}
+            "accuracy_target": accuracy_target, "output_format": output_format}
     base.update({k: v for k, v in over.items() if v is not None})
     cfg = QuantizeConfig.from_dict(base, source=str(config) if config else "command line")
+    if data is None and not (cfg.weight_only and cfg.w_method != "gptq"):
+        raise ConfigError("--data is required with a model (an .npz file or a folder of samples); only weight-only "
+                          "round to nearest (--activation-type float, --weight-method minmax or mse) runs without it")
+    report = report and data is not None  # a weight-only run without data has nothing to evaluate on
     folder = OutputFolder(output)
     folder.check()  # before any work: a folder that cannot be written fails now, not after calibration
 

@@ -8,6 +8,12 @@
 * **Data-movement ops** (Reshape, Flatten, Transpose, Squeeze, Unsqueeze, MaxPool, Identity, Slice, Gather, Pad,
   SpaceToDepth, DepthToSpace) share their input's parameters.
 * **Concat** inputs and output share one set of parameters (their ranges are merged).
+* **Transformer graphs**: only tensors computed from float data are quantized — float graph inputs and embedding
+  lookups (``Gather`` of a float initializer) and what is computed from them. Float tensors derived from integer
+  inputs, shapes and constants alone (attention masks: ``Cast(attention_mask)``, ``Where(mask, 0, -inf)``; position
+  ids; int64 shape subgraphs) are left alone, and so is the output of an ``Add`` of such a mask to data (the masked
+  attention scores hold ``-3.4e38``: no 8- or 16-bit grid represents both). A ``Where`` choosing between data and a
+  constant (``Where(IsNaN(p), 0, p)`` after Softmax) shares its data input's parameters.
 """
 
 from __future__ import annotations
@@ -59,13 +65,51 @@ class Plan:
     skipped: dict[str, str] = field(default_factory=dict)        # tensor -> reason
 
 
+PLACEMENTS = ("all", "matmul")
+
+
+def is_transformer(m: onnx.ModelProto) -> bool:
+    """Attention (Softmax) with a normalization (LayerNormalization, or its decomposed ReduceMean form) and MatMuls
+    with constant weights: the graphs :func:`make_plan`'s ``matmul`` placement is for."""
+    ops = {n.op_type for n in m.graph.node}
+    inits = {t.name for t in m.graph.initializer}
+    return "Softmax" in ops and bool(ops & {"LayerNormalization", "ReduceMean", "SimplifiedLayerNormalization"}) \
+        and any(n.op_type == "MatMul" and len(n.input) > 1 and n.input[1] in inits for n in m.graph.node)
+
+
 def make_plan(m: onnx.ModelProto, *, exclude_nodes: tuple[str, ...] = (), exclude_op_types: tuple[str, ...] = (),
-              quantize_outputs: bool = True) -> Plan:
+              quantize_outputs: bool = True, placement: str = "all") -> Plan:
+    """The plan of ``m``. ``placement`` ``all``: every float activation a runtime computes in integers (CNNs,
+    integer-only targets); ``matmul``: only the inputs of MatMul/Gemm (both operands of activation x activation
+    products, so attention scores and probabilities too) — transformer encoders on CPUs/GPUs, where LayerNorm,
+    Softmax, Gelu and the residual adds run in float and their outlier ranges never meet an 8-bit grid."""
+    plan = _make_plan(m, exclude_nodes, exclude_op_types, quantize_outputs)
+    if placement == "matmul":
+        g = GraphIndex.build(m, infer_shapes=False)
+        feeds: set[str] = set()
+        for n in m.graph.node:
+            if n.op_type in ("MatMul", "Gemm"):
+                for x in n.input[:2]:
+                    if x and x not in g.initializers:
+                        feeds.add(resolve_inherit(plan, x))
+        for t in plan.activations:
+            if t not in feeds:
+                plan.skipped[t] = "placement matmul: not a MatMul/Gemm input"
+        plan.activations = [t for t in plan.activations if t in feeds]
+        plan.tied = [grp for grp in plan.tied if all(t in feeds for t in grp)]
+        keep = set(plan.activations)
+        plan.inherit = {k: v for k, v in plan.inherit.items() if resolve_inherit(plan, v) in keep}
+    return plan
+
+
+def _make_plan(m: onnx.ModelProto, exclude_nodes: tuple[str, ...], exclude_op_types: tuple[str, ...],
+               quantize_outputs: bool) -> Plan:
     g = GraphIndex.build(m)
     plan = Plan()
     excluded = set(exclude_nodes)
     ex_ops = set(exclude_op_types)
     floats = _float_tensors(m, g)
+    data = _float_data(m, g, floats)
     seen: set[str] = set()
 
     def want(t: str, why_not: str | None = None) -> None:
@@ -74,6 +118,9 @@ def make_plan(m: onnx.ModelProto, *, exclude_nodes: tuple[str, ...] = (), exclud
         seen.add(t)
         if t not in floats:
             plan.skipped[t] = "not a float tensor"
+            return
+        if t not in data:
+            plan.skipped[t] = "computed from integer inputs, shapes or constants only (a mask), not from float data"
             return
         if why_not:
             plan.skipped[t] = why_not
@@ -114,6 +161,15 @@ def make_plan(m: onnx.ModelProto, *, exclude_nodes: tuple[str, ...] = (), exclud
                 plan.inherit[out] = n.input[0]
                 seen.add(out)
                 continue
+            if n.op_type == "Add" and any(_is_mask(x, g, data, floats) for x in n.input):
+                want(out, "an attention mask is added here (extreme values): left in float")
+                continue
+            if n.op_type == "Where" and len(n.input) == 3 and out in data:
+                branches = [x for x in n.input[1:] if x in data]
+                if len(branches) == 1:
+                    plan.inherit[out] = branches[0]
+                    seen.add(out)
+                    continue
             if out in g.outputs and not quantize_outputs:
                 want(out, "graph output (quantize_outputs is off)")
                 continue
@@ -121,6 +177,28 @@ def make_plan(m: onnx.ModelProto, *, exclude_nodes: tuple[str, ...] = (), exclud
         if n.op_type == "Concat" and not skip_node:
             plan.tied.append([t for t in n.input if t] + [n.output[0]])
     return plan
+
+
+def _float_data(m: onnx.ModelProto, g: GraphIndex, floats: set[str]) -> set[str]:
+    """Tensors computed from float data: float graph inputs, lookups into float initializers (``Gather``) and what
+    depends on them (nodes in topological order, as ONNX requires)."""
+    data = {i.name for i in m.graph.input if i.name not in g.initializers and i.name in floats}
+    for n in m.graph.node:
+        lookup = n.op_type in ("Gather", "GatherElements", "GatherND") and n.input and n.input[0] in g.initializers \
+            and g.initializers[n.input[0]].data_type in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16)
+        if n.op_type in ("Shape", "Size"):  # a shape is not data: masks built from it stay masks
+            continue
+        if lookup or any(x in data for x in n.input if x):
+            data.update(o for o in n.output if o)
+    return data
+
+
+def _is_mask(x: str, g: GraphIndex, data: set[str], floats: set[str]) -> bool:
+    """A computed float tensor that does not depend on float data (an attention mask), not a constant."""
+    if not x or x in data or x not in floats or x in g.initializers:
+        return False
+    p = g.producer.get(x)
+    return p is not None and p.op_type not in ("Constant", "ConstantOfShape")
 
 
 def _is_act(n: onnx.NodeProto, g: GraphIndex) -> bool:

@@ -13,12 +13,17 @@ from typing import Any
 
 from qlinear.errors import ConfigError
 
-WEIGHT_TYPES = ("int8", "uint8", "int4", "int16", "float8e4m3fn")
-ACTIVATION_TYPES = ("uint8", "int8", "uint16", "int16", "float8e4m3fn")
-GRANULARITIES = ("per-channel", "per-tensor", "per-block")
+WEIGHT_TYPES = ("int8", "uint8", "int4", "uint4", "int2", "int16", "float8e4m3fn")
+#: ``float``: weight-only quantization (:mod:`qlinear.ptq.weightonly`), activations stay float
+ACTIVATION_TYPES = ("uint8", "int8", "uint16", "int16", "float8e4m3fn", "float")
+GRANULARITIES = ("per-channel", "per-tensor", "per-block", "lpbq")
 METHODS = ("minmax", "moving_average", "sqnr", "mse", "percentile", "entropy")
 #: weight methods that use the layer inputs (calibration data): sequential MSE and AdaRound (:mod:`qlinear.ptq.refine`)
 DATA_WEIGHT_METHODS = ("seqmse", "adaround")
+#: weight-only methods (:mod:`qlinear.ptq.weightonly`): round to nearest (``minmax``), per-block clipping search
+#: (``mse``), GPTQ (needs data)
+WEIGHT_ONLY_METHODS = ("minmax", "mse", "gptq")
+OUTPUT_FORMATS = ("qdq", "matmulnbits")
 TARGETS = ("ort", "tflite", "qnn")
 
 
@@ -28,7 +33,11 @@ class QuantizeConfig:
 
     Attributes:
         weight_type / activation_type: quantized types (defaults int8 weights, uint8 activations).
-        weights: ``per-channel`` (default), ``per-tensor`` or ``per-block`` (``block_size``).
+        weights: ``per-channel`` (default), ``per-tensor``, ``per-block`` (``block_size``) or ``lpbq`` (4-bit blocks
+            with integer per-block scales under a per-channel float scale, AIMET spec §1.2).
+            With ``activation_type: "float"`` only the MatMul/Gemm weights are quantized (weight-only, see
+            :mod:`qlinear.ptq.weightonly`): ``weight_method`` ``minmax`` (round to nearest), ``mse`` or ``gptq``
+            (``gptq_act_order``, ``gptq_damp``), ``output_format`` ``qdq`` or ``matmulnbits``.
         weight_method / activation_method: calibration method per role. Default (``None``): ``minmax`` for both
             with per-channel/per-block weights; with per-tensor weights SQNR search for the weights and MSE for the
             activations (min-max loses too much there). Weights also take ``seqmse`` (clipping ranges chosen by the
@@ -47,6 +56,12 @@ class QuantizeConfig:
         batch_size: samples per ONNX Runtime call while calibrating.
         overrides: per-tensor rules by name or operator type (type, granularity, block size, method, or
             ``float``); see :mod:`qlinear.ptq.overrides`.
+        placement: where activation quantizers go: ``all`` (every activation a runtime computes in integers),
+            ``matmul`` (only MatMul/Gemm inputs: LayerNorm, Softmax, Gelu, residual adds stay float), ``auto``
+            (default: ``matmul`` for transformer graphs with target ort, else ``all``); see
+            :func:`qlinear.graph.plan.make_plan`. Attention masks and tensors computed from shapes are never quantized.
+        smoothing: SmoothQuant-style migration of activation outliers into the weights before calibration
+            (:mod:`qlinear.ptq.smooth`); default: on with ``matmul`` placement and 8-bit activations.
         accuracy_target: ``METRIC>=VALUE`` (``top1_agreement``, ``cosine_mean``, ``cosine_min``, ``sqnr_db``):
             precision repair raises the tensors that hurt most until it holds on the last ``repair_samples``
             calibration samples (at most half of them), which are then held back from fitting; see
@@ -78,6 +93,11 @@ class QuantizeConfig:
     overrides: tuple = ()
     accuracy_target: str | None = None
     repair_samples: int = 64
+    output_format: str = "qdq"
+    placement: str = "auto"
+    smoothing: bool | None = None
+    gptq_act_order: bool = False
+    gptq_damp: float = 0.01
 
     def __post_init__(self) -> None:
         def one_of(name: str, allowed: tuple[str, ...]) -> None:
@@ -88,8 +108,31 @@ class QuantizeConfig:
         one_of("weight_type", WEIGHT_TYPES)
         one_of("activation_type", ACTIVATION_TYPES)
         one_of("weights", GRANULARITIES)
-        if self.weight_method is not None:
-            one_of("weight_method", METHODS + DATA_WEIGHT_METHODS)
+        one_of("output_format", OUTPUT_FORMATS)
+        one_of("placement", ("auto", "all", "matmul"))
+        if self.smoothing is not None and not isinstance(self.smoothing, bool):
+            raise ConfigError(f"smoothing: expected true, false or null, got {self.smoothing!r}")
+        if self.weight_only:
+            if self.weight_method is not None:
+                one_of("weight_method", WEIGHT_ONLY_METHODS)
+            if self.weight_type not in ("int8", "uint8", "int4", "uint4", "int2"):
+                raise ConfigError(f"weight_type: {self.weight_type!r} with activation_type float (weight-only): "
+                                  "expected int8, uint8, int4, uint4 or int2")
+            if self.weights == "per-tensor":
+                raise ConfigError("weights: per-tensor weight-only quantization is not offered (it loses too much); "
+                                  "use per-channel, per-block or lpbq")
+            if self.target == "tflite":
+                raise ConfigError("activation_type: float (weight-only) is not available with target tflite (a "
+                                  "full-integer model); use target ort or qnn")
+            if self.accuracy_target or self.overrides:
+                raise ConfigError("accuracy_target / overrides apply to W8A8-style runs; not available with "
+                                  "activation_type float (weight-only)")
+        else:
+            if self.output_format != "qdq":
+                raise ConfigError("output_format: matmulnbits needs weight-only quantization (activation_type "
+                                  "float)")
+            if self.weight_method is not None:
+                one_of("weight_method", METHODS + DATA_WEIGHT_METHODS)
         if self.activation_method is not None:
             one_of("activation_method", METHODS)
         one_of("target", TARGETS)
@@ -109,7 +152,14 @@ class QuantizeConfig:
             if isinstance(v, str) or not all(isinstance(s, str) for s in v):
                 raise ConfigError(f"{name}: expected a list of strings, got {v!r}")
             object.__setattr__(self, name, tuple(v))
-        for name in ("weight_symmetric", "activation_symmetric", "bias_correction", "quantize_outputs"):
+        if self.weights == "lpbq" and (self.weight_type not in ("int4", "int8") or not self.weight_symmetric):
+            raise ConfigError(f"weights: lpbq needs symmetric int4 (or int8) weights, got {self.weight_type} "
+                              f"{'symmetric' if self.weight_symmetric else 'asymmetric'}")
+        if isinstance(self.gptq_damp, bool) or not isinstance(self.gptq_damp, (int, float)) \
+                or not 0 < float(self.gptq_damp) < 1:
+            raise ConfigError(f"gptq_damp: expected a number in (0, 1), got {self.gptq_damp!r}")
+        for name in ("weight_symmetric", "activation_symmetric", "bias_correction", "quantize_outputs",
+                     "gptq_act_order"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name}: expected true or false, got {getattr(self, name)!r}")
         self._check_overrides()
@@ -137,6 +187,11 @@ class QuantizeConfig:
             raise ConfigError("overrides: not available with target tflite (a full-integer TFLite model has one "
                               "activation type and int8 weights throughout); use target ort or qnn")
         object.__setattr__(self, "overrides", rules)
+
+    @property
+    def weight_only(self) -> bool:
+        """Only weights are quantized (``activation_type: "float"``)."""
+        return self.activation_type == "float"
 
     @property
     def w_method(self) -> str:

@@ -166,7 +166,8 @@ def quantize(model: Any, data: Any, config: QuantizeConfig | dict | None = None,
 
     Args:
         model: float ONNX model (path or ``ModelProto``), opset 13..25.
-        data: see :func:`qlinear.ptq.data.load_dataset` (``.npz``, folders, a dict of arrays, a Dataset).
+        data: see :func:`qlinear.ptq.data.load_dataset` (``.npz``, folders, a dict of arrays, a Dataset); may be
+            ``None`` for weight-only round to nearest (``activation_type: "float"``).
         config: :class:`QuantizeConfig` or a dict of its fields (unknown keys are errors).
         progress: ``progress(task, total) -> advance(n)`` hook (the CLI draws rich progress bars with it).
     """
@@ -175,6 +176,13 @@ def quantize(model: Any, data: Any, config: QuantizeConfig | dict | None = None,
         raise ConfigError(f"config: expected a QuantizeConfig or a dict of its options, got {type(config).__name__}")
     cfg = config if isinstance(config, QuantizeConfig) else QuantizeConfig.from_dict(config or {})
     cfg = targets.adjust_config(cfg)
+    if cfg.weight_only:  # activations stay float: weights only, streamed (qlinear.ptq.weightonly)
+        from qlinear.ptq.weightonly import quantize_weights
+
+        return quantize_weights(model, data, cfg, progress=progress, preprocess=preprocess)
+    if data is None:
+        raise ConfigError("data: calibration data is required (activation ranges come from it); only weight-only "
+                          "quantization (activation_type float) with minmax or mse weights runs without data")
     m, label = load_checked(model)
     float_model = onnx.ModelProto()
     float_model.CopyFrom(m)
@@ -200,10 +208,24 @@ def quantize(model: Any, data: Any, config: QuantizeConfig | dict | None = None,
         pairs = equalize(m)
         timings["equalize"] = time.perf_counter() - t0
         notes.append(f"cross-layer equalization of {pairs} layer pairs")
-    reference = onnx.ModelProto()  # the float model after exact rewrites (BN folding, CLE): SQNR reference
+    placement = placement_for(cfg, m)
+    if placement == "matmul":
+        notes.append("transformer placement: quantizers on MatMul/Gemm inputs only (LayerNorm, Softmax, Gelu and "
+                     "residual adds stay float)")
+    if cfg.smoothing or (cfg.smoothing is None and placement == "matmul"
+                         and qtype_bits(cfg.activation_type) <= 8):
+        from qlinear.ptq.smooth import smooth
+
+        t0 = time.perf_counter()
+        k = smooth(m, ds, n_fit, cfg.batch_size, label=label)
+        timings["smoothing"] = time.perf_counter() - t0
+        if k:
+            notes.append(f"smoothed {k} MatMul inputs (activation outliers moved into the weights, SmoothQuant "
+                         "alpha 0.5)")
+    reference = onnx.ModelProto()  # the float model after exact rewrites (BN folding, CLE, smoothing): SQNR reference
     reference.CopyFrom(m)
     plan = make_plan(m, exclude_nodes=cfg.exclude_nodes, exclude_op_types=cfg.exclude_op_types,
-                     quantize_outputs=cfg.quantize_outputs)
+                     quantize_outputs=cfg.quantize_outputs, placement=placement)
     tcfg = TensorConfigs(cfg, m, plan)
     t0 = time.perf_counter()
     means_for = [b.input for b in plan.biases] if cfg.bias_correction else []
@@ -251,6 +273,21 @@ def quantize(model: Any, data: Any, config: QuantizeConfig | dict | None = None,
     out = QuantizedModel(qm, float_model, reference, es, cfg, plan, ds, timings, notes, ic, m, decisions)
     out._float_session = keep.get("session"), keep.get("outputs", [])
     return out
+
+
+def placement_for(cfg: QuantizeConfig, m: onnx.ModelProto) -> str:
+    """``cfg.placement`` with ``auto`` resolved: ``matmul`` for transformer graphs on target ort, else ``all``."""
+    if cfg.placement != "auto":
+        return cfg.placement
+    from qlinear.graph.plan import is_transformer
+
+    return "matmul" if cfg.target == "ort" and is_transformer(m) else "all"
+
+
+def qtype_bits(name: str) -> int:
+    from qlinear.core.types import qtype
+
+    return int(qtype(name).bits)
 
 
 def _version() -> str:
@@ -322,11 +359,13 @@ def _weight_encoding(name: str, w: np.ndarray, spec: WeightSpec, cfg: QuantizeCo
     kw: dict[str, Any] = {}
     if cfg.weights == "per-channel":
         kw["axis"] = spec.channel_axis
-    elif cfg.weights == "per-block":
+    elif cfg.weights in ("per-block", "lpbq"):
         if spec.block_axis is None:
             kw["axis"] = spec.channel_axis
         else:  # a block longer than the axis is one block: store its real length
             kw.update(block_size=min(cfg.block_size, int(w.shape[spec.block_axis])), block_axis=spec.block_axis)
+            if cfg.weights == "lpbq":  # spec §1.2: 4-bit integer block scales under a per-channel float scale
+                kw["lpbq_scale_bits"] = 4
     method = "minmax" if cfg.w_method in DATA_WEIGHT_METHODS else cfg.w_method
     return C.calibrate(w, cfg.weight_type, method=method, policy=cfg.policy, symmetric=cfg.weight_symmetric,
                        name=name, role="param", percentile=cfg.percentile, **kw)

@@ -26,11 +26,13 @@ class Session:
     """An ``onnxruntime.InferenceSession`` over a model, with named errors.
 
     ``outputs`` are exposed as extra graph outputs; ``disable_qdq_fusion`` keeps ORT from fusing Q/DQ groups into its
-    int8 kernels (the float emulation of a Q/DQ graph, at any optimization level).
+    int8 kernels (the float emulation of a Q/DQ graph, at any optimization level); ``external_dir`` is the folder
+    the external data of ``m`` (a graph loaded without it) is read from.
     """
 
     def __init__(self, m: onnx.ModelProto, outputs: Sequence[str] = (), *, level: str = "basic",
-                 label: str = "model", threads: int | None = None, disable_qdq_fusion: bool = False) -> None:
+                 label: str = "model", threads: int | None = None, disable_qdq_fusion: bool = False,
+                 external_dir: str | None = None) -> None:
         import onnxruntime as ort
 
         mm = m
@@ -51,6 +53,8 @@ class Session:
             so.intra_op_num_threads = int(threads)
         if disable_qdq_fusion:  # run QuantizeLinear/DequantizeLinear as ONNX defines them, not as int8 kernels
             so.add_session_config_entry("session.disable_quant_qdq", "1")
+        if external_dir is not None:  # external data of a model passed as bytes: resolved in this folder
+            so.add_session_config_entry("session.model_external_initializers_file_folder_path", str(external_dir))
         self.label = label
         try:
             data = mm.SerializeToString()

@@ -2,7 +2,8 @@
 
 * ``ort`` — Q/DQ for ONNX Runtime: the configuration as given (uint8 activations, int8 weights by default).
 * ``qnn`` — what AIMET's HTP configs produce for Qualcomm QNN: unsigned activations (``force_activation_as``),
-  symmetric signed weights, int32 bias, AIMET rules; the encodings are written as 2.0.0.
+  symmetric signed weights, int32 bias, AIMET rules; the encodings are written as 2.0.0. With ``lpbq`` weights the
+  activations default to uint16 (AIMET's W4A16 LPBQ configuration).
 * ``tflite`` — the TFLite int8 operator table (spec ``tflite-int8-spec.md``): int8 activations with the
   converter's nudged zero point, int8 symmetric weights in [-127, 127] (per-channel, zero point 0), int32 bias at
   ``s_in*s_w``, fixed output parameters (Softmax/Logistic ``1/256, -128``, Tanh ``1/128, 0``), same-scale operators
@@ -38,6 +39,8 @@ def adjust_config(cfg: QuantizeConfig) -> QuantizeConfig:
                            weights="per-channel" if cfg.weights == "per-block" else cfg.weights)
     if cfg.target == "qnn":
         at = cfg.activation_type.replace("int", "uint") if cfg.activation_type.startswith("int") else cfg.activation_type
+        if cfg.weights == "lpbq" and at == "uint8":  # AIMET's HTP LPBQ configs: W4A16 (16-bit activations)
+            at = "uint16"
         return cfg.replace(activation_type=at, weight_symmetric=True, policy="aimet")
     return cfg
 

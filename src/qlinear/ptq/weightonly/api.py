@@ -1,0 +1,375 @@
+"""Weight-only quantization (``activation_type: "float"``): the MatMul/Gemm weights of a model become blocked (or
+per-channel, or LPBQ) integers, activations stay float — W4A16 / W8A16 for LLM decoders.
+
+Steps, one tensor at a time (peak memory: the largest weight plus, with GPTQ, ONNX Runtime's session of the float
+model and one ``K x K`` Hessian per distinct linear input):
+
+1. the model's graph is read without its external data (:mod:`.tensors`); :func:`.plan.find_linears` finds the
+   weights;
+2. ``minmax`` / ``mse``: round to nearest on each block's grid (:mod:`.grids`); ``gptq``: the Hessians of the
+   linears' inputs from one ONNX Runtime pass over the calibration samples (:mod:`.hessian`), then GPTQ per weight
+   (:mod:`.gptq`), whose integers are kept (int8 storage, a quarter of the float weights);
+3. :meth:`WeightOnlyModel.save` writes ``model.qdq.onnx`` (or ``model.matmulnbits.onnx``) with external data when
+   the input had it or the output would pass 2 GB (:mod:`.writer`), the AIMET encodings of the weights (LPBQ for
+   ``lpbq``), and with data a report comparing the outputs with the float model on held-out samples (cosine, SQNR,
+   top-1 agreement for classifiers).
+
+Grids: symmetric weights use the full-range grid of ONNX Runtime's MatMulNBits quantizer on target ``ort`` and
+AIMET's symmetric grid (zero offset) on target ``qnn`` and for ``lpbq``; see :mod:`.grids`.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import onnx
+
+from qlinear.calibration.policies import lpbq as lpbq_decompose
+from qlinear.encodings import Encoding, EncodingSet
+from qlinear.errors import ConfigError, GraphError
+from qlinear.ptq.config import QuantizeConfig
+from qlinear.ptq.weightonly.grids import BlockQuant, n_blocks, padded, quantize_blocks, quantize_rtn
+from qlinear.ptq.weightonly.plan import Linear, find_linears
+from qlinear.ptq.weightonly.tensors import Tensors
+from qlinear.ptq.weightonly.writer import WeightResult, Writer
+
+Progress = Callable[[str, int], Callable[[int], None]]
+EXTERNAL_ABOVE = 1 << 30   # write external data when the output's tensors exceed 1 GiB (protobuf's limit is 2 GiB)
+
+
+def load_graph(model: Any) -> tuple[onnx.ModelProto, Path | None, str]:
+    """The model's graph without external data, its folder, a label; checked with ``onnx.checker``."""
+    from qlinear.graph.model import load_model
+
+    if isinstance(model, (str, Path)):
+        p = Path(model)
+        m = load_model(p, load_external=False)
+        try:
+            onnx.checker.check_model(str(p))
+        except Exception as e:  # noqa: BLE001
+            raise GraphError(f"{p}: not a valid ONNX model: {str(e).splitlines()[0]}") from None
+        return m, p.parent, str(p)
+    m = load_model(model)
+    try:
+        onnx.checker.check_model(m)
+    except Exception as e:  # noqa: BLE001
+        raise GraphError(f"model: not a valid ONNX model: {str(e).splitlines()[0]}") from None
+    return m, None, "model"
+
+
+def grid_for(cfg: QuantizeConfig) -> str:
+    if not cfg.weight_symmetric:
+        return "asymmetric"
+    return "symmetric" if cfg.weights == "lpbq" or cfg.target == "qnn" else "full"
+
+
+@dataclass
+class WeightOnlyModel:
+    """Result of a weight-only run; :meth:`save` writes it (same interface as :class:`~qlinear.ptq.QuantizedModel`)."""
+
+    graph: onnx.ModelProto
+    tensors: Tensors
+    results: list[WeightResult]
+    found: dict[str, Encoding]   # weight -> encoding, filled as weights are quantized (lazily for round to nearest)
+    config: QuantizeConfig
+    label: str
+    source: Any
+    dataset: Any = None
+    timings: dict[str, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    decisions: list[dict] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
+    integer_check: Any = None
+    _report: Any = None
+
+    @property
+    def encodings(self) -> EncodingSet:
+        """The encodings of every quantized weight (round to nearest computes the missing ones now)."""
+        for r in self.results:
+            if r.name not in self.found:
+                r.on_computed(r.compute())
+        from qlinear import __version__
+
+        return EncodingSet(tuple(self.found[r.name] for r in self.results),
+                           producer={"package": "qlinear", "version": __version__}, version="2.0.0")
+
+    @property
+    def model_file(self) -> str:
+        return "model.matmulnbits.onnx" if self.config.output_format == "matmulnbits" else "model.qdq.onnx"
+
+    def write_onnx(self, path: str | Path, *, output_format: str | None = None,
+                   external: bool | None = None) -> list[str]:
+        """Write the quantized model to ``path`` (and ``path.data`` with external data: by default when the input
+        had external data or the output's tensors pass 1 GiB). Returns the file names."""
+        p = Path(path)
+        if external is None:
+            total = sum(self.tensors.nbytes(t.name) for t in self.graph.graph.initializer)
+            external = self.tensors.external or total > EXTERNAL_ABOVE
+        w = Writer(self.graph, self.tensors, self.results, output_format or self.config.output_format)
+        return w.write(p, external=external)
+
+    @property
+    def model(self) -> onnx.ModelProto:
+        """The quantized model in memory (small models; large ones: :meth:`write_onnx`)."""
+        with tempfile.TemporaryDirectory() as d:
+            p = Path(d) / "m.onnx"
+            self.write_onnx(p, external=False)
+            return onnx.load(str(p))
+
+    def held_out(self) -> tuple[int, int]:
+        n = 0 if self.dataset is None else len(self.dataset)
+        start = min(self.config.calibration_samples, n) if self.config.w_method == "gptq" else 0
+        stop = min(n, start + self.config.evaluation_samples)
+        if stop <= start:
+            return 0, min(n, self.config.evaluation_samples or n)
+        return start, stop
+
+    def report(self, *, samples: int | None = None, progress: Callable[[int], None] | None = None,
+               model_path: Path | None = None):  # noqa: ANN201
+        """Output agreement with the float model on the held-out samples (cosine, SQNR, top-1 agreement)."""
+        if self._report is None:
+            if self.dataset is None:
+                raise ConfigError("report: no data was given; pass --data (or --no-report)")
+            if model_path is None:
+                with tempfile.TemporaryDirectory() as d:
+                    p = Path(d) / self.model_file
+                    self.write_onnx(p)
+                    self._report = _evaluate(self, p, samples, progress)
+            else:
+                self._report = _evaluate(self, model_path, samples, progress)
+        return self._report
+
+    def save(self, outdir: Any, *, encodings_version: str = "2.0.0", report: bool = True,
+             progress: Callable[[int], None] | None = None) -> list[str]:
+        """Write ``model.qdq.onnx`` (or ``model.matmulnbits.onnx``, with ``.data`` when external), ``model.encodings``
+        and, with ``report`` and data, ``report.json``/``report.html``, as one transaction."""
+        from qlinear.encodings import VERSIONS, save
+        from qlinear.outdir import OutputFolder
+
+        if encodings_version not in VERSIONS:
+            raise ConfigError(f"encodings version {encodings_version!r}: expected one of {', '.join(VERSIONS)}")
+        folder = outdir if isinstance(outdir, OutputFolder) else OutputFolder(outdir)
+        folder.check()
+        with folder.transaction() as stage:
+            t0 = time.perf_counter()
+            self.write_onnx(stage / self.model_file)
+            self.timings["write"] = time.perf_counter() - t0
+            save(self.encodings, stage / "model.encodings", version=encodings_version)
+            if report and self.dataset is not None and self.config.evaluation_samples:
+                rep = self.report(progress=progress, model_path=stage / self.model_file)
+                from qlinear._atomic import write_text
+                from qlinear.ptq.report import to_html, to_json
+
+                write_text(stage / "report.json", to_json(self, rep))
+                write_text(stage / "report.html", to_html(self, rep))
+            written = sorted(p.name for p in stage.iterdir())
+        return written
+
+
+def _evaluate(wm: WeightOnlyModel, path: Path, samples: int | None, progress: Any) -> Any:
+    from qlinear.ptq.evaluate import Report, output_metrics
+    from qlinear.ptq.session import Session
+
+    start, stop = wm.held_out()
+    if samples:
+        stop = min(stop, start + samples)
+    t0 = time.perf_counter()
+    fl = Session(wm.graph, level="all", label=wm.label,
+                 external_dir=str(wm.tensors.base) if wm.tensors.base else None)
+    qm = onnx.load(str(path), load_external_data=False)
+    qs = Session(qm, level="all", label=f"the quantized {wm.label}", external_dir=str(path.parent))
+    names = [o.name for o in wm.graph.graph.output]
+    fa: dict[str, list[np.ndarray]] = {n: [] for n in names}
+    qa: dict[str, list[np.ndarray]] = {n: [] for n in names}
+    for batch in wm.dataset.batches(start, stop, wm.config.batch_size):
+        for n, a in zip(names, fl.run(names, batch, where=f"{wm.dataset.source} (evaluation)")):
+            fa[n].append(a)
+        for n, a in zip(names, qs.run(names, batch, where=f"{wm.dataset.source} (evaluation)")):
+            qa[n].append(a)
+        if progress:
+            progress(len(next(iter(batch.values()))))
+    labels = None if wm.dataset.labels is None else list(wm.dataset.labels[start:stop])
+    outputs = {}
+    for n in names:
+        a, b = _cat(fa[n]), _cat(qa[n])
+        outputs[n] = output_metrics(a, b, labels if a.ndim == 2 else None, n, wm.dataset.source)
+    return Report(samples=stop - start, tensors=[], outputs=outputs, ranking=[],
+                  timings={"evaluation": time.perf_counter() - t0}, engine="onnxruntime")
+
+
+def _cat(parts: list[np.ndarray]) -> np.ndarray:
+    """Batches concatenated along axis 0 (samples of different sequence lengths: flattened per sample)."""
+    if len({p.shape[1:] for p in parts}) == 1:
+        return np.concatenate(parts)
+    return np.concatenate([p.reshape(len(p), -1) for p in parts], axis=None).reshape(1, -1)
+
+
+def _as_nk(w: np.ndarray, lin: Linear) -> np.ndarray:
+    return np.ascontiguousarray(w.T if lin.k_first else w, np.float32)
+
+
+def _encoding(r: WeightResult, bq: BlockQuant) -> Encoding:
+    """The AIMET encoding of the weight in its initializer's layout."""
+    lin = r.lin
+    off = 2 ** (r.bits - 1) if r.unsigned else 0
+    z = None if bq.zero_point is None else bq.zero_point.astype(np.int64) + off
+    if z is None and off:
+        z = np.full(bq.scale.shape, off, np.int64)
+    if r.per_channel:
+        return Encoding(r.name, r.dtype, scale=bq.scale[:, 0].astype(np.float64),
+                        zero_point=None if z is None else z[:, 0], axis=lin.channel_axis, role="param")
+    if r.lpbq:
+        pc = r.pc_scale.astype(np.float64)
+        shape = (1, -1) if lin.k_first else (-1, 1)
+        ints = r.int_scale.T if lin.k_first else r.int_scale
+        return Encoding(r.name, r.dtype, scale=pc.reshape(shape), int_scale=ints, axis=lin.block_axis,
+                        block_size=r.block, role="param", decompressed_bits=8)
+    s = bq.scale.T if lin.k_first else bq.scale
+    zz = None if z is None else (z.T if lin.k_first else z)
+    return Encoding(r.name, r.dtype, scale=s.astype(np.float64), zero_point=zz, axis=lin.block_axis,
+                    block_size=r.block, role="param")
+
+
+def quantize_weights(model: Any, data: Any, cfg: QuantizeConfig, *, progress: Progress | None = None,
+                     preprocess: Any = None) -> WeightOnlyModel:
+    """Weight-only quantization of ``model`` (path or ModelProto) with ``cfg`` (``activation_type: "float"``)."""
+    from qlinear.ptq.data import load_dataset, model_inputs
+
+    t_all = time.perf_counter()
+    m, base, label = load_graph(model)
+    tensors = Tensors(m, base, label)
+    linears, skipped = find_linears(m, exclude_nodes=cfg.exclude_nodes, exclude_op_types=cfg.exclude_op_types)
+    notes: list[str] = []
+    by_weight: dict[str, list[Linear]] = {}
+    for lin in linears:
+        same = by_weight.setdefault(lin.weight, [])
+        if same and same[0].k_first != lin.k_first:
+            skipped[lin.node] = f"weight {lin.weight} is used in another orientation by {same[0].node}"
+            continue
+        same.append(lin)
+    if not by_weight:
+        raise GraphError(f"{label}: no MatMul/Gemm with a constant 2-D float weight to quantize"
+                         + (f" (skipped: {', '.join(f'{k}: {v}' for k, v in list(skipped.items())[:3])})"
+                            if skipped else ""))
+    ds = None
+    if data is not None:
+        ds = load_dataset(data, model_inputs(m), preprocess=preprocess)
+        ds.validate(min(len(ds), cfg.calibration_samples + cfg.evaluation_samples))
+        notes += ds.notes
+    method = cfg.weight_method or "minmax"
+    if method == "gptq" and ds is None:
+        raise ConfigError("weight_method gptq needs calibration data (--data); round to nearest (minmax, mse) "
+                          "needs none")
+    grid = grid_for(cfg)
+    bits = int(cfg.weight_type.lstrip("u").removeprefix("int"))
+    per_channel = cfg.weights == "per-channel"
+    timings: dict[str, float] = {}
+    hess: dict[str, tuple[np.ndarray, int]] = {}
+    if method == "gptq":
+        from qlinear.ptq.weightonly.hessian import collect_hessians
+
+        n_cal = min(cfg.calibration_samples, len(ds))
+        t0 = time.perf_counter()
+        adv = progress("collecting Hessians", n_cal) if progress else None
+        inputs = [ls[0].input for ls in by_weight.values()]
+        hess = collect_hessians(m, base, inputs, ds, n_cal, cfg.batch_size, label=label, progress=adv)
+        timings["calibration"] = time.perf_counter() - t0
+        notes.append(f"GPTQ on {n_cal} calibration samples ({len(hess)} distinct linear inputs), damp "
+                     f"{cfg.gptq_damp}, act_order {cfg.gptq_act_order}")
+    t0 = time.perf_counter()
+    adv = progress("quantizing weights", len(by_weight)) if progress else None
+    results: list[WeightResult] = []
+    found: dict[str, Encoding] = {}
+    linear_nodes = {lin.node for ls in by_weight.values() for lin in ls} | \
+        {lin.transpose for ls in by_weight.values() for lin in ls if lin.transpose}
+    shared: dict[str, set[str]] = {}
+    for n in m.graph.node:
+        for x in n.input:
+            if x in by_weight and (n.name or n.output[0]) not in linear_nodes:
+                shared.setdefault(x, set()).add(n.op_type)
+    for name, lins in by_weight.items():
+        lin = lins[0]
+        wdt = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensors.by_name[name].data_type))
+        if wdt == np.float16 and cfg.weights == "lpbq":
+            raise ConfigError(f"{name}: LPBQ of float16 weights is not supported (the effective scale "
+                              "int_scale * float scale is float32); convert the model to float32 or use per-block")
+        block = lin.k if per_channel else int(cfg.block_size)
+        r = WeightResult(lins, cfg.weight_type, block, per_channel, compute=lambda: None, weight_dtype=wdt,
+                         has_zero_point=grid != "symmetric")
+        if cfg.weights == "lpbq":
+            r.lpbq, r.has_zero_point = True, r.unsigned
+        r.on_computed = (lambda bq, r=r: found.__setitem__(r.name, _encoding(r, bq)))
+        if method == "gptq" and name in shared:
+            notes.append(f"{name}: also read by {', '.join(sorted(shared[name]))} (a tied embedding): GPTQ's error "
+                         "compensation would shift the lookup too, so this weight is rounded to nearest")
+        if method == "gptq" and name not in shared:
+            w = _as_nk(tensors.array(name), lin)
+            bq = _quantize_one(w, r, bits, grid, method, cfg, hess.get(lin.input, (None, 0))[0])
+            r.on_computed(bq)
+            r.compute = (lambda b=bq: b)      # GPTQ's integers are the result: kept
+            if adv:
+                adv(1)
+        else:  # round to nearest: computed when written, one weight at a time (the encodings are recorded then)
+            r.compute = _recompute(tensors, r, bits, grid, "minmax" if method == "gptq" else method, adv)
+        results.append(r)
+    timings["quantize"] = time.perf_counter() - t0
+    timings["total"] = time.perf_counter() - t_all
+    reasons: dict[str, int] = {}
+    for why in skipped.values():
+        reasons[why] = reasons.get(why, 0) + 1
+    if skipped:
+        notes.append(f"{len(results)} weights quantized; left in float: "
+                     + ", ".join(f"{v} MatMul/Gemm ({k})" for k, v in list(reasons.items())[:4]))
+    return WeightOnlyModel(m, tensors, results, found, cfg, label, model, ds, timings, notes, skipped=skipped)
+
+
+def _recompute(tensors: Tensors, r: WeightResult, bits: int, grid: str, method: str,
+               adv: Callable[[int], None] | None) -> Callable[[], BlockQuant]:
+    def f() -> BlockQuant:
+        w = _as_nk(tensors.array(r.name), r.lin)
+        bq = _quantize_one(w, r, bits, grid, method, None, None)
+        if adv:
+            adv(1)
+        return bq
+    return f
+
+
+def _quantize_one(w: np.ndarray, r: WeightResult, bits: int, grid: str, method: str, cfg: QuantizeConfig | None,
+                  h: np.ndarray | None) -> BlockQuant:
+    sd = np.dtype(np.float16) if r.weight_dtype == np.float16 else np.dtype(np.float32)
+    lpbq = r.lpbq
+    if method == "gptq" and h is not None:
+        from qlinear.ptq.weightonly.gptq import gptq
+
+        fixed = None
+        if lpbq:
+            rtn = quantize_rtn(w, bits, r.block, grid, scale_dtype=sd)
+            s, _ = _lpbq(r, rtn.scale)
+            fixed = (s, np.zeros(s.shape, np.int64))
+        return gptq(w, h, bits, r.block, grid, damp=cfg.gptq_damp, act_order=cfg.gptq_act_order, fixed=fixed,
+                    scale_dtype=sd)
+    bq = quantize_rtn(w, bits, r.block, grid, method="mse" if method == "mse" else "minmax", scale_dtype=sd)
+    if lpbq:
+        s, _ = _lpbq(r, bq.scale)
+        wb = padded(w, r.block)
+        q = quantize_blocks(wb, s, np.zeros(s.shape, np.int64), bits).reshape(w.shape[0], -1)[:, :w.shape[1]]
+        bq = BlockQuant(np.ascontiguousarray(q), s, None, r.block)
+    return bq
+
+
+def _lpbq(r: WeightResult, block_scale: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """LPBQ of ``[N, nb]`` block scales (spec §1.2, 4-bit integer scales): the effective float32 scales, recorded
+    on ``r`` (int scales and per-channel float scale)."""
+    if r.int_scale is None:
+        pc, ints = lpbq_decompose(block_scale, 1, scale_bits=4)
+        r.int_scale, r.pc_scale = ints.astype(np.int64), pc.reshape(-1).astype(np.float32)
+    eff = (r.int_scale.astype(np.float32) * r.pc_scale[:, None]).astype(np.float32)
+    return eff, r.int_scale
+
+
+__all__ = ["WeightOnlyModel", "grid_for", "load_graph", "quantize_weights", "n_blocks"]

@@ -1,0 +1,149 @@
+"""Blocked integer grids for weight-only quantization: a weight is seen as ``W[N, K]`` (output channels by reduction
+dimension), cut into blocks of ``block`` consecutive K elements (the last block may be partial: ``ceil(K / block)``
+blocks, padding never enters a scale), and each block gets a scale ``s`` and an integer zero point ``z`` with the
+QuantizeLinear rule (ONNX opset 21 §QuantizeLinear, round half to even in float32)::
+
+    q = saturate(rint(w / s) + z),    w^ = (q - z) * s
+
+Grids (``grid`` argument), for ``bits``-bit types with ``qmin = -2^(b-1)`` / ``qmax = 2^(b-1) - 1`` (signed):
+
+* ``"full"``: symmetric full range, the grid of ONNX Runtime's ``MatMulNBitsQuantizer`` (``scale = w_e / -8``, a
+  negative scale) and llama.cpp's Q4_0: ``w_e`` is the block's largest-magnitude weight and lands exactly on the
+  grid's end. qlinear keeps the scale positive, ``s = |w_e| / 2^(b-1)``, and moves the grid instead: ``z = 0`` when
+  ``w_e < 0`` (``w_e -> qmin``), ``z = -1`` when ``w_e > 0`` (``w_e -> qmax``); the dequantized weights are those of
+  the negative-scale form bit for bit (``(q - z) * s == (-(q - z)) * (-s)``).
+* ``"symmetric"``: ``z = 0``, ``s = max|w| / qmax`` (AIMET's symmetric grid; what LPBQ decomposes).
+* ``"asymmetric"``: ``[min(w, 0), max(w, 0)]`` onto ``[qmin, qmax]`` with an integer zero point (ONNX Runtime's
+  asymmetric MatMulNBits rule).
+
+``clip`` (0 < clip <= 1) shrinks the range before the scale is computed; :func:`search_clip` picks it per block by the
+weight error (the MSE method).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from qlinear.core.types import qtype
+from qlinear.errors import ConfigError
+
+GRIDS = ("full", "symmetric", "asymmetric")
+CLIPS = np.linspace(1.0, 0.55, 19)  # candidate clipping ratios of the MSE search
+
+
+@dataclass(frozen=True)
+class BlockQuant:
+    """The quantized blocks of ``W[N, K]``: integers ``q`` ``[N, K]`` (int8 storage), ``scale`` ``[N, nb]`` float32,
+    ``zero_point`` ``[N, nb]`` int8 (``None`` when all zero)."""
+
+    q: np.ndarray
+    scale: np.ndarray
+    zero_point: np.ndarray | None
+    block: int
+
+    def dequantize(self) -> np.ndarray:
+        """``(q - z) * s`` in float32, ``[N, K]``."""
+        return dequantize(self.q, self.scale, self.zero_point, self.block)
+
+
+def n_blocks(k: int, block: int) -> int:
+    return -(-k // block)
+
+
+def padded(w: np.ndarray, block: int) -> np.ndarray:
+    """``W[N, K]`` as ``[N, nb, block]`` float32, the partial last block padded with zeros (zeros are exact on
+    every grid, so they change neither a range that includes 0 nor an error)."""
+    n, k = w.shape
+    nb = n_blocks(k, block)
+    if nb * block == k:
+        return np.ascontiguousarray(w, np.float32).reshape(n, nb, block)
+    out = np.zeros((n, nb * block), np.float32)
+    out[:, :k] = w
+    return out.reshape(n, nb, block)
+
+
+def expand(p: np.ndarray, k: int, block: int) -> np.ndarray:
+    """Per-block values ``[N, nb]`` repeated over their columns, ``[N, K]``."""
+    return np.repeat(p, block, axis=1)[:, :k]
+
+
+def params(wb: np.ndarray, bits: int, grid: str, clip: np.ndarray | float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+    """Scale (float32) and zero point (int64) of each block of ``wb`` ``[..., block]`` (last axis reduced)."""
+    if grid not in GRIDS:
+        raise ConfigError(f"weight grid {grid!r}: expected one of {', '.join(GRIDS)}")
+    half = 2 ** (bits - 1)
+    clip = np.asarray(clip, np.float32)
+    if grid == "asymmetric":
+        lo = np.minimum(wb.min(-1), 0) * clip
+        hi = np.maximum(wb.max(-1), 0) * clip
+        s = ((hi - lo) / np.float32(2 * half - 1)).astype(np.float32)
+        s = np.where(s > 0, s, np.float32(1.0))
+        z = np.clip(-half - np.rint(lo / s), -half, half - 1)
+        return s, z.astype(np.int64)
+    amax_i = np.abs(wb).argmax(-1)
+    e = np.take_along_axis(wb, amax_i[..., None], -1)[..., 0]
+    mag = np.abs(e) * clip
+    if grid == "full":
+        s = (mag / np.float32(half)).astype(np.float32)
+        z = np.where(e > 0, -1, 0).astype(np.int64)
+    else:
+        s = (mag / np.float32(half - 1)).astype(np.float32)
+        z = np.zeros(s.shape, np.int64)
+    s = np.where(s > 0, s, np.float32(1.0))
+    return s, z
+
+
+def quantize_blocks(wb: np.ndarray, s: np.ndarray, z: np.ndarray, bits: int) -> np.ndarray:
+    """``saturate(rint(w / s) + z)`` per block (float32 division, half to even), int8 ``[..., block]``."""
+    half = 2 ** (bits - 1)
+    q = np.rint(wb / s[..., None]) + z[..., None].astype(np.float32)
+    return np.clip(q, -half, half - 1).astype(np.int8)
+
+
+def dequantize(q: np.ndarray, s: np.ndarray, z: np.ndarray | None, block: int) -> np.ndarray:
+    k = q.shape[1]
+    zz = 0 if z is None else expand(z, k, block).astype(np.float32)
+    return ((q.astype(np.float32) - zz) * expand(s, k, block)).astype(np.float32)
+
+
+def search_clip(wb: np.ndarray, bits: int, grid: str, clips: np.ndarray = CLIPS) -> np.ndarray:
+    """Per block, the clipping ratio of ``clips`` with the least squared weight error (the ``mse`` method)."""
+    best = np.full(wb.shape[:-1], np.inf, np.float32)
+    arg = np.ones(wb.shape[:-1], np.float32)
+    for c in clips:
+        s, z = params(wb, bits, grid, c)
+        q = quantize_blocks(wb, s, z, bits)
+        err = np.square((q.astype(np.float32) - z[..., None]) * s[..., None] - wb).sum(-1)
+        better = err < best
+        best = np.where(better, err, best)
+        arg = np.where(better, np.float32(c), arg)
+    return arg
+
+
+def quantize_rtn(w: np.ndarray, bits: int, block: int, grid: str, *, method: str = "minmax",
+                 scale_dtype: np.dtype = np.dtype(np.float32)) -> BlockQuant:
+    """Round-to-nearest of ``W[N, K]`` with per-block ``params`` (``method`` ``minmax``: full range; ``mse``: the
+    clipping ratio of :func:`search_clip`). ``scale_dtype`` float16 rounds the scales to float16 first (weights
+    stored in float16 dequantize with float16 scales)."""
+    n, k = w.shape
+    wb = padded(w, block)
+    clip = search_clip(wb, bits, grid) if method == "mse" else 1.0
+    s, z = params(wb, bits, grid, clip)
+    if scale_dtype != np.float32:
+        s = _representable(s, scale_dtype)
+    q = quantize_blocks(wb, s, z, bits).reshape(n, -1)[:, :k]
+    return BlockQuant(np.ascontiguousarray(q), s, z.astype(np.int8) if z.any() else None, block)
+
+
+def _representable(s: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """Scales rounded to ``dtype`` (float16) and back, the smallest positive value where they underflow."""
+    t = s.astype(dtype)
+    tiny = np.finfo(dtype).smallest_subnormal
+    return np.where(t > 0, t, tiny).astype(np.float32)
+
+
+def bits_of(type_name: str) -> int:
+    t = qtype(type_name)
+    return int(t.bits)

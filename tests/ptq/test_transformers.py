@@ -1,0 +1,92 @@
+"""W8A8 / W8A16 on transformer encoders: placement (masks and shape subgraphs untouched, quantizers on MatMul
+inputs), SmoothQuant-style smoothing of normalization outputs, int16 activations and overrides, a result ONNX Runtime
+runs at its default level, cosine/SQNR in the report."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from tiny_models import encoder_data, tiny_encoder
+
+import qlinear
+from qlinear.graph.plan import is_transformer, make_plan
+from qlinear.ptq.smooth import smooth, smoothable
+from qlinear.ptq.data import load_dataset, model_inputs
+
+CFG = {"calibration_samples": 48, "evaluation_samples": 32}
+
+
+def _data():
+    return encoder_data(n=80)
+
+
+def _run(m, d):
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    return ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, d)[0]
+
+
+def _cos(a, b):
+    a, b = a.reshape(len(a), -1).astype(np.float64), b.reshape(len(b), -1).astype(np.float64)
+    return np.sum(a * b, 1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+
+
+@pytest.mark.parametrize("decomposed", [False, True])
+def test_masks_and_shapes_are_never_quantized(decomposed):
+    m = tiny_encoder(decomposed_ln=decomposed)
+    assert is_transformer(m)
+    for placement in ("all", "matmul"):
+        plan = make_plan(m, placement=placement)
+        assert "mask_add" not in plan.activations and "scores_m" not in plan.activations
+        assert "mask" in plan.skipped["mask_add"] and "mask" in plan.skipped["scores_m"]
+        assert "pos_ids" not in plan.activations           # int64 shape subgraph
+    plan = make_plan(m, placement="matmul")
+    assert set(plan.activations) == {"h", "qs", "k", "probs", "v", "ctx", "h2", "gelu"}
+    full = make_plan(m, placement="all")
+    assert {"r1", "f3", "g1"} <= set(full.activations)    # residuals and Gelu internals only with "all"
+
+
+def test_smoothing_is_the_same_function_and_folds_into_layernorm():
+    m = tiny_encoder()
+    d = _data()
+    want = _run(m, d)
+    ds = load_dataset(d, model_inputs(m))
+    assert set(smoothable(m)) == {"h", "h2"}               # normalization outputs, not Gelu
+    s = onnx.ModelProto()
+    s.CopyFrom(m)
+    assert smooth(s, ds, 48, 8) == 2
+    ops = [n.op_type for n in s.graph.node]
+    # h feeds the residual too: an explicit Mul; h2 feeds the residual too: a Mul as well
+    assert ops.count("Mul") == [n.op_type for n in m.graph.node].count("Mul") + 2
+    np.testing.assert_allclose(_run(s, d), want, rtol=1e-4, atol=1e-4)
+
+
+def test_w8a8_transformer_runs_in_ort_and_beats_all_placement():
+    m, d = tiny_encoder(), _data()
+    ref = _run(m, {k: v[48:] for k, v in d.items()})
+    qm = qlinear.quantize(m, d, CFG)
+    assert any("transformer placement" in n for n in qm.notes) and any("smoothed" in n for n in qm.notes)
+    rep = qm.report()
+    out = rep.outputs["last_hidden_state"]
+    assert {"cosine_mean", "cosine_min", "sqnr_db"} <= set(out)
+    from qlinear.ptq.session import Session
+
+    y = Session(qm.model, level="all").run(["last_hidden_state"], {k: v[48:] for k, v in d.items()})[0]
+    c = _cos(ref, y)
+    assert c.mean() > 0.995 and out["cosine_mean"] == pytest.approx(c.mean(), abs=2e-3)
+    plain = qlinear.quantize(m, d, {**CFG, "placement": "all", "smoothing": False})
+    assert plain.report().outputs["last_hidden_state"]["cosine_mean"] < out["cosine_mean"]
+    assert qlinear.encodings.validate(qm.encodings, qm.encoded_model).ok
+
+
+def test_w8a16_and_overrides():
+    m, d = tiny_encoder(), _data()
+    q16 = qlinear.quantize(m, d, {**CFG, "activation_type": "uint16"})
+    assert not any("smoothed" in n for n in q16.notes)      # 16-bit grids need no smoothing
+    assert {e.dtype for e in q16.encodings.activations} == {"uint16"}
+    c16 = q16.report().outputs["last_hidden_state"]["cosine_mean"]
+    assert c16 > 0.999
+    mixed = qlinear.quantize(m, d, {**CFG, "overrides": [{"op_type": "Softmax", "type": "uint16"}]})
+    assert mixed.encodings["probs"].dtype == "uint16" and mixed.encodings["h2_smoothed"].dtype == "uint8"

@@ -1,0 +1,259 @@
+"""Weight-only quantization end to end on synthetic transformer graphs: the Q/DQ output that ONNX Runtime fuses
+into MatMulNBits, the MatMulNBits output with bit-identical dequantized weights, encodings that validate, Gemm,
+float16, tied lm_head, external data, the CLI without data."""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+from tiny_models import lm_data, tiny_gemm, tiny_lm
+
+import qlinear
+from qlinear.encodings import load, validate
+from qlinear.errors import ConfigError, QlinearError
+
+WO = {"activation_type": "float", "weight_type": "int4", "weights": "per-block", "block_size": 32}
+
+
+def _sess(path, *, level=ort.GraphOptimizationLevel.ORT_ENABLE_ALL, acc=None, optimized=None):
+    so = ort.SessionOptions()
+    so.graph_optimization_level = level
+    so.log_severity_level = 3
+    if acc is not None:
+        so.add_session_config_entry("session.qdq_matmulnbits_accuracy_level", str(acc))
+    if optimized:
+        so.optimized_model_filepath = str(optimized)
+    return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+
+
+def _write(model, tmp_path, cfg, data=None, name="m.onnx"):
+    wm = qlinear.quantize(model, data, {**WO, **cfg})
+    p = tmp_path / name
+    wm.write_onnx(p)
+    onnx.checker.check_model(str(p))
+    return wm, p
+
+
+def _dequantized_weights(path: Path) -> dict[str, np.ndarray]:
+    """Every quantized weight as ONNX Runtime dequantizes it ([K, N]): DequantizeLinear outputs run alone, and
+    MatMulNBits nodes run on an identity input."""
+    m = onnx.load(str(path))
+    inits = {t.name: t for t in m.graph.initializer}
+    out = {}
+    ops = [helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)]
+    for n in m.graph.node:
+        if n.op_type == "MatMulNBits":
+            a = {x.name: x.i for x in n.attribute}
+            g = helper.make_graph([helper.make_node("MatMulNBits", ["A", *n.input[1:]], ["Y"], domain="com.microsoft",
+                                                    **a)], "g",
+                                  [helper.make_tensor_value_info("A", TensorProto.FLOAT, [a["K"], a["K"]])],
+                                  [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)],
+                                  [inits[i] for i in n.input[1:] if i])
+            s = ort.InferenceSession(helper.make_model(g, opset_imports=ops).SerializeToString(),
+                                     providers=["CPUExecutionProvider"])
+            out[n.input[0] + "@" + n.output[0]] = s.run(None, {"A": np.eye(a["K"], dtype=np.float32)})[0]
+    return out
+
+
+def _dq_weight(path: Path, name: str) -> np.ndarray:
+    m = onnx.load(str(path))
+    keep = {name}
+    # the subgraph computing `name` from initializers only
+    nodes = []
+    for n in reversed(m.graph.node):
+        if any(o in keep for o in n.output):
+            nodes.insert(0, n)
+            keep |= set(n.input)
+    g = helper.make_graph(nodes, "w", [], [onnx.ValueInfoProto(name=name)],
+                          [t for t in m.graph.initializer if t.name in keep])
+    mm = helper.make_model(g, opset_imports=m.opset_import)
+    return ort.InferenceSession(mm.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {})[0]
+
+
+@pytest.mark.parametrize("block", [16, 32, 64])
+def test_qdq_is_fused_into_matmulnbits_by_onnxruntime(tmp_path, block):
+    m = tiny_lm()
+    _, p = _write(m, tmp_path, {"block_size": block})
+    _sess(p, optimized=tmp_path / "opt.onnx")
+    ops = collections.Counter(n.op_type for n in onnx.load(str(tmp_path / "opt.onnx")).graph.node)
+    assert ops["MatMulNBits"] == 3      # up, down, o_proj (the lm_head goes through a Transpose: not fused)
+    assert ops["MatMul"] == 0
+
+
+def test_block_not_a_power_of_two_runs_unfused_and_matmulnbits_refuses(tmp_path):
+    m = tiny_lm()
+    _, p = _write(m, tmp_path, {"block_size": 48})
+    _sess(p, optimized=tmp_path / "opt.onnx")
+    ops = collections.Counter(n.op_type for n in onnx.load(str(tmp_path / "opt.onnx")).graph.node)
+    assert ops["MatMulNBits"] == 0
+    with pytest.raises(ConfigError, match="power of two"):
+        _write(m, tmp_path, {"block_size": 48, "output_format": "matmulnbits"}, name="n.onnx")
+
+
+@pytest.mark.parametrize("cfg", [
+    {},                                                        # int4 symmetric (full grid, zero points 0/-1)
+    {"weight_symmetric": False, "weight_type": "uint4"},       # asymmetric uint4
+    {"weight_type": "int8", "block_size": 64},
+    {"weights": "per-channel"},
+    {"weights": "lpbq", "block_size": 16},
+    {"weight_method": "mse"},
+])
+def test_matmulnbits_equals_qdq(tmp_path, cfg):
+    """(b) MatMulNBits written directly has the dequantized weights of (a) bit for bit, and the same outputs as
+    (a) run by ONNX Runtime (fused at accuracy level 0: exactly; ORT's default fused int8-activation compute:
+    within its rounding)."""
+    m, d = tiny_lm(), lm_data()
+    wq, pq = _write(m, tmp_path, cfg, name="q.onnx")
+    wn, pn = _write(m, tmp_path, {**cfg, "output_format": "matmulnbits"}, name="n.onnx")
+    nb = _dequantized_weights(pn)
+    assert len(nb) == 4
+    for key, w_nb in nb.items():
+        lin = {"h0@u": "mlp.up.weight", "act@dn": "mlp.down.weight", "h1@h2": "attn.o.weight",
+               "h2@logits": "embed.weight"}[key]
+        w_dq = _dq_weight(pq, lin)
+        if lin == "embed.weight":
+            w_dq = w_dq.T
+        np.testing.assert_array_equal(w_nb, w_dq)
+    yq = _sess(pq, acc=0).run(None, d)[0]
+    yn = _sess(pn).run(None, d)[0]
+    np.testing.assert_allclose(yn, yq, rtol=1e-5, atol=1e-5 * np.abs(yq).max())
+    yd = _sess(pq).run(None, d)[0]   # ORT default: int8 activations in the fused kernel
+    assert np.abs(yd - yn).max() < 0.05 * np.abs(yn).max()
+    # the encodings validate against the float model and the Q/DQ model, and survive a 2.0.0 file
+    assert validate(wq.encodings, m).ok
+    assert validate(wq.encodings, str(pq)).ok
+    wq.save(tmp_path / "out")
+    es = load(tmp_path / "out" / "model.encodings")
+    assert es.same_parameters(wq.encodings)
+
+
+def test_lpbq_encodings_file_and_decomposition(tmp_path):
+    m = tiny_lm()
+    wm = qlinear.quantize(m, None, {**WO, "weights": "lpbq", "block_size": 16})
+    wm.save(tmp_path / "o", report=False)
+    doc = json.loads((tmp_path / "o" / "model.encodings").read_text())
+    assert doc["version"] == "2.0.0"
+    e = next(x for x in doc["encodings"] if x["name"] == "mlp.up.weight")
+    assert "per_block_int_scale" in e and e["block_size"] == 16
+    enc = wm.encodings["mlp.up.weight"]
+    assert enc.granularity == "lpbq" and enc.int_scale.min() >= 1 and enc.int_scale.max() <= 16
+    assert validate(wm.encodings, m).ok
+
+
+@pytest.mark.parametrize("trans_b", [0, 1])
+@pytest.mark.parametrize("fmt", ["qdq", "matmulnbits"])
+def test_gemm_with_bias(tmp_path, trans_b, fmt):
+    m = tiny_gemm(trans_b=trans_b)
+    x = {"x": np.random.default_rng(0).standard_normal((5, 48)).astype(np.float32)}
+    wm, p = _write(m, tmp_path, {"output_format": fmt, "block_size": 16})
+    y = _sess(p, acc=0).run(None, x)[0]
+    # reference: the float Gemm with the dequantized weight of the Q/DQ form, by the ONNX reference evaluator
+    _, pq = _write(m, tmp_path, {"block_size": 16}, name="ref.onnx")
+    from onnx.reference import ReferenceEvaluator
+
+    want = ReferenceEvaluator(str(pq)).run(None, x)[0]
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+    assert any(n.op_type == ("MatMulNBits" if fmt == "matmulnbits" else "DequantizeLinear")
+               for n in onnx.load(str(p)).graph.node)
+
+
+def test_float16_weights(tmp_path):
+    m = tiny_lm(dtype=np.float16)
+    d = lm_data()
+    for fmt in ("qdq", "matmulnbits"):
+        wm, p = _write(m, tmp_path, {"output_format": fmt}, name=f"{fmt}.onnx")
+        y = _sess(p, acc=0).run(None, d)[0]
+        assert y.dtype == np.float16 and np.isfinite(y).all()
+        scales = [t for t in onnx.load(str(p)).graph.initializer if t.name.endswith(("_scale", "_scales"))]
+        assert scales and all(t.data_type == TensorProto.FLOAT16 for t in scales)
+    yf = _sess(_save(m, tmp_path / "f.onnx")).run(None, d)[0].astype(np.float32)
+    assert np.mean(np.sum(yf * y, -1) / np.linalg.norm(yf, axis=-1) / np.linalg.norm(y.astype(np.float32), axis=-1)) > 0.95
+
+
+def _copy(m):
+    c = onnx.ModelProto()
+    c.CopyFrom(m)
+    return c
+
+
+def _save(m, p):
+    onnx.save(m, str(p))
+    return p
+
+
+def test_int2_qdq(tmp_path):
+    m, d = tiny_lm(), lm_data()
+    _, p = _write(m, tmp_path, {"weight_type": "int2", "block_size": 16})
+    assert np.isfinite(_sess(p).run(None, d)[0]).all()
+    with pytest.raises(ConfigError, match="4- or 8-bit"):
+        _write(m, tmp_path, {"weight_type": "int2", "block_size": 16, "output_format": "matmulnbits"}, name="n.onnx")
+
+
+def test_gptq_needs_data_and_improves_output(tmp_path):
+    m, d = tiny_lm(d=64, ff=128, vocab=256), lm_data(n=72, seq=16, vocab=256)   # inputs span K: a full-rank H
+    with pytest.raises(ConfigError, match="needs calibration data"):
+        qlinear.quantize(m, None, {**WO, "weight_method": "gptq"})
+    cfg = {**WO, "calibration_samples": 48, "evaluation_samples": 24}
+    rtn = qlinear.quantize(m, d, cfg)
+    g = qlinear.quantize(m, d, {**cfg, "weight_method": "gptq"})
+    assert g.held_out() == (48, 72) and rtn.held_out()[0] == 0
+    # the same held-out samples for both: GPTQ's output SQNR is higher
+    s_g = g.report().outputs["logits"]["sqnr_db"]
+    rtn_eval = qlinear.quantize(m, {k: v[48:] for k, v in d.items()}, cfg)
+    s_r = rtn_eval.report().outputs["logits"]["sqnr_db"]
+    assert s_g > s_r
+
+
+def test_external_data_in_and_out(tmp_path):
+    m, d = tiny_lm(d=128, ff=256, vocab=64), lm_data(vocab=64)
+    src = tmp_path / "src"
+    src.mkdir()
+    onnx.save(_copy(m), str(src / "lm.onnx"), save_as_external_data=True, location="lm.onnx.data",
+              size_threshold=0)
+    wm = qlinear.quantize(src / "lm.onnx", None, WO)
+    files = wm.save(tmp_path / "out", report=False)
+    assert "model.qdq.onnx.data" in files
+    a = _sess(tmp_path / "out" / "model.qdq.onnx").run(None, d)[0]
+    mem = qlinear.quantize(m, None, WO)
+    mem.write_onnx(tmp_path / "inline.onnx")
+    b = _sess(tmp_path / "inline.onnx").run(None, d)[0]
+    np.testing.assert_array_equal(a, b)
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    onnx.save(_copy(m), str(bad / "lm.onnx"), save_as_external_data=True, location="lm.onnx.data",
+              size_threshold=0)
+    os.remove(bad / "lm.onnx.data")
+    with pytest.raises(QlinearError):
+        qlinear.quantize(bad / "lm.onnx", None, WO).save(tmp_path / "o2", report=False)
+
+
+def test_config_errors():
+    for bad, msg in [({"weights": "per-tensor"}, "per-tensor"), ({"weight_type": "int16"}, "weight_type"),
+                     ({"weight_method": "adaround"}, "weight_method"), ({"target": "tflite"}, "tflite"),
+                     ({"weights": "lpbq", "weight_symmetric": False}, "lpbq")]:
+        with pytest.raises(ConfigError, match=msg):
+            qlinear.quantize(tiny_lm(), None, {**WO, **bad})
+    with pytest.raises(ConfigError, match="matmulnbits needs weight-only"):
+        qlinear.quantize(tiny_lm(), None, {"output_format": "matmulnbits"})
+
+
+def test_cli_weight_only_without_data(tmp_path, capsys):
+    from qlinear.cli.main import main
+
+    onnx.save(tiny_lm(), str(tmp_path / "lm.onnx"))
+    assert main(["quantize", str(tmp_path / "lm.onnx"), "--activation-type", "float", "--weight-type", "int4",
+                 "--weights", "per-block", "--block-size", "32", "--weight-method", "mse", "--format", "matmulnbits",
+                 "-o", str(tmp_path / "o")]) == 0
+    assert {"model.encodings", "model.matmulnbits.onnx"} <= set(os.listdir(tmp_path / "o"))
+    capsys.readouterr()
+    assert main(["quantize", str(tmp_path / "lm.onnx"), "--activation-type", "float", "--weight-method", "gptq",
+                 "-o", str(tmp_path / "o2")]) != 0
+    assert "--data" in capsys.readouterr().err
