@@ -118,30 +118,35 @@ LICENSES = Path("/usr/share/common-licenses")
 #: calibration texts and held-out texts come from different files
 CALIB_FILES = ["Apache-2.0", "MPL-2.0", "Artistic", "CC0-1.0"]
 EVAL_FILES = ["GPL-3", "LGPL-3", "GFDL-1.3"]
+#: a second held-out set, never looked at while choosing qlinear's defaults
+EVAL2_FILES = ["GPL-2", "LGPL-2.1", "MPL-1.1", "BSD"]
 
 
 def tokens(out: Path) -> None:
-    """``minilm-data.npz`` (calibration) / ``minilm-eval.npz`` (held out): input_ids/attention_mask/token_type_ids
-    padded to 128; ``smollm2-data.npz``: ``input_ids`` windows of 512 tokens of the calibration texts, and
-    ``smollm2-eval.npy``: the token ids of GPL-3 (the perplexity text of the notes)."""
+    """``minilm-data.npz`` (calibration) / ``minilm-eval.npz``, ``minilm-eval2.npz`` (held out):
+    input_ids/attention_mask/token_type_ids padded to 128; ``smollm2-data.npz``: ``input_ids`` windows of 512 tokens
+    of the calibration texts; ``smollm2-eval.npy``: the token ids of GPL-3 (the perplexity text of the notes), and
+    ``smollm2-eval2.npy``: GPL-2, a second held-out text."""
     import numpy as np
     from transformers import AutoTokenizer
 
-    if (out / "minilm-tokenizer").is_dir() and not (out / "minilm-eval.npz").exists():
+    if (out / "minilm-tokenizer").is_dir() and not (out / "minilm-eval2.npz").exists():
         tok = AutoTokenizer.from_pretrained(str(out / "minilm-tokenizer"))
-        for name, files, n in (("minilm-data.npz", CALIB_FILES, 200), ("minilm-eval.npz", EVAL_FILES, 300)):
+        for name, files, n in (("minilm-data.npz", CALIB_FILES, 200), ("minilm-eval.npz", EVAL_FILES, 300),
+                               ("minilm-eval2.npz", EVAL2_FILES, 300)):
             s = _sentences([str(LICENSES / f) for f in files if (LICENSES / f).exists()])
             s = s[:: max(1, len(s) // n)][:n]
             e = tok(s, padding="max_length", truncation=True, max_length=128, return_tensors="np")
             np.savez(out / name, **{k: e[k].astype(np.int64) for k in ("input_ids", "attention_mask",
                                                                       "token_type_ids")})
-    if (out / "smollm2-tokenizer").is_dir() and not (out / "smollm2-eval.npy").exists():
+    if (out / "smollm2-tokenizer").is_dir() and not (out / "smollm2-eval2.npy").exists():
         tok = AutoTokenizer.from_pretrained(str(out / "smollm2-tokenizer"))
         text = " ".join((LICENSES / f).read_text(errors="replace") for f in CALIB_FILES if (LICENSES / f).exists())
         ids = np.asarray(tok(text).input_ids, np.int64)
         n = len(ids) // 512
         np.savez(out / "smollm2-data.npz", input_ids=ids[:n * 512].reshape(n, 512))
         np.save(out / "smollm2-eval.npy", np.asarray(tok((LICENSES / "GPL-3").read_text()).input_ids, np.int64))
+        np.save(out / "smollm2-eval2.npy", np.asarray(tok((LICENSES / "GPL-2").read_text()).input_ids, np.int64))
 
 
 if __name__ == "__main__":

@@ -90,3 +90,18 @@ def test_w8a16_and_overrides():
     assert c16 > 0.999
     mixed = qlinear.quantize(m, d, {**CFG, "overrides": [{"op_type": "Softmax", "type": "uint16"}]})
     assert mixed.encodings["probs"].dtype == "uint16" and mixed.encodings["h2_smoothed"].dtype == "uint8"
+
+
+def test_qnn_lpbq_writes_int4_lpbq_weights_and_uint16_activations(tmp_path):
+    m, d = tiny_encoder(), _data()
+    qm = qlinear.quantize(m, d, {**CFG, "target": "qnn", "weights": "lpbq", "weight_type": "int4",
+                                 "block_size": 16})
+    w = qm.encodings["Wq"]
+    assert w.granularity == "lpbq" and w.dtype == "int4"
+    assert {e.dtype for e in qm.encodings.activations} == {"uint16"}
+    qm.save(tmp_path / "o", report=False)
+    from qlinear.encodings import load, validate
+
+    es = load(tmp_path / "o" / "model.encodings")
+    assert not (tmp_path / "o" / "model.float.onnx").exists()   # target qnn: placement all, nothing rewritten
+    assert es.version == "2.0.0" and validate(es, m).ok and validate(es, tmp_path / "o" / "model.qdq.onnx").ok

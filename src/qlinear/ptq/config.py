@@ -96,7 +96,7 @@ class QuantizeConfig:
     output_format: str = "qdq"
     placement: str = "auto"
     smoothing: bool | None = None
-    gptq_act_order: bool = False
+    gptq_act_order: bool = True
     gptq_damp: float = 0.01
 
     def __post_init__(self) -> None:

@@ -172,7 +172,7 @@ class WeightOnlyModel:
 
 
 def _evaluate(wm: WeightOnlyModel, path: Path, samples: int | None, progress: Any) -> Any:
-    from qlinear.ptq.evaluate import Report, output_metrics
+    from qlinear.ptq.evaluate import Report
     from qlinear.ptq.session import Session
 
     start, stop = wm.held_out()
@@ -184,29 +184,62 @@ def _evaluate(wm: WeightOnlyModel, path: Path, samples: int | None, progress: An
     qm = onnx.load(str(path), load_external_data=False)
     qs = Session(qm, level="all", label=f"the quantized {wm.label}", external_dir=str(path.parent))
     names = [o.name for o in wm.graph.graph.output]
-    fa: dict[str, list[np.ndarray]] = {n: [] for n in names}
-    qa: dict[str, list[np.ndarray]] = {n: [] for n in names}
+    acc = {n: _Agreement() for n in names}
+    labels = None if wm.dataset.labels is None else np.asarray(wm.dataset.labels)
+    at = start
     for batch in wm.dataset.batches(start, stop, wm.config.batch_size):
-        for n, a in zip(names, fl.run(names, batch, where=f"{wm.dataset.source} (evaluation)")):
-            fa[n].append(a)
-        for n, a in zip(names, qs.run(names, batch, where=f"{wm.dataset.source} (evaluation)")):
-            qa[n].append(a)
+        fo = fl.run(names, batch, where=f"{wm.dataset.source} (evaluation)")
+        qo = qs.run(names, batch, where=f"{wm.dataset.source} (evaluation)")
+        k = len(fo[0])
+        lab = None if labels is None else labels[at:at + k]
+        for n, a, b in zip(names, fo, qo):
+            acc[n].add(a, b, lab)
+        at += k
         if progress:
-            progress(len(next(iter(batch.values()))))
-    labels = None if wm.dataset.labels is None else list(wm.dataset.labels[start:stop])
-    outputs = {}
-    for n in names:
-        a, b = _cat(fa[n]), _cat(qa[n])
-        outputs[n] = output_metrics(a, b, labels if a.ndim == 2 else None, n, wm.dataset.source)
+            progress(k)
+    outputs = {n: a.result() for n, a in acc.items()}
     return Report(samples=stop - start, tensors=[], outputs=outputs, ranking=[],
                   timings={"evaluation": time.perf_counter() - t0}, engine="onnxruntime")
 
 
-def _cat(parts: list[np.ndarray]) -> np.ndarray:
-    """Batches concatenated along axis 0 (samples of different sequence lengths: flattened per sample)."""
-    if len({p.shape[1:] for p in parts}) == 1:
-        return np.concatenate(parts)
-    return np.concatenate([p.reshape(len(p), -1) for p in parts], axis=None).reshape(1, -1)
+class _Agreement:
+    """Output agreement accumulated batch by batch (an LLM's logits are too large to keep): per-sample cosine,
+    output SQNR, and top-1 agreement/accuracy for classifier outputs ``[N, classes]``."""
+
+    def __init__(self) -> None:
+        self.cos: list[np.ndarray] = []
+        self.sig = self.noise = 0.0
+        self.n = self.agree = self.hit_f = self.hit_q = 0
+        self.classifier = True
+        self.labelled = False
+
+    def add(self, a: np.ndarray, b: np.ndarray, labels: np.ndarray | None) -> None:
+        af = a.reshape(len(a), -1).astype(np.float64)
+        bf = b.reshape(len(b), -1).astype(np.float64)
+        self.cos.append(np.sum(af * bf, 1) / np.maximum(np.linalg.norm(af, axis=1) * np.linalg.norm(bf, axis=1),
+                                                        1e-30))
+        self.sig += float(np.sum(af ** 2))
+        self.noise += float(np.sum((af - bf) ** 2))
+        self.classifier = self.classifier and a.ndim == 2 and a.shape[1] > 1
+        if self.classifier:
+            fa, qa = a.argmax(1), b.argmax(1)
+            self.agree += int(np.sum(fa == qa))
+            if labels is not None:
+                self.labelled = True
+                self.hit_f += int(np.sum(fa == labels))
+                self.hit_q += int(np.sum(qa == labels))
+        self.n += len(a)
+
+    def result(self) -> dict[str, float]:
+        c = np.concatenate(self.cos) if self.cos else np.zeros(1)
+        r: dict[str, float] = {}
+        if self.classifier and self.n:
+            r["top1_agreement"] = self.agree / self.n
+            if self.labelled:
+                r["float_top1"], r["quantized_top1"] = self.hit_f / self.n, self.hit_q / self.n
+        r["cosine_mean"], r["cosine_min"] = float(c.mean()), float(c.min())
+        r["sqnr_db"] = float("inf") if self.noise <= 0 else float(10 * np.log10(max(self.sig, 1e-300) / self.noise))
+        return r
 
 
 def _as_nk(w: np.ndarray, lin: Linear) -> np.ndarray:

@@ -82,8 +82,7 @@ def params(wb: np.ndarray, bits: int, grid: str, clip: np.ndarray | float = 1.0)
         s = np.where(s > 0, s, np.float32(1.0))
         z = np.clip(-half - np.rint(lo / s), -half, half - 1)
         return s, z.astype(np.int64)
-    amax_i = np.abs(wb).argmax(-1)
-    e = np.take_along_axis(wb, amax_i[..., None], -1)[..., 0]
+    e = _extreme(wb)
     mag = np.abs(e) * clip
     if grid == "full":
         s = (mag / np.float32(half)).astype(np.float32)
@@ -95,11 +94,27 @@ def params(wb: np.ndarray, bits: int, grid: str, clip: np.ndarray | float = 1.0)
     return s, z
 
 
+def _extreme(wb: np.ndarray) -> np.ndarray:
+    """Each block's largest-magnitude value, signed (the first one on a tie of ``+a`` and ``-a``, as
+    ``argmax(|w|)`` picks), from two fast reductions instead of ``|w|`` and an arg-reduction."""
+    mx, mn = wb.max(-1), wb.min(-1)
+    e = np.where(mx > -mn, mx, mn)
+    tie = (mx == -mn) & (mx != 0)
+    if tie.any():
+        rows = wb[tie]
+        e[tie] = np.take_along_axis(rows, np.abs(rows).argmax(-1)[:, None], -1)[:, 0]
+    return e
+
+
 def quantize_blocks(wb: np.ndarray, s: np.ndarray, z: np.ndarray, bits: int) -> np.ndarray:
     """``saturate(rint(w / s) + z)`` per block (float32 division, half to even), int8 ``[..., block]``."""
     half = 2 ** (bits - 1)
-    q = np.rint(wb / s[..., None]) + z[..., None].astype(np.float32)
-    return np.clip(q, -half, half - 1).astype(np.int8)
+    q = np.divide(wb, s[..., None], dtype=np.float32)
+    np.rint(q, out=q)
+    if np.any(z):
+        q += z[..., None].astype(np.float32)
+    np.clip(q, -half, half - 1, out=q)
+    return q.astype(np.int8)
 
 
 def dequantize(q: np.ndarray, s: np.ndarray, z: np.ndarray | None, block: int) -> np.ndarray:

@@ -77,9 +77,10 @@ class WeightResult:
 
 
 def stored(bq: BlockQuant, r: WeightResult) -> tuple[np.ndarray, np.ndarray | None]:
-    """Integers and zero points in the stored type's range (``[N, K]``, ``[N, nb]``, int16)."""
+    """Integers and zero points in the stored type's range (``[N, K]``, ``[N, nb]``; int8, or int16 when shifted to
+    an unsigned type)."""
     off = 2 ** (r.bits - 1) if r.unsigned else 0
-    q = bq.q.astype(np.int16) + off
+    q = bq.q.astype(np.int16) + off if off else bq.q
     z = None if bq.zero_point is None else bq.zero_point.astype(np.int16) + off
     if z is None and (off or r.has_zero_point):
         z = np.full(bq.scale.shape, off, np.int16)
@@ -258,7 +259,7 @@ class Writer:
 
         def packed_b() -> np.ndarray:
             _, q, z = self._get(r)
-            qu = (q + (0 if r.unsigned else off)).astype(np.uint8)          # [N, K] unsigned
+            qu = (q.astype(np.int16) + (0 if r.unsigned else off)).astype(np.uint8)   # [N, K] unsigned
             zu = None if z is None else (z + (0 if r.unsigned else off)).astype(np.uint8)
             full = np.empty((n, nb * block), np.uint8)
             full[:, :k] = qu
