@@ -93,13 +93,20 @@ def quantize(
         qm = qlinear.quantize(model, data, cfg, progress=bar,
                               preprocess=ImagePreprocess(mean=image_mean, std=image_std))
         start, stop = qm.held_out()
-        if report and start == 0:
+        fitted = not (cfg.weight_only and cfg.w_method != "gptq")  # round to nearest never sees the data
+        if report and start == 0 and fitted:
             qm.notes.append("no held-out samples: the report evaluates on the calibration samples")
         files = qm.save(folder, encodings_version=encodings_version, report=report,
                         progress=bar("evaluating", stop - start) if report else None)
     out = Console()
-    t = Table(title=f"{Path(model).name}: {cfg.weight_type} weights {cfg.weights}, {cfg.activation_type} activations, "
-                    f"{cfg.a_method} activations / {cfg.w_method} weights, target {cfg.target}")
+    if cfg.weight_only:
+        blk = "" if cfg.weights == "per-channel" else f" (block {cfg.block_size})"
+        title = (f"{Path(model).name}: weight-only {cfg.weight_type} {cfg.weights}{blk}, {cfg.w_method} weights, "
+                 f"float activations, {cfg.output_format}, target {cfg.target}")
+    else:
+        title = (f"{Path(model).name}: {cfg.weight_type} weights {cfg.weights}, {cfg.activation_type} activations, "
+                 f"{cfg.a_method} activations / {cfg.w_method} weights, target {cfg.target}")
+    t = Table(title=title)
     t.add_column("output")
     t.add_column("metric")
     t.add_column("value", justify="right")
@@ -110,7 +117,9 @@ def quantize(
                 t.add_row(o, k, f"{v:.4f}")
         for s in sorted(rep.tensors, key=lambda s: s.sqnr_db)[:3]:
             t.add_row(s.name, "SQNR dB (worst)", f"{s.sqnr_db:.2f}")
-    t.add_row("", "calibration time s", f"{qm.timings.get('calibration', 0):.2f}")
+    if "calibration" in qm.timings:
+        t.add_row("", "calibration time s", f"{qm.timings['calibration']:.2f}")
+    t.add_row("", "total time s", f"{qm.timings.get('total', 0) + qm.timings.get('write', 0):.2f}")
     for d in qm.decisions:
         t.add_row(d["tensor"], d["change"], "" if d.get("metric") is None else f"{d['metric']:.4f}")
     out.print(t)

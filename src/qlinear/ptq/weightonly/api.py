@@ -33,7 +33,7 @@ from qlinear.calibration.policies import lpbq as lpbq_decompose
 from qlinear.encodings import Encoding, EncodingSet
 from qlinear.errors import ConfigError, GraphError
 from qlinear.ptq.config import QuantizeConfig
-from qlinear.ptq.weightonly.grids import BlockQuant, n_blocks, padded, quantize_blocks, quantize_rtn
+from qlinear.ptq.weightonly.grids import BlockQuant, padded, quantize_blocks, quantize_rtn
 from qlinear.ptq.weightonly.plan import Linear, find_linears
 from qlinear.ptq.weightonly.tensors import Tensors
 from qlinear.ptq.weightonly.writer import WeightResult, Writer
@@ -405,4 +405,4 @@ def _lpbq(r: WeightResult, block_scale: np.ndarray) -> tuple[np.ndarray, np.ndar
     return eff, r.int_scale
 
 
-__all__ = ["WeightOnlyModel", "grid_for", "load_graph", "quantize_weights", "n_blocks"]
+__all__ = ["WeightOnlyModel", "grid_for", "load_graph", "quantize_weights"]
