@@ -32,7 +32,7 @@ class Session:
 
     def __init__(self, m: onnx.ModelProto, outputs: Sequence[str] = (), *, level: str = "basic",
                  label: str = "model", threads: int | None = None, disable_qdq_fusion: bool = False,
-                 external_dir: str | None = None) -> None:
+                 external_dir: str | None = None, arena: bool = True) -> None:
         import onnxruntime as ort
 
         mm = m
@@ -53,6 +53,8 @@ class Session:
             so.intra_op_num_threads = int(threads)
         if disable_qdq_fusion:  # run QuantizeLinear/DequantizeLinear as ONNX defines them, not as int8 kernels
             so.add_session_config_entry("session.disable_quant_qdq", "1")
+        if not arena:  # allocations returned to the system after each run (lower peak, a little slower)
+            so.enable_cpu_mem_arena = False
         if external_dir is not None:  # external data of a model passed as bytes: resolved in this folder
             so.add_session_config_entry("session.model_external_initializers_file_folder_path", str(external_dir))
         self.label = label
