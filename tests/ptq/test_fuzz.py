@@ -174,11 +174,13 @@ def test_mutated_data_folder(tmp_path_factory, entries):
 _value = st.one_of(st.none(), st.booleans(), st.integers(-3, 2**41), st.floats(allow_nan=True), st.text(max_size=8),
                    st.lists(st.text(max_size=4), max_size=2), st.sampled_from(
                        ["int8", "uint8", "int4", "int16", "uint16", "float8e4m3fn", "per-block", "per-tensor", "mse",
-                        "sqnr", "entropy", "percentile", "tflite", "qnn", "ort", "aimet", "onnxruntime"]))
+                        "sqnr", "entropy", "percentile", "tflite", "qnn", "ort", "aimet", "onnxruntime", "float", "lpbq",
+                        "uint4", "int2", "gptq", "matmulnbits", "qdq", "matmul", "all", "auto"]))
 _keys = st.sampled_from(["weight_type", "activation_type", "weights", "block_size", "weight_method", "activation_method",
                          "weight_symmetric", "activation_symmetric", "policy", "percentile", "exclude_nodes",
                          "exclude_op_types", "target", "equalize", "bias_correction", "quantize_outputs",
-                         "calibration_samples", "evaluation_samples", "batch_size", "seed", "colour"])
+                         "calibration_samples", "evaluation_samples", "batch_size", "seed", "colour", "output_format",
+                         "placement", "smoothing", "gptq_act_order", "gptq_damp"])
 
 
 @FUZZ
@@ -193,13 +195,32 @@ def test_mutated_config(cfg):
     _quantize_ok_or_qlinear_error(MODEL, DATA, base)
 
 
+@FUZZ
+@given(st.dictionaries(_keys, _value, max_size=4), st.sampled_from([None, "data"]))
+def test_mutated_weight_only_config(cfg, with_data):
+    """Weight-only runs on a tiny transformer LM (tied lm_head, MatMuls) with mutated options."""
+    from tiny_models import lm_data, tiny_lm
+
+    base = {"activation_type": "float", "weight_type": "int4", "weights": "per-block", "calibration_samples": 8,
+            "evaluation_samples": 4, "batch_size": 4}
+    base.update(cfg)
+    for k in ("calibration_samples", "evaluation_samples", "batch_size"):
+        if isinstance(base.get(k), int) and base[k] > 16:
+            base[k] = 16
+    if isinstance(base.get("block_size"), int) and base["block_size"] > 4096:
+        base["block_size"] = 4096
+    _quantize_ok_or_qlinear_error(tiny_lm(), lm_data() if with_data else None, base)
+
+
 _opts = st.lists(st.sampled_from([
     ["--weights", "per-block"], ["--weights", "per-tensor"], ["--weights", "bogus"], ["--block-size", "0"],
     ["--block-size", "7"], ["--weight-type", "int4"], ["--weight-type", "nope"], ["--activation-type", "int16"],
     ["--activation-type", "float8e4m3fn"], ["--target", "tflite"], ["--target", "qnn"], ["--calibration", "entropy"],
     ["--calibration-samples", "-1"], ["--evaluation-samples", "0"], ["--encodings-version", "0.6.1"],
     ["--encodings-version", "9"], ["--no-report"], ["--image-mean", "nan"], ["--unknown"], ["--data"],
-    ["--weight-method", "mse"], ["--config", "/nonexistent.json"]]), max_size=3)
+    ["--weight-method", "mse"], ["--config", "/nonexistent.json"], ["--activation-type", "float"],
+    ["--weights", "lpbq"], ["--format", "matmulnbits"], ["--weight-method", "gptq"], ["--weight-type", "uint4"]]),
+    max_size=3)
 
 
 @FUZZ
