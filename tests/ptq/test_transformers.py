@@ -105,3 +105,19 @@ def test_qnn_lpbq_writes_int4_lpbq_weights_and_uint16_activations(tmp_path):
     es = load(tmp_path / "o" / "model.encodings")
     assert not (tmp_path / "o" / "model.float.onnx").exists()   # target qnn: placement all, nothing rewritten
     assert es.version == "2.0.0" and validate(es, m).ok and validate(es, tmp_path / "o" / "model.qdq.onnx").ok
+
+
+def test_gelu_outputs_get_mse_ranges_unless_the_config_says_otherwise():
+    from qlinear.graph.model import GraphIndex
+    from qlinear.graph.plan import activation_fn_output
+
+    m, d = tiny_encoder(), _data()
+    g = GraphIndex.build(m, infer_shapes=False)
+    assert activation_fn_output(g, "gelu")
+    assert not any(activation_fn_output(g, t) for t in ("h", "qs", "probs", "ctx", "h2"))
+    qm = qlinear.quantize(m, d, CFG)
+    assert any("MSE ranges for the 1 Gelu/SiLU" in n for n in qm.notes)
+    mm = qlinear.quantize(m, d, {**CFG, "activation_method": "minmax"})
+    assert not any("MSE ranges" in n for n in mm.notes)
+    # MSE clips the Gelu tail: a smaller range than min-max
+    assert qm.encodings["gelu"].scale < mm.encodings["gelu"].scale

@@ -179,6 +179,28 @@ def _make_plan(m: onnx.ModelProto, exclude_nodes: tuple[str, ...], exclude_op_ty
     return plan
 
 
+ACTIVATION_FNS = ("Gelu", "FastGelu", "BiasGelu", "QuickGelu", "Erf", "Tanh", "Sigmoid", "HardSigmoid", "Softplus")
+
+
+def activation_fn_output(g: GraphIndex, t: str, depth: int = 3) -> bool:
+    """``t`` is the output of a smooth activation function (Gelu, or its Erf/Tanh form, SiLU/SwiGLU's Sigmoid), found
+    within ``depth`` producer steps without crossing a MatMul/Gemm/normalization: the heavy-tailed MatMul inputs of
+    transformer MLPs."""
+    stack, seen = [(t, 0)], set()
+    while stack:
+        x, d = stack.pop()
+        p = g.producer.get(x)
+        if p is None or x in seen or d > depth:
+            continue
+        seen.add(x)
+        if p.op_type in ACTIVATION_FNS:
+            return True
+        if p.op_type in ("MatMul", "Gemm", "LayerNormalization", "Softmax", "Conv"):
+            continue
+        stack.extend((i, d + 1) for i in p.input if i and i not in g.initializers)
+    return False
+
+
 def _float_data(m: onnx.ModelProto, g: GraphIndex, floats: set[str]) -> set[str]:
     """Tensors computed from float data: float graph inputs, lookups into float initializers (``Gather``) and what
     depends on them (nodes in topological order, as ONNX requires)."""

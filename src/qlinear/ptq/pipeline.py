@@ -226,7 +226,16 @@ def quantize(model: Any, data: Any, config: QuantizeConfig | dict | None = None,
     reference.CopyFrom(m)
     plan = make_plan(m, exclude_nodes=cfg.exclude_nodes, exclude_op_types=cfg.exclude_op_types,
                      quantize_outputs=cfg.quantize_outputs, placement=placement)
-    tcfg = TensorConfigs(cfg, m, plan)
+    implicit: dict[str, str] = {}
+    if placement == "matmul" and cfg.activation_method is None:
+        from qlinear.graph.plan import activation_fn_output
+
+        gi = GraphIndex.build(m, infer_shapes=False)
+        implicit = {t: "mse" for t in plan.activations if activation_fn_output(gi, t)}
+        if implicit:
+            notes.append(f"MSE ranges for the {len(implicit)} Gelu/SiLU outputs feeding MatMuls (heavy-tailed), "
+                         "min-max elsewhere")
+    tcfg = TensorConfigs(cfg, m, plan, implicit)
     t0 = time.perf_counter()
     means_for = [b.input for b in plan.biases] if cfg.bias_correction else []
     adv = progress("calibrating", n_fit) if progress else None
@@ -300,7 +309,8 @@ class TensorConfigs:
     """The configuration in effect for each tensor: the run's, changed by the matching ``overrides`` rules
     (:mod:`qlinear.ptq.overrides`); tensors the rules leave in float are taken out of ``plan``."""
 
-    def __init__(self, cfg: QuantizeConfig, m: onnx.ModelProto, plan: Plan) -> None:
+    def __init__(self, cfg: QuantizeConfig, m: onnx.ModelProto, plan: Plan,
+                 implicit_methods: dict[str, str] | None = None) -> None:
         from qlinear.ptq.config import ACTIVATION_TYPES, METHODS, WEIGHT_TYPES
         from qlinear.ptq.overrides import apply_to_plan
 
@@ -309,6 +319,8 @@ class TensorConfigs:
                                       activation_types=ACTIVATION_TYPES, weight_methods=METHODS + DATA_WEIGHT_METHODS,
                                       activation_methods=METHODS)
         self._cache: dict[tuple[str, str], QuantizeConfig] = {}
+        #: activation methods qlinear chooses per tensor when neither the config nor an override sets one
+        self.implicit = dict(implicit_methods or {})
 
     def weight(self, name: str) -> QuantizeConfig:
         return self._get(name, "weight")
@@ -319,6 +331,11 @@ class TensorConfigs:
     def _get(self, name: str, role: str) -> QuantizeConfig:
         r = self.resolved.get(name)
         if r is None:
+            if role == "activation" and name in self.implicit:
+                key = (name, role)
+                if key not in self._cache:
+                    self._cache[key] = self.cfg.replace(activation_method=self.implicit[name])
+                return self._cache[key]
             return self.cfg
         key = (name, role)
         if key not in self._cache:
@@ -340,7 +357,8 @@ def _collect(m, ds, n_cal, tensors, cfg, means_for, adv, label, keep=None, tcfg=
 
     # graph outputs keep their full range (min-max): clipping logits changes the argmax, whatever the method
     outputs = {o.name for o in m.graph.output}
-    method_for = {t: tcfg.activation(t).a_method for t in tensors} if tcfg is not None and tcfg.resolved else {}
+    method_for = {t: tcfg.activation(t).a_method for t in tensors} \
+        if tcfg is not None and (tcfg.resolved or tcfg.implicit) else {}
     obs, means = calibrate_activations(m, ds, 0, n_cal, tensors, cfg.a_method, method_for=method_for,
                                        batch_size=cfg.batch_size,
                                        means_for=means_for, percentile=cfg.percentile, progress=adv,
