@@ -119,7 +119,8 @@ def quantize(
             t.add_row(s.name, "SQNR dB (worst)", f"{s.sqnr_db:.2f}")
     if "calibration" in qm.timings:
         t.add_row("", "calibration time s", f"{qm.timings['calibration']:.2f}")
-    t.add_row("", "total time s", f"{qm.timings.get('total', 0) + qm.timings.get('write', 0):.2f}")
+    if cfg.weight_only:
+        t.add_row("", "quantize + write time s", f"{qm.timings.get('total', 0) + qm.timings.get('write', 0):.2f}")
     for d in qm.decisions:
         t.add_row(d["tensor"], d["change"], "" if d.get("metric") is None else f"{d['metric']:.4f}")
     out.print(t)
