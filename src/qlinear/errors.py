@@ -52,6 +52,13 @@ class EncodingError(QlinearError, ValueError):
         super().__init__(prefix + message)
 
 
+class EncodingKeyError(EncodingError, KeyError):
+    """An :class:`~qlinear.encodings.EncodingSet` has no encoding under the key asked for (a missing tensor name, or a
+    key that is not a tensor name at all). Also a ``KeyError``, so ``except KeyError`` keeps working."""
+
+    __str__ = BaseException.__str__  # the message as written (KeyError's would quote it)
+
+
 class GraphError(QlinearError, ValueError):
     """An ONNX model cannot be read, validated or transformed as asked."""
 
@@ -88,6 +95,7 @@ __all__ = [
     "DTypeError",
     "DataError",
     "EncodingError",
+    "EncodingKeyError",
     "GraphError",
     "KernelError",
     "OutputError",

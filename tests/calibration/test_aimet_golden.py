@@ -11,6 +11,7 @@ from onnx import numpy_helper
 
 import qlinear
 from qlinear import encodings as E
+from qlinear import graph as G
 
 CASES = ["per_tensor_tf", "per_channel_tf", "blockwise_tf", "lpbq_tf"]
 # Activations observed in AIMET's QuantSim see the fake-quantized weights. The output ``y`` (after the MatMul whose
@@ -37,7 +38,7 @@ def _weight_args(e: E.Encoding, w: np.ndarray) -> dict:
 @pytest.mark.parametrize("case", CASES)
 def test_param_encodings_equal_aimet(gold, case):
     d, m, _ = gold
-    es = E.load(d / f"aimet-onnx-2.42.0_{case}_v2.0.0.encodings", model=d / "tiny_model.onnx")
+    es = G.load_encodings(d / f"aimet-onnx-2.42.0_{case}_v2.0.0.encodings", d / "tiny_model.onnx")
     weights = {t.name: numpy_helper.to_array(t) for t in m.graph.initializer}
     checked = 0
     for e in es.params:
@@ -63,8 +64,8 @@ def test_param_encodings_equal_aimet(gold, case):
 @pytest.mark.parametrize("case", CASES[:3])
 def test_activation_encodings_equal_aimet(gold, case):
     d, m, xs = gold
-    es = E.load(d / f"aimet-onnx-2.42.0_{case}_v2.0.0.encodings", model=d / "tiny_model.onnx")
-    sim = E.apply(es.with_encodings(e for e in es.params if e.dtype != "int32"), m)  # AIMET: weights quantized
+    es = G.load_encodings(d / f"aimet-onnx-2.42.0_{case}_v2.0.0.encodings", d / "tiny_model.onnx")
+    sim = G.apply(es.with_encodings(e for e in es.params if e.dtype != "int32"), m)  # AIMET: weights quantized
     for n in ACTS[1:]:
         sim.graph.output.append(onnx.helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, None))
     s = ort.InferenceSession(sim.SerializeToString(), providers=["CPUExecutionProvider"])
@@ -83,7 +84,7 @@ def test_activation_encodings_equal_aimet(gold, case):
 
 def test_fp8_weight_scale_is_amax_over_448(gold):
     d, m, _ = gold
-    es = E.load(d / "aimet-onnx-2.42.0_fp8_weight_v2.0.0.encodings", model=d / "tiny_model.onnx")
+    es = G.load_encodings(d / "aimet-onnx-2.42.0_fp8_weight_v2.0.0.encodings", d / "tiny_model.onnx")
     w = {t.name: numpy_helper.to_array(t) for t in m.graph.initializer}["fc1.weight"]
     got = qlinear.calibrate(w, "float8e4m3fn", axis=0, symmetric=True)
     np.testing.assert_allclose(got.scale, es["fc1.weight"].scale, rtol=1e-6)
@@ -91,6 +92,6 @@ def test_fp8_weight_scale_is_amax_over_448(gold):
 
 def test_int32_bias_scale_is_input_times_weight_scale(gold):
     d, _, _ = gold
-    es = E.load(d / "aimet-onnx-2.42.0_per_channel_tf_v2.0.0.encodings", model=d / "tiny_model.onnx")
+    es = G.load_encodings(d / "aimet-onnx-2.42.0_per_channel_tf_v2.0.0.encodings", d / "tiny_model.onnx")
     got = qlinear.calibration.bias_scale(es["x"].scale, es["conv.weight"].scale)
     np.testing.assert_allclose(got, es["conv.bias"].scale, rtol=1e-6)

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from qlinear import encodings as E
+from qlinear import graph as G
 from qlinear.errors import EncodingError
 
 VERSIONS = E.VERSIONS
@@ -54,7 +55,7 @@ def _expressible(es: E.EncodingSet, version: str) -> bool:
 def test_convert_to_every_version_and_back_keeps_every_parameter(golden, tiny):
     converted = 0
     for f in golden:
-        es = E.load(f, model=tiny)
+        es = G.load_encodings(f, tiny)
         for v in VERSIONS:
             if not _expressible(es, v):
                 with pytest.raises(EncodingError) as ei:
@@ -62,9 +63,9 @@ def test_convert_to_every_version_and_back_keeps_every_parameter(golden, tiny):
                 bad = [e.name for e in es if not _expressible(E.EncodingSet((e,)), v)]
                 assert any(n in str(ei.value) for n in bad)
                 continue
-            other = E.loads(E.dumps(es, v), model=tiny)
+            other = G.resolve(E.loads(E.dumps(es, v)), tiny)
             assert other.same_parameters(es), (f.name, v)
-            back = E.loads(E.dumps(other, es.version), model=tiny)
+            back = G.resolve(E.loads(E.dumps(other, es.version)), tiny)
             assert back.same_parameters(es), (f.name, v)
             converted += 1
     assert converted >= 50
@@ -72,7 +73,7 @@ def test_convert_to_every_version_and_back_keeps_every_parameter(golden, tiny):
 
 def test_same_model_in_every_version_agrees(golden, tiny):
     """The per-tensor files of the three versions describe the same quantizers (params and activations)."""
-    by = {f.name: E.load(f, model=tiny) for f in golden}
+    by = {f.name: G.load_encodings(f, tiny) for f in golden}
     a = by["aimet-onnx-2.42.0_per_tensor_tf_v0.6.1.encodings"]
     b = by["aimet-onnx-2.42.0_per_tensor_tf_v1.0.0.encodings"]
     c = by["aimet-onnx-2.42.0_per_tensor_tf_v2.0.0.encodings"]
@@ -88,7 +89,7 @@ def test_same_model_in_every_version_agrees(golden, tiny):
 
 
 def test_legacy_offsets_and_grids(golden, tiny):
-    by = {f.name: E.load(f, model=tiny) for f in golden}
+    by = {f.name: G.load_encodings(f, tiny) for f in golden}
     m0 = by["aimet-onnx-2.42.0_mixed_fp16_int16_int2_v0.6.1.encodings"]
     m1 = by["aimet-onnx-2.42.0_mixed_fp16_int16_int2_v1.0.0.encodings"]
     m2 = by["aimet-onnx-2.42.0_mixed_fp16_int16_int2_v2.0.0.encodings"]
@@ -120,7 +121,7 @@ def test_unresolved_axes_need_the_model(golden):
 
 def test_fp16_into_2x_needs_opt_in(golden):
     f = next(f for f in golden if f.name.endswith("mixed_fp16_int16_int2_v1.0.0.encodings"))
-    es = E.load(f, model=f.parent / "tiny_model.onnx")
+    es = G.load_encodings(f, f.parent / "tiny_model.onnx")
     with pytest.raises(EncodingError, match="relu2_out"):
         E.dumps(es, "2.0.0")
     out = E.loads(E.dumps(es, "2.0.0", drop_float=True))
@@ -182,12 +183,12 @@ def test_unknown_layouts_resave_byte_for_byte(shared_dir, tiny, name, kw, indent
     src = json.loads((shared_dir / "aimet-golden" / f"aimet-onnx-2.42.0_{name}.encodings").read_text())
     text = json.dumps(_relayout(src, **kw), indent=indent)
     assert E.dumps(E.loads(text)) == text
-    es = E.loads(text, model=tiny)  # axes resolved against the model: the parameters are still the file's
+    es = G.resolve(E.loads(text), tiny)  # axes resolved against the model: the parameters are still the file's
     assert E.dumps(es) == text
     assert E.loads(E.dumps(es, "2.1.0" if es.version != "2.1.0" else "2.0.0")).same_parameters(es)
     first = es.encodings[0]
     changed = es.with_encodings([first.replace(scale=np.asarray(first.scale) * 2)] + list(es.encodings[1:]))
-    again = E.loads(E.dumps(changed), model=tiny)
+    again = G.resolve(E.loads(E.dumps(changed)), tiny)
     assert again.same_parameters(changed)
     assert E.dumps(changed) != text and E.dumps(changed).count("\n") == text.count("\n")
 
@@ -203,11 +204,11 @@ def test_aimet_torch_files_resave_byte_for_byte_and_convert(f):
     assert E.dumps(es) == text
     model = f.parent / ("torch_lpbq.onnx" if "lpbq" in f.name else "torch_onnx.onnx" if "onnx" in f.name
                         else "torch.onnx")
-    es = E.loads(text, model=model)
+    es = G.resolve(E.loads(text), model)
     assert E.dumps(es) == text
     for v in E.VERSIONS:
         try:
-            other = E.loads(E.dumps(es, v), model=model)
+            other = G.resolve(E.loads(E.dumps(es, v)), model)
         except EncodingError:
             continue  # e.g. LPBQ in 0.6.1: refused with a named error
         assert other.same_parameters(es), v

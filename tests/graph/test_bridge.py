@@ -9,6 +9,7 @@ import pytest
 from onnx import numpy_helper
 
 from qlinear import encodings as E
+from qlinear import graph as G
 from qlinear.errors import EncodingError
 
 
@@ -36,14 +37,14 @@ def test_apply_every_golden_file_runs_in_ort_and_extracts_back(gold):
     d, model, xs = gold
     ref = _run(onnx.load(model), xs[0])
     for f in sorted(d.glob("*.encodings")):
-        es = E.load(f, model=model)
-        assert E.validate(es, model).ok, f.name
-        q = E.apply(es, model)
+        es = G.load_encodings(f, model)
+        assert G.validate(es, model).ok, f.name
+        q = G.apply(es, model)
         y = _run(q, xs[0])
         assert y.shape == ref.shape and np.isfinite(y).all()
         # quantization noise only: the Q/DQ model stays close to the float model (int2 weights: coarse)
         assert np.corrcoef(y.ravel(), ref.ravel())[0, 1] > (0.7 if "int2" in f.name else 0.98), f.name
-        back = E.extract(q)
+        back = G.extract(q)
         assert back == es, f.name
         assert E.dumps(back) == E.dumps(es)  # extract(apply) re-saves to the same bytes
         if f.name.endswith("v2.0.0.encodings"):
@@ -53,8 +54,8 @@ def test_apply_every_golden_file_runs_in_ort_and_extracts_back(gold):
 def test_q_dq_parameters_equal_the_file(gold):
     d, model, xs = gold
     for f in sorted(d.glob("*v2.0.0.encodings")):
-        es = E.load(f, model=model)
-        q = E.apply(es, model)
+        es = G.load_encodings(f, model)
+        q = G.apply(es, model)
         params = _dq_params(q)
         for e in es:
             if e.granularity in ("lpbq",) or e.shifted:
@@ -68,7 +69,7 @@ def test_q_dq_parameters_equal_the_file(gold):
         stripped = onnx.ModelProto()
         stripped.CopyFrom(q)
         del stripped.metadata_props[:]
-        raw = E.extract(stripped)
+        raw = G.extract(stripped)
         for e in es:
             r = raw[e.name]
             if e.qtype.bits == 2:
@@ -80,7 +81,7 @@ def test_activation_dequantized_values_match_the_encoding(gold):
     """ORT's Q/DQ of the input equals Encoding.fake_quantize bit for bit."""
     d, model, xs = gold
     es = E.load(d / "aimet-onnx-2.42.0_per_tensor_tf_v2.0.0.encodings")
-    q = E.apply(es, model)
+    q = G.apply(es, model)
     q.graph.output.append(onnx.helper.make_tensor_value_info("x_dequantized", onnx.TensorProto.FLOAT, None))
     s = ort.InferenceSession(q.SerializeToString(), providers=["CPUExecutionProvider"])
     got = s.run(["x_dequantized"], {"x": xs[1]})[0]
@@ -96,11 +97,11 @@ def test_validate_reports_every_problem(gold):
         E.Encoding("fc2.weight_x", "int8", scale=[0.1] * 3, axis=5, role="param"),
     ])
     bad = bad.with_encodings([e if e.name != "conv.weight" else e.replace(scale=e.scale[:7]) for e in bad])
-    rep = E.validate(bad, model)
+    rep = G.validate(bad, model)
     names = {p.tensor for p in rep.problems}
     assert {"nope", "fc2.weight_x", "conv.weight"} <= names and not rep.ok
     with pytest.raises(EncodingError, match="problem"):
-        E.apply(bad, model)
+        G.apply(bad, model)
 
 
 def test_extract_reads_onnxruntime_quantize_static(gold, tmp_path):
@@ -120,10 +121,10 @@ def test_extract_reads_onnxruntime_quantize_static(gold, tmp_path):
     out = tmp_path / "ort_qdq.onnx"
     quantize_static(str(model), str(out), R(), quant_format=QuantFormat.QDQ, per_channel=True,
                     activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
-    es = E.extract(out)
+    es = G.extract(out)
     assert "conv.weight" in es and es["conv.weight"].granularity == "per_channel" and es["conv.weight"].axis == 0
     assert es["x"].dtype == "uint8" and es["x"].role == "activation"
     ort_params = _dq_params(onnx.load(out))
     assert any(np.array_equal(v, es["x"].scale.astype(np.float32)) for v in ort_params.values())
-    q = E.apply(es.with_encodings(e for e in es if e.role == "param" or e.name in ("x",)), model)
+    q = G.apply(es.with_encodings(e for e in es if e.role == "param" or e.name in ("x",)), model)
     assert _run(q, xs[0]).shape == (1, 16)

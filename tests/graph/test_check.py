@@ -12,6 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import qlinear
 from qlinear import encodings as E
+from qlinear import graph as G
 from qlinear.calibration.bias import BIAS_LIMIT, I32_MAX, fit_accumulator
 from qlinear.cli.main import EXIT_PROBLEMS, main
 from qlinear.errors import EncodingError, OverflowRiskError
@@ -50,7 +51,7 @@ def test_checker_bound_is_the_reachable_worst_case_and_flags_overflow():
     m = _matmul_model(k)
     es = E.EncodingSet((E.Encoding("x", "uint8", scale=0.01, zero_point=0),
                         E.Encoding("w", "int8", scale=np.full(4, 1 / 127), axis=1, role="param")))
-    q = E.apply(es, m)
+    q = G.apply(es, m)
     res = check_integer(q)
     (lc,) = res.layers
     assert not res.ok and lc.accumulator == "int32" and lc.bound > I32_MAX
@@ -60,7 +61,7 @@ def test_checker_bound_is_the_reachable_worst_case_and_flags_overflow():
     half = w_q[: k // 4]
     es2 = E.EncodingSet((E.Encoding("x", "uint8", scale=0.01, zero_point=0),
                          E.Encoding("w", "int8", scale=np.full(4, 1 / 127), axis=1, role="param")))
-    q2 = E.apply(es2, _matmul_model(k // 4))
+    q2 = G.apply(es2, _matmul_model(k // 4))
     assert check_integer(q2).layers[0].bound == _worst_input_acc(half, 0) < I32_MAX
     with pytest.raises(OverflowRiskError, match="int32 accumulator overflow"):
         x = np.where(w_q[:, lc.channel] > 0, 2.55, 0.0).astype(np.float32)[None]
@@ -127,7 +128,7 @@ def test_apply_refuses_a_bias_that_does_not_fit_int32():
                         E.Encoding("b", "int32", scale=0.02 * np.array([0.01, 1e-12, 0.01, 0.01]), axis=0,
                                    role="param")))
     with pytest.raises(EncodingError, match="b: bias value 2.0 .* does not fit in int32"):
-        E.apply(es, m)
+        G.apply(es, m)
 
 
 def test_cli_check(tmp_path, capsys):
@@ -139,7 +140,7 @@ def test_cli_check(tmp_path, capsys):
     m = _matmul_model(140_000)
     es = E.EncodingSet((E.Encoding("x", "uint8", scale=0.01, zero_point=0),
                         E.Encoding("w", "int8", scale=np.full(4, 1 / 127), axis=1, role="param")))
-    onnx.save(E.apply(es, m), tmp_path / "bad.onnx")
+    onnx.save(G.apply(es, m), tmp_path / "bad.onnx")
     assert main(["check", str(tmp_path / "bad.onnx")]) == EXIT_PROBLEMS
     assert "can overflow" in capsys.readouterr().out
 

@@ -12,6 +12,7 @@ from onnx import numpy_helper
 
 import qlinear
 from qlinear import encodings as E
+from qlinear import graph as G
 from qlinear.errors import ConfigError, DataError, GraphError
 from qlinear.examples import DATA, MODEL
 from qlinear.ptq import QuantizeConfig, check_tflite
@@ -35,8 +36,8 @@ def test_example_quantizes_runs_and_round_trips(example, tmp_path):
     ref = _run(onnx.load(MODEL), x)
     assert np.corrcoef(y.ravel(), ref.ravel())[0, 1] > 0.99
     # the encodings validate against the quantized model and come back out of it unchanged
-    assert E.validate(example.encodings, example.model).ok
-    assert E.extract(example.model) == example.encodings
+    assert G.validate(example.encodings, example.model).ok
+    assert G.extract(example.model) == example.encodings
     # placement: BN folded, Conv+Relu fused (no quantizer on the Conv output), Flatten inherits, int32 biases
     names = set(example.encodings.names())
     assert "bn_out" not in names and "relu_out" in names and "dw_out" not in names
@@ -46,7 +47,7 @@ def test_example_quantizes_runs_and_round_trips(example, tmp_path):
                                example.encodings["relu_out"].scale * example.encodings["dw.weight"].scale)
     example.save_onnx(tmp_path / "q.onnx")
     example.save_encodings(tmp_path / "q.encodings")
-    assert E.load(tmp_path / "q.encodings", model=tmp_path / "q.onnx").same_parameters(example.encodings)
+    assert G.load_encodings(tmp_path / "q.encodings", tmp_path / "q.onnx").same_parameters(example.encodings)
 
 
 def test_report(example):
@@ -177,7 +178,7 @@ def test_efficientnet_per_channel_bar(shared_dir):
     r = qm.report().outputs["logits"]
     assert r["top1_agreement"] >= 0.985
     assert r["quantized_top1"] >= r["float_top1"] - 0.003
-    assert E.validate(qm.encodings, qm.model).ok
+    assert G.validate(qm.encodings, qm.model).ok
 
 
 @pytest.mark.slow
@@ -189,7 +190,7 @@ def test_efficientnet_w4a8_adaround_bar(shared_dir):
     r = qm.report().outputs["logits"]
     assert r["quantized_top1"] >= r["float_top1"] - 0.010 - 1e-9
     assert r["top1_agreement"] >= 0.95
-    again = E.apply(qm.encodings, qm.encoded_model)
+    again = G.apply(qm.encodings, qm.encoded_model)
     got = {t.name: numpy_helper.to_array(t) for t in again.graph.initializer}
     for t in qm.model.graph.initializer:
         np.testing.assert_array_equal(got[t.name], numpy_helper.to_array(t))

@@ -15,6 +15,7 @@ from onnx import helper, numpy_helper
 import qlinear
 import qlinear.calibration as C
 from qlinear import encodings as E
+from qlinear import graph as G
 from qlinear.examples import DATA, MODEL
 from qlinear.graph.plan import WeightSpec
 from qlinear.ptq.adaround import AdaRoundOptions, _h, _Problem, adaround, grid, regularizer
@@ -211,13 +212,13 @@ def test_pipeline_data_methods_on_the_example(method):
                adaround_iterations=100)
     base = qlinear.quantize(MODEL, DATA, dict(cfg, weight_method="minmax"))
     qm = qlinear.quantize(MODEL, DATA, cfg)
-    assert E.validate(qm.encodings, qm.model).ok
+    assert G.validate(qm.encodings, qm.model).ok
     # the Q/DQ model's integers are the encodings' quantization of the reference model's (rewritten) weights
     ref = {t.name: numpy_helper.to_array(t) for t in qm.encoded_model.graph.initializer}
     q = {t.name: numpy_helper.to_array(t) for t in qm.model.graph.initializer}
     for name in ("pw.weight", "fc.weight"):
         np.testing.assert_array_equal(q[f"{name}_quantized"], qm.encodings[name].quantize(ref[name]))
-    again = E.apply(qm.encodings, qm.encoded_model)  # the encodings on model.float.onnx give model.qdq.onnx exactly
+    again = G.apply(qm.encodings, qm.encoded_model)  # the encodings on model.float.onnx give model.qdq.onnx exactly
     assert {t.name: numpy_helper.to_array(t).tobytes() for t in again.graph.initializer} == \
         {t.name: numpy_helper.to_array(t).tobytes() for t in qm.model.graph.initializer}
     sq = qm.report().outputs["logits"]["sqnr_db"]

@@ -19,6 +19,7 @@ import pytest
 
 import qlinear
 from qlinear import encodings as E
+from qlinear import graph as G
 from qlinear.cli.main import EXIT_ERROR, EXIT_USAGE, main
 from qlinear.errors import (
     AxisError,
@@ -234,7 +235,7 @@ def test_huge_block_size_is_one_block_and_per_block_works():
     assert e.granularity == "per_block" and e.block_size == 3  # the whole axis (3 input channels) is one block
     qm = qlinear.quantize(MODEL, DATA, dict(SMALL, weights="per-block"))  # issue: int32 bias from block scales
     assert qm.encodings["dw.bias"].scale.shape == (16,)
-    assert E.validate(qm.encodings, qm.model).ok
+    assert G.validate(qm.encodings, qm.model).ok
 
 
 def test_models_named_in_errors(tmp_path):
@@ -256,16 +257,16 @@ def test_models_named_in_errors(tmp_path):
 
 def test_encodings_scale_that_is_zero_in_float32():
     es = E.EncodingSet((E.Encoding("input", "uint8", scale=1e-320, zero_point=0),))
-    rep = E.validate(es, MODEL)
+    rep = G.validate(es, MODEL)
     assert not rep.ok and "is 0 in float32" in str(rep)
     with pytest.raises(EncodingError, match="is 0 in float32"):
-        E.apply(es, MODEL)
+        G.apply(es, MODEL)
 
 
 def test_apply_onto_a_quantized_model(tmp_path):
     qm = qlinear.quantize(MODEL, DATA, SMALL)
     with pytest.raises(EncodingError, match="already quantized.*model.float.onnx"):
-        E.apply(qm.encodings, qm.model)
+        G.apply(qm.encodings, qm.model)
     qm.save_onnx(tmp_path / "q.onnx")
     qm.save_encodings(tmp_path / "q.encodings")
     assert main(["encodings", "apply", str(tmp_path / "q.encodings"), str(tmp_path / "q.onnx"), "-o",
@@ -293,9 +294,9 @@ def test_float_model_is_written_and_encodings_validate_against_both(tmp_path):
     files = qm.save(out, report=False)
     assert files == ["model.encodings", "model.float.onnx", "model.qdq.onnx"]
     es = E.load(out / "model.encodings")
-    assert E.validate(es, out / "model.float.onnx").ok and E.validate(es, out / "model.qdq.onnx").ok
-    assert not E.validate(es, MODEL).ok  # the user's model has no BN-folded bias: hence model.float.onnx
-    assert E.apply(es, out / "model.float.onnx") is not None
+    assert G.validate(es, out / "model.float.onnx").ok and G.validate(es, out / "model.qdq.onnx").ok
+    assert not G.validate(es, MODEL).ok  # the user's model has no BN-folded bias: hence model.float.onnx
+    assert G.apply(es, out / "model.float.onnx") is not None
 
 
 def test_report_json_is_strict_and_histograms_cover_the_range(tmp_path):

@@ -9,6 +9,7 @@ import pytest
 
 import qlinear
 from qlinear import encodings as E
+from qlinear import graph as G
 from qlinear.cli.main import main
 from qlinear.errors import ConfigError
 from qlinear.examples import DATA, MODEL
@@ -30,7 +31,7 @@ def test_overrides_by_name_op_type_role_and_float():
     assert es["dw.weight"].granularity == "per_tensor" and es["dw.weight"].dtype == "int4"
     assert "pw.weight" not in es.names() and "pw.bias" not in es.names()
     assert qm.plan.skipped["pw.weight"] == "left in float by an override"
-    assert E.validate(es, qm.model).ok
+    assert G.validate(es, qm.model).ok
     assert qm.report().outputs["logits"]["top1_agreement"] >= 0.9
 
 
@@ -106,8 +107,8 @@ def test_repair_in_the_pipeline_meets_the_target_and_records_decisions(tmp_path)
     assert all(qm.encodings[t].qtype.bits > base.encodings[t].qtype.bits for t in raised)
     assert qm.report().outputs["logits"]["sqnr_db"] > before + 5
     # the repaired weights are quantized from the float weights again, and everything is consistent
-    assert E.validate(qm.encodings, qm.model).ok
-    again = E.apply(qm.encodings, qm.encoded_model)
+    assert G.validate(qm.encodings, qm.model).ok
+    again = G.apply(qm.encodings, qm.encoded_model)
     assert {t.name for t in again.graph.initializer} == {t.name for t in qm.model.graph.initializer}
     qm.save(tmp_path / "out")
     doc = json.loads((tmp_path / "out" / "report.json").read_text())

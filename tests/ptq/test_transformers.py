@@ -78,7 +78,7 @@ def test_w8a8_transformer_runs_in_ort_and_beats_all_placement():
     assert c.mean() > 0.995 and out["cosine_mean"] == pytest.approx(c.mean(), abs=2e-3)
     plain = qlinear.quantize(m, d, {**CFG, "placement": "all", "smoothing": False})
     assert plain.report().outputs["last_hidden_state"]["cosine_mean"] < out["cosine_mean"]
-    assert qlinear.encodings.validate(qm.encodings, qm.encoded_model).ok
+    assert qlinear.graph.validate(qm.encodings, qm.encoded_model).ok
 
 
 def test_w8a16_and_overrides():
@@ -100,7 +100,8 @@ def test_qnn_lpbq_writes_int4_lpbq_weights_and_uint16_activations(tmp_path):
     assert w.granularity == "lpbq" and w.dtype == "int4"
     assert {e.dtype for e in qm.encodings.activations} == {"uint16"}
     qm.save(tmp_path / "o", report=False)
-    from qlinear.encodings import load, validate
+    from qlinear.encodings import load
+    from qlinear.graph import validate
 
     es = load(tmp_path / "o" / "model.encodings")
     assert not (tmp_path / "o" / "model.float.onnx").exists()   # target qnn: placement all, nothing rewritten

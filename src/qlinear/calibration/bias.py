@@ -68,7 +68,7 @@ def accumulator_bound(centered_w: np.ndarray, bias_q: np.ndarray | None, x_lo: i
 
 
 def bias_q(bias: np.ndarray, input_scale: float, weight_channel_scale: np.ndarray) -> np.ndarray:
-    """The int32 bias values as :func:`qlinear.encodings.apply` writes them: ``rint(b / float32(s_x s_w))``."""
+    """The int32 bias values as :func:`qlinear.graph.apply` writes them: ``rint(b / float32(s_x s_w))``."""
     s = (np.float64(input_scale) * np.asarray(weight_channel_scale, np.float64)).astype(np.float32)
     return np.rint(np.asarray(bias, np.float64).reshape(-1) / s.astype(np.float64))
 

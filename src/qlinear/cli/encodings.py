@@ -1,12 +1,15 @@
 """``qlinear encodings …``: inspect, convert, validate, apply and extract AIMET encodings (thin shell over
-:mod:`qlinear.encodings`)."""
+:mod:`qlinear.encodings` for files and :mod:`qlinear.graph` for what needs a model; ``onnx`` loads only then)."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
+
+if TYPE_CHECKING:
+    from qlinear.encodings import EncodingSet
 
 EXIT_PROBLEMS = 1  # qlinear.cli.main: a check found problems
 
@@ -14,6 +17,17 @@ app = typer.Typer(help="Read, convert, validate and apply AIMET encoding files (
                   no_args_is_help=True, add_completion=False, rich_markup_mode=None)
 
 _VERSION_HELP = "Target version: 0.6.1, 1.0.0, 2.0.0 or 2.1.0."
+
+
+def _load(file: Path, model: Path | None) -> EncodingSet:
+    """The encodings of ``file``, resolved against ``model`` when given (the graph layer loads only then)."""
+    from qlinear import encodings as E
+
+    if model is None:
+        return E.load(file)
+    from qlinear import graph as G
+
+    return G.load_encodings(file, model)
 
 
 def _fmt(a) -> str:  # noqa: ANN001
@@ -32,9 +46,7 @@ def inspect(file: Path = typer.Argument(..., help="Encodings file."),
     from rich.console import Console
     from rich.table import Table
 
-    from qlinear import encodings as E
-
-    es = E.load(file, model=model)
+    es = _load(file, model)
     t = Table(title=f"{file}  (version {es.version or 'none'}, {len(es)} encodings)")
     for c in ("tensor", "role", "type", "granularity", "axis", "block", "scale shape", "scale", "zero point"):
         t.add_column(c, overflow="fold")
@@ -62,7 +74,7 @@ def convert(src: Path = typer.Argument(..., help="Input encodings file."),
     """Convert between versions (every parameter kept, or a clear error)."""
     from qlinear import encodings as E
 
-    es = E.load(src, model=model)
+    es = _load(src, model)
     E.save(es, dst, version=to, drop_float=drop_float)
     typer.echo(f"wrote {dst} (version {to}, {len(es)} encodings)")
 
@@ -74,9 +86,10 @@ def validate(file: Path = typer.Argument(..., help="Encodings file."),
     from rich.console import Console
 
     from qlinear import encodings as E
+    from qlinear import graph as G
 
     es = E.load(file)
-    rep = E.validate(es, model)
+    rep = G.validate(es, model)
     con = Console()
     if rep.ok:
         con.print(f"[green]ok[/]: {rep.checked} encodings valid against {model}")
@@ -94,11 +107,11 @@ def apply_cmd(file: Path = typer.Argument(..., help="Encodings file."),
               model: Path = typer.Argument(..., help="Float ONNX model."),
               output: Path = typer.Option(..., "--output", "-o", help="Q/DQ ONNX model to write (atomically).")) -> None:
     """Write a Q/DQ ONNX model carrying the encodings."""
-    from qlinear import encodings as E
+    from qlinear import graph as G
     from qlinear.graph.save import save_model
 
-    es = E.load(file, model=model)
-    save_model(E.apply(es, model), output)
+    es = G.load_encodings(file, model)
+    save_model(G.apply(es, model), output)
     typer.echo(f"wrote {output}")
 
 
@@ -108,7 +121,8 @@ def extract(model: Path = typer.Argument(..., help="Q/DQ ONNX model."),
             version: str = typer.Option("2.0.0", "--version", "-v", help=_VERSION_HELP)) -> None:
     """Read the encodings back from a Q/DQ ONNX model."""
     from qlinear import encodings as E
+    from qlinear import graph as G
 
-    es = E.extract(model)
+    es = G.extract(model)
     E.save(es, output, version=version)
     typer.echo(f"wrote {output} (version {version}, {len(es)} encodings)")

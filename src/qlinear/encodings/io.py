@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any, Union
 
+from qlinear._atomic import atomic_open
 from qlinear.encodings import _doc as d
 from qlinear.encodings import _json, _layout, _scan
 from qlinear.encodings import v0_6_1, v1_0_0, v2_0_0, v2_1_0
@@ -89,13 +90,30 @@ def _head_text(data: bytes | str, path: str | None) -> str:
     return head
 
 
-def loads(text: str | bytes, *, path: str | None = None, model: Any = None) -> EncodingSet:
-    """Parse the text (or UTF-8 bytes) of an encodings file (any version); ``model`` resolves axes and roles."""
+def loads(text: str | bytes, *, path: str | None = None, **refused: Any) -> EncodingSet:
+    """Parse the text (or UTF-8 bytes) of an encodings file (any version). Axes and roles against a model:
+    ``qlinear.graph.resolve(es, model)``."""
+    _refuse(refused, "loads")
+    if not isinstance(text, (str, bytes, bytearray, memoryview)):
+        raise EncodingError(f"loads(text): expected the text (str) or UTF-8 bytes of an encodings file, got "
+                            f"{type(text).__name__}; use load(path_or_file) for paths and open files")
+    if isinstance(text, (bytearray, memoryview)):
+        text = bytes(text)
     with _json.gc_paused():
         es = _loads_lifted(text, path)
         if es is None:
             es = _loads_parsed(text, path)
-    return es.resolve(model) if model is not None else es
+    return es
+
+
+def _refuse(kw: dict[str, Any], fn: str) -> None:
+    """``model=`` (and any other unknown keyword) is refused before reading: resolving is the graph layer's."""
+    if "model" in kw:
+        raise EncodingError(f"{fn}(..., model=): qlinear.encodings does not read models; resolve axes and roles with "
+                            "qlinear.graph.resolve(encodings.load(...), model) or load with "
+                            "qlinear.graph.load_encodings(path, model)")
+    if kw:
+        raise EncodingError(f"{fn}(): unknown keyword argument(s) {', '.join(sorted(kw))}")
 
 
 def _loads_lifted(text: str | bytes, path: str | None) -> EncodingSet | None:
@@ -138,16 +156,18 @@ def _loads_parsed(text: str | bytes, path: str | None) -> EncodingSet:
         raise EncodingError(f"malformed encodings file ({type(e).__name__}: {e})", path=path) from None
 
 
-def load(src: Source, *, model: Any = None) -> EncodingSet:
+def load(src: Source, **refused: Any) -> EncodingSet:
     """Read an AIMET encodings file (0.6.1, 1.0.0, 2.0.0, 2.1.0 or without a version key).
 
     Args:
-        src: path or open file.
-        model: optional ONNX model (``ModelProto`` or path): resolves the axes that 0.6.1/1.0.0 do not store and
-            tells params from activations in 2.x files.
+        src: path or open file (text or binary).
+
+    0.6.1/1.0.0 files store no axes and 2.x files do not tell params from activations: resolve both against the
+    ONNX model with ``qlinear.graph.resolve(es, model)`` (or load with ``qlinear.graph.load_encodings``).
     """
+    _refuse(refused, "load")
     data, name = _read_data(src)
-    return loads(data, path=name, model=model)
+    return loads(data, path=name)
 
 
 def from_document(doc: Any, *, path: str | None = None, text: str | None = None, bools: bool = True) -> EncodingSet:
@@ -210,7 +230,7 @@ def dumps(es: EncodingSet, version: str | None = None, *, style: Style | None = 
     return d.dumps(_document(es, version, style=st, drop_float=drop_float), st)
 
 
-def save(es: EncodingSet, path: str | os.PathLike | IO[str], version: str | None = None, *,
+def save(es: EncodingSet, path: str | os.PathLike | IO[str] | IO[bytes], version: str | None = None, *,
          style: Style | None = None, drop_float: bool = False) -> None:
     """Write ``es`` as an AIMET encodings file of ``version`` (atomically when given a path).
 
@@ -222,14 +242,31 @@ def save(es: EncodingSet, path: str | os.PathLike | IO[str], version: str | None
     st = style or getattr(es, "style", AIMET_ONNX)
     doc = _document(es, version, style=st, drop_float=drop_float)
     if isinstance(path, (str, os.PathLike)):
-        from qlinear._atomic import atomic_open
-
         with atomic_open(path, "wb") as f:
             _json.write(doc, st.indent, st.sort_keys, f)
     elif callable(getattr(path, "write", None)):
-        path.write(_json.dumps(doc, st.indent, st.sort_keys))
+        _write_to_file_object(path, _json.dumps(doc, st.indent, st.sort_keys))
     else:
-        raise EncodingError(f"expected a path or an open file to write encodings to, got {type(path).__name__}")
+        raise EncodingError(f"save(es, {type(path).__name__}): expected a path or an open file (text or binary) to "
+                            "write encodings to")
+
+
+def _write_to_file_object(f: Any, text: str) -> None:
+    """Text files get ``text``; binary files (``open(..., "wb")``, ``io.BytesIO``) its UTF-8 bytes."""
+    if isinstance(f, io.TextIOBase):
+        f.write(text)
+        return
+    if isinstance(f, (io.RawIOBase, io.BufferedIOBase)) or "b" in str(getattr(f, "mode", "")):
+        f.write(text.encode("utf-8"))
+        return
+    try:
+        f.write(text)
+    except TypeError:  # a binary file object of its own kind: it refuses str before writing anything
+        try:
+            f.write(text.encode("utf-8"))
+        except TypeError:
+            raise EncodingError(f"save(es, {type(f).__name__}): its write() takes neither text nor bytes; pass a "
+                                "path or an open file") from None
 
 
 __all__ = ["VERSIONS", "detect_version", "dumps", "from_document", "load", "loads", "save", "to_document", "io"]

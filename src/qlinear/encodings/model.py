@@ -12,7 +12,7 @@ Conventions (spec ``aimet-encoding-format.txt`` §1, version 2.0.0, which mirror
   ``int_scale`` = ``per_block_int_scale`` and ``scale`` = ``per_channel_float_scale`` kept with its dims, so the
   effective scale is ``int_scale * scale``, spec §1 "LPBQ").
 * 1.0.0 and 0.6.1 files store no axes: such encodings are *unresolved* (``axis is None`` with a per-channel or
-  flat per-block scale) until :meth:`EncodingSet.resolve` gives them the model's axes.
+  flat per-block scale) until ``qlinear.graph.resolve(es, model)`` gives them the model's axes.
 * float pass-through encodings (fp16, bf16: a cast, no scale) have ``scale is None``.
 
 Values are kept at the precision of the file (float64 scales), so files round-trip exactly.
@@ -27,7 +27,7 @@ from typing import Any, Iterable, Iterator, Literal, Mapping
 import numpy as np
 
 from qlinear.core.types import Kind, QType, qtype
-from qlinear.errors import EncodingError
+from qlinear.errors import EncodingError, EncodingKeyError
 
 Role = Literal["activation", "param"]
 Granularity = Literal["float", "per_tensor", "per_channel", "per_block", "lpbq"]
@@ -324,8 +324,8 @@ class Encoding:
     def _need_resolved(self, what: str) -> None:
         if not self.resolved:
             raise EncodingError(f"{self.name}: the axes of this {self.granularity} encoding are unknown (0.6.1 and "
-                                f"1.0.0 files do not store them), so {what} cannot be formed; load the file with "
-                                "model=MODEL.onnx or call EncodingSet.resolve(model)")
+                                f"1.0.0 files do not store them), so {what} cannot be formed; resolve them against the model "
+                                "with qlinear.graph.resolve(es, MODEL.onnx) (or qlinear.graph.load_encodings)")
 
     def replace(self, **changes: Any) -> "Encoding":
         return replace(self, **changes)
@@ -478,16 +478,23 @@ class EncodingSet:
         return iter(self.encodings)
 
     def __contains__(self, name: object) -> bool:
-        return name in self._by_name
+        return isinstance(name, str) and name in self._by_name
 
     def __getitem__(self, name: str) -> Encoding:
-        try:
-            return self._by_name[name]
-        except KeyError:
-            raise KeyError(f"no encoding for tensor {name!r}") from None
+        """The encoding of tensor ``name``; :class:`~qlinear.errors.EncodingKeyError` (a ``KeyError``) if none."""
+        if not isinstance(name, str):
+            raise EncodingKeyError(f"EncodingSet[{name!r}]: keys are tensor names (str), got {type(name).__name__}; "
+                                   "use es.encodings[i] for the i-th encoding, es.names() for the names")
+        e = self._by_name.get(name)
+        if e is None:
+            near = ", ".join(repr(n) for n in list(self._by_name)[:5]) or "none"
+            more = ", ..." if len(self._by_name) > 5 else ""
+            raise EncodingKeyError(f"EncodingSet[{name!r}]: no encoding for tensor {name!r} ({len(self)} encodings: "
+                                   f"{near}{more}); use es.get(name) to get None instead")
+        return e
 
     def get(self, name: str, default: Encoding | None = None) -> Encoding | None:
-        return self._by_name.get(name, default)
+        return self._by_name.get(name, default) if isinstance(name, str) else default
 
     def names(self) -> list[str]:
         return list(self._by_name)
@@ -523,11 +530,10 @@ class EncodingSet:
             self._by_name[k] == other._by_name[k] for k in self._by_name)
 
     def resolve(self, model: Any) -> "EncodingSet":
-        """Give unresolved (0.6.1 / 1.0.0) per-channel and per-block encodings the axes of ``model``
-        (an ``onnx.ModelProto`` or path) and mark initializers as params."""
-        from qlinear.graph.axes import resolve_set
-
-        return resolve_set(self, model)
+        """Refused: resolving axes and roles against a model belongs to the graph layer,
+        ``qlinear.graph.resolve(es, model)``; :mod:`qlinear.encodings` never loads ONNX."""
+        raise EncodingError(f"EncodingSet.resolve(model): moved to the graph layer; use "
+                            f"qlinear.graph.resolve(es, model) (got model={type(model).__name__})")
 
 
 def _norm(d: Mapping[str, Any] | None) -> dict[str, Any]:

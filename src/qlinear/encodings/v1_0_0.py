@@ -7,7 +7,7 @@ aimet-onnx). The int2 shifted grid is ``offset -2.0`` plus ``zero_point_shift [0
 
 Block arrays are flattened in (output channel, block) order: AIMET transposes the scales of encodings whose channel
 axis comes after the block axis (Gemm transB=0, MatMul) before flattening. No axes are stored: per-channel and
-per-block encodings load unresolved until :meth:`EncodingSet.resolve` gives them the model's axes.
+per-block encodings load unresolved until ``qlinear.graph.resolve`` gives them the model's axes.
 """
 
 from __future__ import annotations

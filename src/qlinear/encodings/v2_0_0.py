@@ -5,7 +5,7 @@ list), ``y_zero_point`` (omitted when 0; float -0.5 for the int2 shifted grid), 
 block axis per-block), ``block_size``; LPBQ replaces ``y_scale`` by ``per_block_int_scale`` and a keepdims
 ``per_channel_float_scale``. Float pass-through types (fp16) have no entry, and params and activations are not
 separated: the reader marks as params the int32 (bias), per-channel, per-block and signed per-tensor entries (AIMET
-writes activations unsigned by default); :meth:`EncodingSet.resolve` with the model makes it exact.
+writes activations unsigned by default); ``qlinear.graph.resolve`` with the model makes it exact.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import numpy as np
 from qlinear.core.types import Kind, QType, qtype
 from qlinear.encodings import _scan
 from qlinear.encodings import _doc as d
+from qlinear.encodings._meta import read_meta_scale, write_meta_scale
 from qlinear.encodings.model import Encoding, EncodingSet, Style
 from qlinear.errors import EncodingError, QlinearError
 
@@ -155,8 +156,6 @@ def read_entry(ctx: d.Ctx, e: dict, where: str, *, meta_scales: bool = False) ->
         if isinstance(ys, dict):
             if not meta_scales:
                 raise ctx.error(f"{where}.y_scale", "a meta-encoding y_scale (an object) needs version 2.1.0")
-            from qlinear.encodings.v2_1_0 import read_meta_scale
-
             keys = LPBQ_KEYS
             kw.update(read_meta_scale(ctx, ys, f"{where}.y_scale", t, kw.get("axis")))
         else:
@@ -202,8 +201,8 @@ def write(es: EncodingSet, style: Style, *, drop_float: bool = False, version: s
 def write_entry(e: Encoding, version: str = VERSION) -> dict:
     if not e.resolved:
         raise EncodingError(f"{e.name}: the axis of this {e.granularity.replace('_', '-')} encoding is unknown (it "
-                            f"came from a file without axes), and {version} must state it; load the file with "
-                            "model=MODEL.onnx (CLI: --model) or call EncodingSet.resolve(model)")
+                            f"came from a file without axes), and {version} must state it; resolve it against the "
+                            "model with qlinear.graph.resolve(es, MODEL.onnx) (CLI: --model)")
     t = e.qtype
     out: dict[str, Any] = {"name": e.name, "output_dtype": t.name}
     g = e.granularity
@@ -215,8 +214,6 @@ def write_entry(e: Encoding, version: str = VERSION) -> dict:
             out["per_block_int_scale"] = _arr(e.int_scale)
             out["per_channel_float_scale"] = _arr(e.scale)
         else:
-            from qlinear.encodings.v2_1_0 import write_meta_scale
-
             out["y_scale"] = write_meta_scale(e)
     else:
         out["y_scale"] = _arr(e.scale)

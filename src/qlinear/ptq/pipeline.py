@@ -7,7 +7,7 @@
 4. one streaming ONNX Runtime pass over the calibration samples feeds the activation observers (and the input means
    bias correction needs); weights are calibrated directly;
 5. bias correction, int32 bias at ``input_scale * weight_scale``, target rules (:mod:`qlinear.ptq.targets`);
-6. the Q/DQ model is :func:`qlinear.encodings.apply` of the resulting :class:`~qlinear.encodings.EncodingSet`; it
+6. the Q/DQ model is :func:`qlinear.graph.apply` of the resulting :class:`~qlinear.encodings.EncodingSet`; it
    must load in ONNX Runtime at its default optimization level.
 
 :meth:`QuantizedModel.save` writes every output of a run into a folder as one transaction
@@ -452,7 +452,7 @@ def int32_biases(es: EncodingSet, m: onnx.ModelProto, plan: Plan, notes: list[st
 
 
 def _apply(es: EncodingSet, m: onnx.ModelProto) -> onnx.ModelProto:
-    from qlinear.encodings import apply
+    from qlinear.graph import apply
 
     return apply(es, m)
 

@@ -51,7 +51,7 @@ def refine_weights(es: EncodingSet, m: onnx.ModelProto, plan: Plan, ds: Any, n_c
     """Refine the integer weight encodings of ``es`` whose method (``methods``: weight name -> method) is ``seqmse``
     or ``adaround`` (module docstring). ``m`` (the float model being quantized) receives the rewritten weights and
     the corrected biases."""
-    from qlinear.encodings import apply
+    from qlinear.graph import apply
     from qlinear.ptq.adaround import AdaRoundOptions, adaround
     from qlinear.ptq.layers import layers_of
     from qlinear.ptq.seqmse import gains, regrid, seqmse

@@ -72,7 +72,7 @@ class Violation:
 
 def check_tflite(model: Any, encodings: EncodingSet | None = None) -> list[Violation]:
     """Every violation of the TFLite int8 table by a Q/DQ model (or by ``encodings`` placed on ``model``)."""
-    from qlinear.encodings import extract
+    from qlinear.graph import extract
 
     m = load_model(model)
     es = encodings if encodings is not None else extract(m)

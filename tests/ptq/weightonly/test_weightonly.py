@@ -17,8 +17,9 @@ from onnx import TensorProto, helper
 from tiny_models import lm_data, tiny_gemm, tiny_lm
 
 import qlinear
-from qlinear.encodings import load, validate
+from qlinear.encodings import load
 from qlinear.errors import ConfigError, QlinearError
+from qlinear.graph import validate
 
 WO = {"activation_type": "float", "weight_type": "int4", "weights": "per-block", "block_size": 32}
 

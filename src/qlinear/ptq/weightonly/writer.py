@@ -37,7 +37,7 @@ from qlinear.ptq.weightonly.tensors import Tensors, external_info
 
 FORMATS = ("qdq", "matmulnbits")
 INLINE_MAX = 1024
-#: int2 is stored on the int4 grid (exact; ONNX Runtime has no int2 DequantizeLinear), as qlinear.encodings.apply does
+#: int2 is stored on the int4 grid (exact; ONNX Runtime has no int2 DequantizeLinear), as qlinear.graph.apply does
 _STORAGE = {"int4": ml_dtypes.int4, "uint4": ml_dtypes.uint4, "int8": np.int8, "uint8": np.uint8,
             "int2": ml_dtypes.int4, "uint2": ml_dtypes.uint4}
 
