@@ -110,7 +110,7 @@ def _refuse(kw: dict[str, Any], fn: str) -> None:
     """``model=`` (and any other unknown keyword) is refused before reading: resolving is the graph layer's."""
     if "model" in kw:
         raise EncodingError(f"{fn}(..., model=): qlinear.encodings does not read models; resolve axes and roles with "
-                            "qlinear.graph.resolve(encodings.load(...), model) or load with "
+                            f"qlinear.graph.resolve(qlinear.encodings.{fn}(...), model), or load a file with "
                             "qlinear.graph.load_encodings(path, model)")
     if kw:
         raise EncodingError(f"{fn}(): unknown keyword argument(s) {', '.join(sorted(kw))}")
@@ -238,17 +238,18 @@ def save(es: EncodingSet, path: str | os.PathLike | IO[str] | IO[bytes], version
     float8 in 1.0.0, fp16 in 2.x without ``drop_float``, unresolved axes in 2.x) raises an ``EncodingError`` naming
     the tensor.
     """
+    to_path = isinstance(path, (str, os.PathLike))
+    if not to_path and not callable(getattr(path, "write", None)):
+        raise EncodingError(f"save(es, {type(path).__name__}): expected a path or an open file (text or binary) to "
+                            "write encodings to")
     version = version or getattr(es, "version", None) or "2.0.0"
     st = style or getattr(es, "style", AIMET_ONNX)
     doc = _document(es, version, style=st, drop_float=drop_float)
-    if isinstance(path, (str, os.PathLike)):
+    if to_path:
         with atomic_open(path, "wb") as f:
             _json.write(doc, st.indent, st.sort_keys, f)
-    elif callable(getattr(path, "write", None)):
-        _write_to_file_object(path, _json.dumps(doc, st.indent, st.sort_keys))
     else:
-        raise EncodingError(f"save(es, {type(path).__name__}): expected a path or an open file (text or binary) to "
-                            "write encodings to")
+        _write_to_file_object(path, _json.dumps(doc, st.indent, st.sort_keys))
 
 
 def _write_to_file_object(f: Any, text: str) -> None:
