@@ -41,3 +41,25 @@ def test_failures_leave_no_partial_file_and_keep_old_output(g, tmp_path, capsys)
     rc = main(["encodings", "validate", str(g / "aimet-onnx-2.42.0_per_tensor_tf_v2.0.0.encodings"), "--model",
                str(tmp_path / "missing.onnx")])
     assert rc == EXIT_ERROR and "not found" in capsys.readouterr().err
+
+
+def test_convert_without_axes_names_the_model_option_and_resolves_with_it(g, tmp_path, capsys):
+    f = g / "aimet-onnx-2.42.0_per_channel_tf_v1.0.0.encodings"
+    dst = tmp_path / "pc2.encodings"
+    rc = main(["encodings", "convert", str(f), str(dst), "--to", "2.0.0"])
+    err = capsys.readouterr().err
+    assert rc == EXIT_ERROR and "conv.weight" in err and "--model" in err and not dst.exists()
+    assert main(["encodings", "convert", str(f), str(dst), "--to", "2.0.0", "--model", str(g / "tiny_model.onnx")]) == 0
+    from qlinear import encodings as E
+
+    aimet = E.load(g / "aimet-onnx-2.42.0_per_channel_tf_v2.0.0.encodings")  # the axes AIMET itself wrote
+    ours = E.load(dst)
+    assert all(ours[e.name].axis == e.axis for e in aimet.params if e.name in ours)
+
+
+def test_inspect_without_model_shows_unresolved_axes(g, capsys):
+    f = g / "aimet-onnx-2.42.0_per_channel_tf_v1.0.0.encodings"
+    assert main(["encodings", "inspect", str(f)]) == 0
+    assert "axis unresolved" in capsys.readouterr().out
+    assert main(["encodings", "inspect", str(f), "-m", str(g / "tiny_model.onnx")]) == 0
+    assert "axis unresolved" not in capsys.readouterr().out
