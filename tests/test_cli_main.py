@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -22,7 +24,7 @@ def _command_paths() -> list[list[str]]:
     cli._register()
     paths: list[list[str]] = []
 
-    def walk(cmd, path: list[str]) -> None:  # noqa: ANN001 (typer's own click command classes)
+    def walk(cmd, path: list[str]) -> None:
         paths.append(path)
         for name, sub in getattr(cmd, "commands", {}).items():  # a group
             walk(sub, [*path, name])
@@ -37,8 +39,11 @@ def test_version_option_prints_the_package_version(capsys):
     assert qlinear.__version__ == "0.1.0"
 
 
-def test_version_through_python_m_and_console_entry():
-    out = subprocess.run([sys.executable, "-m", "qlinear", "--version"], capture_output=True, text=True)
+def test_version_through_python_m():
+    src = str(Path(qlinear.__file__).resolve().parents[1])  # this checkout's qlinear
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH")) if p)}
+    out = subprocess.run([sys.executable, "-m", "qlinear", "--version"], capture_output=True, text=True, env=env,
+                         check=False)
     assert out.returncode == 0 and out.stdout == f"qlinear {qlinear.__version__}\n"
 
 
