@@ -67,6 +67,14 @@ def test_the_issues_examples():
         qlinear.calibrate([np.ones(4, np.float32)] * 2 + [np.array([1.0, -np.inf])], "int8")
 
 
+def test_a_weight_holding_nan_names_the_weight():
+    w = np.ones((4, 3), np.float32)
+    w[2, 1] = np.nan
+    with pytest.raises(DataError, match=r"^weight 'fc.weight' .* \(nan at index \[2, 1\]\); a weight holding "
+                                        r"inf/NaN cannot be quantized: fix the model"):
+        qlinear.calibrate(w, "int8", name="fc.weight", role="param", axis=0, symmetric=True)
+
+
 def test_float64_beyond_float32_is_refused():
     with pytest.raises(DataError, match=r"batch 0 holds 1e\+300 at index \[1\], beyond float32's range"):
         qlinear.calibrate(np.array([1.0, 1e300]), "int8")
