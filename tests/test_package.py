@@ -22,3 +22,12 @@ def test_every_error_derives_from_qlinear_error():
 def test_public_api():
     for name in ("quantize_linear", "dequantize_linear", "dynamic_quantize_linear", "pack", "unpack", "qtype"):
         assert callable(getattr(qlinear, name))
+
+
+def test_readme_names_are_exported():
+    from qlinear import kernels as K
+
+    assert K.IntegerModel.__module__ == "qlinear.kernels.run" and "IntegerModel" in K.__all__
+    for name in K.__all__:
+        assert hasattr(K, name), name
+    assert qlinear.__version__ == "0.1.0"

@@ -5,7 +5,7 @@ observers' statistics exactly (split calibration across processes: the result is
 over all the data), ``compute(qtype, ...) -> Encoding`` turns them into parameters with a policy.
 
 ==================  ====================================================================================
-``MinMaxObserver``     running min and max (NaN ignored, ±inf kept and clamped by the policy)
+``MinMaxObserver``     running min and max (NaN ignored, ±inf kept: ``compute`` refuses an infinite range)
 ``MovingAverageMinMaxObserver``  mean of per-batch minima / maxima (ONNX Runtime ``moving_average``)
 ``HistogramObserver``  dyadic mergeable histogram + min/max; ``method`` = percentile, mse, sqnr, entropy
 ==================  ====================================================================================
@@ -13,6 +13,11 @@ over all the data), ``compute(qtype, ...) -> Encoding`` turns them into paramete
 The moving-average observer keeps its per-batch minima and maxima (two floats per group and batch) so that its
 mean is computed as ONNX Runtime computes it (``np.nanmean`` in float32); that is the one state that grows with
 the number of batches.
+
+``update`` accepts NaN and ±inf (activations can hold them: a fully masked Softmax row is NaN), but ``compute``
+refuses statistics it cannot turn into a grid: a group that saw no finite value, or a chosen range that is infinite
+(min-max, moving average, MSE and SQNR over an infinity; percentile and entropy choose their range from the finite
+values and are unaffected).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from qlinear.calibration.rules import to_encoding
 from qlinear.encodings.model import Encoding
 from qlinear.errors import CalibrationError, DataError
 
+_FLT_MAX = float(np.finfo(np.float32).max)
 METHODS = ("minmax", "moving_average", "percentile", "mse", "sqnr", "entropy")
 
 
@@ -103,11 +109,25 @@ class Observer:
     def range(self, bits: int = 8, *, symmetric: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """The chosen (lo, hi) per group (float64)."""
         self._need()
-        return np.nan_to_num(self.min, nan=0.0), np.nan_to_num(self.max, nan=0.0)
+        return np.where(np.isnan(self.min), 0.0, self.min), np.where(np.isnan(self.max), 0.0, self.max)
 
     def _need(self) -> None:
         if self.min is None:
             raise CalibrationError(f"{type(self).__name__}: no data observed; call update() first")
+
+    def _check_finite(self, lo: np.ndarray, hi: np.ndarray, name: str) -> None:
+        """Refuse a group with no finite value (its range would be [0, 0]: a scale at the floor) or an infinite
+        chosen range (a scale of ~1e36): either would be a silently useless encoding."""
+        empty = np.isnan(self.min) | np.isnan(self.max)
+        bad = empty | ~(np.isfinite(lo) & np.isfinite(hi))
+        if not bad.any():
+            return
+        g = int(np.argmax(bad))
+        where = "" if self.grouping.kind == "per_tensor" else f" group {g} ({int(bad.sum())} of {bad.size} groups)"
+        what = "saw NaN only" if empty[g] else f"has the non-finite range [{lo[g]}, {hi[g]}]"
+        raise CalibrationError(f"{name}:{where} {what} ({self.method} calibration); calibrate finite data "
+                               "(np.nan_to_num, or drop the samples holding inf/NaN), or method percentile or entropy, "
+                               "whose ranges ignore infinities")
 
     def param_shape(self) -> tuple[int, ...]:
         self._need()
@@ -120,7 +140,12 @@ class Observer:
 
         t = _qt(qtype)
         bits = t.bits if t.is_int else 8
-        lo, hi = self.range(bits, symmetric=symmetric)
+        with np.errstate(over="ignore", invalid="ignore"):  # an infinite range is refused just below
+            lo, hi = self.range(bits, symmetric=symmetric)
+        self._check_finite(lo, hi, name)
+        # a histogram search may pick a grid end past the data (the top dyadic level of float32's largest values is
+        # 2^128): keep the range within float32, the scale's type
+        lo, hi = np.clip(lo, -_FLT_MAX, _FLT_MAX), np.clip(hi, -_FLT_MAX, _FLT_MAX)
         shape = self.param_shape()
         return to_encoding(lo.reshape(shape), hi.reshape(shape), t, symmetric=symmetric, strict=strict, policy=policy,
                            grouping=self.grouping, name=name, role=role, **policy_options)
@@ -228,7 +253,7 @@ class HistogramObserver(Observer):
 
     def range(self, bits: int = 8, *, symmetric: bool = False) -> tuple[np.ndarray, np.ndarray]:
         self._need()
-        lo, hi = super().range()
+        lo, hi = np.nan_to_num(self.min, nan=0.0), np.nan_to_num(self.max, nan=0.0)  # ±inf: float64's extremes
         if self.method == "percentile":
             return search.percentile_range(self.counts, self.k, self.half, lo, hi, self.percentile,
                                            symmetric=symmetric)

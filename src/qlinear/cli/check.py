@@ -12,7 +12,8 @@ import typer
 def check(model: Path = typer.Argument(..., help="Q/DQ ONNX model (e.g. OUTDIR/model.qdq.onnx).")) -> None:
     """Prove, layer by layer, that no Conv/ConvTranspose/Gemm/MatMul accumulator can overflow on an integer runtime
     (worst case over every input the activation type allows, with the model's own weights and biases); print the
-    headroom in bits. Exit status 1 if some layer can overflow."""
+    headroom in bits. Exit status 1 if some layer can overflow, or if the model has no integer layer to check (a float
+    or weight-only model)."""
     import sys
 
     from rich.console import Console
@@ -31,7 +32,13 @@ def check(model: Path = typer.Argument(..., help="Q/DQ ONNX model (e.g. OUTDIR/m
         t.add_row(lc.node, lc.op, lc.accumulator, "" if lc.accumulator == "float" else str(lc.bound), head, lc.note,
                   style=style)
     con = Console(width=None if sys.stdout.isatty() else 160)
-    con.print(t)
+    if res.layers:
+        con.print(t)
+    if not any(lc.accumulator != "float" for lc in res.layers):
+        con.print(f"{model}: no integer layer to check (no Conv/ConvTranspose/Gemm/MatMul with quantized activations "
+                  "and weights: a float or weight-only model); check the output of `qlinear quantize` with integer "
+                  "activations", highlight=False, markup=False)
+        raise typer.Exit(1)
     con.print(str(res), highlight=False)
     if not res.ok:
         raise typer.Exit(1)

@@ -16,20 +16,31 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
+    # -h everywhere: click's sub-contexts inherit help_option_names from this root context
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        import qlinear
+
+        typer.echo(f"qlinear {qlinear.__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                 help="Print 'qlinear VERSION' and exit."),
+) -> None:
     """qlinear: quantize ONNX models, convert AIMET encodings, reproduce runtimes' integer arithmetic."""
 
 
 @app.command("version")
 def version() -> None:
-    """Print the qlinear version."""
-    import qlinear
-
-    typer.echo(qlinear.__version__)
+    """Print the qlinear version (as ``qlinear --version``)."""
+    _print_version(True)
 
 
 def _register() -> None:

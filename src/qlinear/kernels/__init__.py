@@ -5,7 +5,8 @@
 * :mod:`.gemm` — exact int32 accumulation through float64 BLAS, weight terms precomputed once;
 * :mod:`.linear` (fully connected, Conv2D, depthwise), :mod:`.elementwise` (add, sub, mul, requantize),
   :mod:`.pool` (average/max pool, mean, concat), :mod:`.activation` (softmax, logistic, tanh);
-* :func:`run_integer` — integer execution of a Q/DQ ONNX model.
+* :func:`run_integer` — integer execution of a Q/DQ ONNX model; :class:`IntegerModel` compiles it once and runs it
+  many times.
 """
 
 from qlinear.kernels.activation import logistic, softmax, tanh
@@ -14,9 +15,9 @@ from qlinear.kernels.gemm import PreparedWeights, int_matmul
 from qlinear.kernels.linear import conv2d, conv_accumulate, fully_connected
 from qlinear.kernels.pool import avg_pool2d, concat, max_pool2d, mean
 from qlinear.kernels.requant import MODES, activation_range, quantize_multiplier, requantize
-from qlinear.kernels.run import run_integer
+from qlinear.kernels.run import IntegerModel, run_integer
 
-__all__ = ["MODES", "PreparedWeights", "activation_range", "add", "avg_pool2d", "concat", "conv2d", "conv_accumulate",
+__all__ = ["IntegerModel", "MODES", "PreparedWeights", "activation_range", "add", "avg_pool2d", "concat", "conv2d", "conv_accumulate",
            "fully_connected", "int_matmul", "logistic", "max_pool2d", "mean", "mul", "quantize_multiplier",
            "requantize", "requantize_tensor", "run_integer", "softmax", "tanh"]
 
