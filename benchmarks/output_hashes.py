@@ -6,6 +6,7 @@ deliberate fix changes them (list those in the change's closing note).
     PYTHONPATH=src python benchmarks/output_hashes.py --write benchmarks/output_hashes_base.json
     PYTHONPATH=src python benchmarks/output_hashes.py --compare benchmarks/output_hashes_base.json
     PYTHONPATH=src python benchmarks/output_hashes.py --only 'example/*' --compare benchmarks/output_hashes_base.json
+    PYTHONPATH=src python benchmarks/output_hashes.py --slow --compare ...   # also the slow runs (EfficientNet AdaRound)
 
 Every run goes through the public API the README documents: ``qlinear.quantize(model, data, config)`` then
 ``.save(outdir, report=False)`` (``report.*`` hold timings, so they are never hashed). A run that raises (an API
@@ -260,7 +261,7 @@ RUNS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "effnet/ort-per-tensor": ("effnet", {**EFF, "weights": "per-tensor"}, {}),
     "effnet/tflite-per-channel": ("effnet", {**EFF, "target": "tflite", "weights": "per-channel"}, {}),
     "effnet/ort-int4-adaround": ("effnet", {**EFF, "weight_type": "int4", "weight_method": "adaround",
-                                            "adaround_iterations": 20}, {}),
+                                            "adaround_iterations": 20}, {"slow": True}),
     # transformer encoder W8A8 placement (auto = matmul on target ort, smoothing) and variants
     "encoder/w8a8-auto": ("encoder", {**ENC}, {}),
     "encoder/w8a8-all": ("encoder", {**ENC, "placement": "all"}, {}),
@@ -363,6 +364,7 @@ def run_one(name: str, tmp: Path, cache: dict[str, Any]) -> dict[str, str]:
         return {SKIPPED: f"{model_key}: model or data not found under {SHARED}"}
     model, data = src
     opts = dict(save_opts)
+    opts.pop("slow", None)
     if opts.pop("no_data", False):
         data = None
     out = tmp / "out" / name.replace("/", "__")
@@ -374,12 +376,13 @@ def run_one(name: str, tmp: Path, cache: dict[str, Any]) -> dict[str, str]:
             qm.save(out, report=False, **opts)
     except Exception as e:  # noqa: BLE001 - a failing run is a result, not a crash
         tb = traceback.extract_tb(e.__traceback__)[-1]
-        return {ERROR: f"{type(e).__name__}: {e} ({Path(tb.filename).name}:{tb.lineno})"}
+        print(f"        {name}: raised at {tb.filename}:{tb.lineno}", file=sys.stderr)
+        return {ERROR: f"{type(e).__name__}: {e}"}  # no line number: moving code must not count as a change
     return hash_folder(out)
 
 
-def run_all(pattern: str) -> dict[str, dict[str, str]]:
-    names = [n for n in RUNS if fnmatch.fnmatch(n, pattern)]
+def run_all(pattern: str, slow: bool = False) -> dict[str, dict[str, str]]:
+    names = [n for n in RUNS if fnmatch.fnmatch(n, pattern) and (slow or not RUNS[n][2].get("slow"))]
     results: dict[str, dict[str, str]] = {}
     cache: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="qlinear-hashes-") as d:
@@ -414,6 +417,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--write", metavar="FILE", help="write the hashes to FILE (JSON)")
     ap.add_argument("--compare", metavar="FILE", help="compare with FILE; exit 1 if any run/file differs")
     ap.add_argument("--only", default="*", metavar="GLOB", help="only the runs whose name matches (e.g. 'lm/*')")
+    ap.add_argument("--slow", action="store_true", help="also the slow runs (EfficientNet AdaRound, ~1 min)")
     ap.add_argument("--list", action="store_true", help="list the runs and their configs")
     a = ap.parse_args(argv)
     if a.list:
@@ -421,7 +425,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{n}: {m} {json.dumps(cfg)} {json.dumps(opts) if opts else ''}")
         return 0
     t0 = time.perf_counter()
-    now = run_all(a.only)
+    now = run_all(a.only, a.slow)
     print(f"{len(now)} runs in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     text = json.dumps(now, indent=1, sort_keys=True) + "\n"
     if a.write:
