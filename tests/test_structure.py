@@ -4,7 +4,8 @@
 (b) nothing under ``qlinear.encodings`` imports ``qlinear.graph``;
 (c) no private name (leading underscore) imported from a module of another subpackage (``qlinear.X`` importing
     from ``qlinear.Y``; the top-level helper modules ``qlinear._atomic`` and ``qlinear._ext`` are shared by all);
-(d) no function or method longer than 80 lines.
+(d) no function or method longer than 80 lines;
+(e) the layers: a subpackage imports only subpackages below it in ``LAYERS`` (the import-linter contract).
 
 ``.ci/run`` also runs ``lint-imports`` (the layer contracts in pyproject.toml) and ``ruff``; these tests give the
 module-level detail (which modules form each cycle, which function is too long). The checkers themselves are tested
@@ -22,6 +23,8 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "src"
 MAX_FUNCTION_LINES = 80
 SHARED_PRIVATE_MODULES = {"qlinear._atomic", "qlinear._ext"}
+#: top first; subpackages on one line are independent (neither imports the other). pyproject [tool.importlinter]
+LAYERS = (("cli",), ("ptq",), ("kernels", "tflite"), ("graph",), ("calibration",), ("encodings",), ("core",))
 
 
 @dataclass(frozen=True)
@@ -170,6 +173,17 @@ def private_imports(found: list[Import], modules: set[str]) -> list[str]:
     return bad
 
 
+def layer_violations(found: list[Import]) -> list[str]:
+    """``importer:line imports module`` for imports upward (or sideways within a layer) in :data:`LAYERS`."""
+    rank = {f"qlinear.{p}": i for i, layer in enumerate(LAYERS) for p in layer}
+    bad = []
+    for imp in found:
+        a, b = rank.get(_subpackage(imp.importer)), rank.get(_subpackage(imp.module))
+        if a is not None and b is not None and _subpackage(imp.importer) != _subpackage(imp.module) and b <= a:
+            bad.append(f"{imp.importer}:{imp.line} imports {imp.module}")
+    return bad
+
+
 def long_functions(source: str, where: str, limit: int = MAX_FUNCTION_LINES) -> list[tuple[int, str]]:
     """``(lines, "where:line name")`` for every function or method (nested ones too) longer than ``limit``."""
     out = []
@@ -202,6 +216,9 @@ def test_checkers_find_cycles_private_names_and_long_functions():
     assert strongly_connected(graph) == [["qlinear.a.x", "qlinear.a.y"], ["qlinear.b", "qlinear.b.z"]]
     assert private_imports(found, mods) == ["qlinear.a.y:3 imports _h from qlinear.b.z",
                                             "qlinear.b:2 imports _p from qlinear.a._p"]
+    assert layer_violations(imports_of("from qlinear.ptq.x import y\nfrom qlinear.core import q\n"
+                                       "import qlinear.kernels\n", "qlinear.tflite.e", False, set())) == [
+        "qlinear.tflite.e:1 imports qlinear.ptq.x", "qlinear.tflite.e:3 imports qlinear.kernels"]
     body = "def f():\n" + "    x = 1\n" * 80 + "\n\nclass C:\n    def m(self):\n" + "        pass\n" * 79
     assert long_functions(body, "m.py") == [(81, "m.py:1 f")]
 
@@ -235,6 +252,12 @@ def test_encodings_never_imports_graph(tree):
     bad = [f"{i.importer}:{i.line} imports {i.module}" for i in found
            if _subpackage(i.importer) == "qlinear.encodings" and _subpackage(i.module) == "qlinear.graph"]
     assert not bad, "\n".join(bad)
+
+
+def test_layers(tree):
+    _, found = tree
+    bad = layer_violations(found)
+    assert not bad, "imports against the layers " + " > ".join(" | ".join(x) for x in LAYERS) + ":\n" + "\n".join(bad)
 
 
 def test_no_private_names_across_subpackages(tree):
