@@ -233,11 +233,18 @@ def test_tarjan_on_a_long_ring_and_self_loops():
 # The real tree
 # ---------------------------------------------------------------------------------------------------------------
 
+class Tree(tuple):
+    """``(files, imports)`` of src/qlinear, with a short repr for failure reports."""
+
+    def __repr__(self) -> str:
+        return f"<{len(self[0])} modules, {len(self[1])} imports under {SRC}>"
+
+
 @pytest.fixture(scope="module")
 def tree():
     files, found = scan()
     assert len(files) > 50 and "qlinear.ptq.pipeline" in files
-    return files, found
+    return Tree((files, found))
 
 
 def test_no_import_cycles(tree):
