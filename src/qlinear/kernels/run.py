@@ -45,14 +45,14 @@ import onnx
 from qlinear.core import dequantize_linear, quantize_linear
 from qlinear.errors import KernelError, OverflowRiskError
 from qlinear.graph.model import attr
-from qlinear.graph.qdq import QOp, QParams, QdqGraph, parse
+from qlinear.graph import ops
+from qlinear.graph.qdq import QOp, QParams, QdqGraph, QValue, clip_bounds, parse
 from qlinear.kernels import activation as A
 from qlinear.kernels import elementwise as EW
 from qlinear.kernels import native as NK
 from qlinear.kernels import pool as P
 from qlinear.kernels.requant import FIXED_MODES, MODES, round_half_away
 
-MOVE = ("Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Identity")
 EXACT32 = float(2**24)
 
 
@@ -383,192 +383,16 @@ class IntegerModel:
 
         return run
 
-    def _integer_step(self, op: QOp) -> Callable[[_Env], None] | None:
+    def _integer_step(self, op: QOp) -> Step | None:
+        """The integer kernel of ``op`` (the registry's kernel family, :data:`KERNELS`), or None: it runs in
+        float."""
+        kernel = KERNELS.get(ops.kernel_of(op.op) or "")
+        if kernel is None:
+            return None
         try:
-            if op.op in ("Conv", "Gemm", "MatMul"):
-                return self._conv_step(op)
-            return self._other_step(op)
+            return kernel(self, op)
         except _NotInteger:
             return None
-
-    def _conv_step(self, op: QOp) -> Callable[[_Env], None]:
-        layer = _Conv(op, self.profile)
-        x = op.inputs[0]
-        out = op.output.name if op.output is not None else ""
-
-        def run(env: _Env) -> None:
-            xq = env.int_of(x)
-            if layer.kind == "Conv" and xq.ndim != 4:
-                raise KernelError(f"node {op.name}: only 2-D convolutions run on integers")
-            y = layer(xq)
-            if layer.float_out:
-                if layer.float_bias:
-                    y = y + np.asarray(env.float_of(layer.float_bias), np.float32).reshape(
-                        (-1,) + (1,) * (y.ndim - 2) if layer.kind == "Conv" else -1)
-                env.floats[op.node.output[0]] = y
-            else:
-                env.ints[out] = y
-
-        return run
-
-    def _other_step(self, op: QOp) -> Callable[[_Env], None]:
-        node, prof, out = op.node, self.profile, op.output
-        ins = op.inputs
-        if out is None or not out.params.per_tensor or not out.params.dtype.is_int:
-            raise _NotInteger
-        if any(v is not None and not v.params.per_tensor for v in ins):
-            raise _NotInteger
-        mode = prof.elementwise
-        s_o, z_o, dt = out.params.s, out.params.z, out.params.dtype.storage
-        qmin, qmax = _range(out.params)
-        lo, hi = _clamp(op, out.params, prof)
-        name = op.op
-
-        def emit(env: _Env, y: np.ndarray) -> None:
-            env.ints[out.name] = np.asarray(y).astype(dt)
-
-        if name in ("Add", "Sub", "Mul"):
-            if len(ins) != 2 or ins[0] is None or ins[1] is None:
-                raise _NotInteger
-            a, b = ins
-            wide = a.params.dtype.bits > 8 or b.params.dtype.bits > 8
-            if wide and (a.params.dtype.bits != 16 or b.params.dtype.bits != 16):
-                raise _NotInteger
-            shift = 15 if wide else 20  # TFLite ADD/SUB: left_shift 20 (int8), 15 (general int16)
-
-            def run(env: _Env) -> None:
-                aq, bq = env.int_of(a), env.int_of(b)
-                if aq.shape != bq.shape:
-                    aq, bq = np.broadcast_arrays(aq, bq)
-                if name == "Mul":
-                    y = EW.mul(aq, bq, s_a=a.params.s, zp_a=a.params.z, s_b=b.params.s, zp_b=b.params.z, s_out=s_o,
-                               zp_out=z_o, mode=mode, qmin=lo, qmax=hi)
-                else:
-                    y = EW.add(aq, bq, s_a=a.params.s, zp_a=a.params.z, s_b=b.params.s, zp_b=b.params.z, s_out=s_o,
-                               zp_out=z_o, mode=prof.add_mode if not wide else mode, sub=name == "Sub", qmin=lo,
-                               qmax=hi, left_shift=shift)
-                emit(env, y)
-
-            return run
-        x = ins[0] if ins else None
-        if x is None:
-            raise _NotInteger
-        if name in MOVE:
-            if x.params.s != s_o or x.params.z != z_o or x.params.dtype != out.params.dtype:
-                raise _NotInteger
-            ev = _FloatNode(node, self.qg.model)
-            rest = list(node.input[1:])
-
-            def run(env: _Env) -> None:
-                res = ev([env.int_of(x)] + [env.float_of(i) if i else None for i in rest])
-                emit(env, res[0])
-
-            return run
-        if name in ("MaxPool", "AveragePool", "GlobalAveragePool"):
-            if name != "GlobalAveragePool" and (attr(node, "count_include_pad", 0) or attr(node, "ceil_mode", 0)
-                                                or attr(node, "auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET")):
-                raise _NotInteger
-
-            def run(env: _Env) -> None:
-                xq = env.int_of(x)
-                if xq.ndim != 4:
-                    raise KernelError(f"node {op.name}: pools run on 4-D tensors")
-                if name == "GlobalAveragePool":
-                    y = P.mean(xq, (2, 3), s_in=x.params.s, zp_in=x.params.z, s_out=s_o, zp_out=z_o,
-                               mode=prof.mean_mode, qmin=lo, qmax=hi)
-                else:
-                    k = tuple(attr(node, "kernel_shape"))
-                    pads = tuple(attr(node, "pads", [0, 0, 0, 0]))
-                    st = tuple(attr(node, "strides", [1, 1]))
-                    if name == "MaxPool":
-                        y = P.max_pool2d(xq, k, stride=st, pads=pads)
-                    else:
-                        y = P.avg_pool2d(xq, k, stride=st, pads=pads, qmin=qmin, qmax=qmax)
-                    if np.float32(x.params.s) != np.float32(s_o) or x.params.z != z_o:
-                        y = EW.requantize_tensor(y, s_in=x.params.s, zp_in=x.params.z, s_out=s_o, zp_out=z_o,
-                                                 mode=mode, qmin=lo, qmax=hi)
-                    else:
-                        y = np.clip(y, lo, hi)
-                emit(env, y)
-
-            return run
-        if name == "ReduceMean":
-            if prof.mean_mode == "float":  # the runtime does not fuse it: DQ -> ReduceMean -> Q in float
-                raise _NotInteger
-            axes = attr(node, "axes")
-            if axes is None and len(node.input) > 1 and node.input[1]:
-                if node.input[1] not in self.qg.consts:
-                    raise _NotInteger
-                axes = [int(a) for a in np.asarray(self.qg.consts[node.input[1]]).reshape(-1)]
-            if axes is None:
-                raise _NotInteger
-            keep = bool(attr(node, "keepdims", 1))
-
-            def run(env: _Env) -> None:
-                xq = env.int_of(x)
-                ax = tuple(a % xq.ndim for a in axes)
-                emit(env, P.mean(xq, ax, s_in=x.params.s, zp_in=x.params.z, s_out=s_o, zp_out=z_o,
-                                 mode=prof.mean_mode, keepdims=keep, qmin=lo, qmax=hi))
-
-            return run
-        if name == "Concat":
-            if any(v is None for v in ins):
-                raise _NotInteger
-            axis = attr(node, "axis")
-
-            def run(env: _Env) -> None:
-                xs = [env.int_of(v) for v in ins]
-                emit(env, P.concat(xs, [(v.params.s, v.params.z) for v in ins], s_out=s_o, zp_out=z_o,
-                                   axis=axis % xs[0].ndim, mode=mode, qmin=lo, qmax=hi))
-
-            return run
-        if name in ("Relu", "Clip") and op.act is None:
-            from qlinear.graph.qdq import _clip_bounds
-
-            b = _clip_bounds(node, self.qg.consts)
-            if b is None:
-                raise _NotInteger
-            fake = QOp(node, ins, out, "CLIP", b)
-            lo2, hi2 = _clamp(fake, out.params, prof)
-
-            def run(env: _Env) -> None:
-                emit(env, EW.requantize_tensor(env.int_of(x), s_in=x.params.s, zp_in=x.params.z, s_out=s_o,
-                                               zp_out=z_o, mode=mode, qmin=lo2, qmax=hi2))
-
-            return run
-        if name in ("Sigmoid", "Tanh", "Softmax") and dt == np.int16 and x.params.dtype.storage == np.int16 \
-                and x.params.z == 0 and z_o == 0 and np.float32(s_o) == np.float32(1 / 32768):
-            # TFLite reference 16-bit kernels (fixed output scale 1/32768, zero points 0)
-            s_x = x.params.s
-            axis = attr(node, "axis", -1)
-
-            def run(env: _Env) -> None:
-                xq = env.int_of(x)
-                if name == "Sigmoid":
-                    y = A.logistic16(xq, s_in=s_x)
-                elif name == "Tanh":
-                    y = A.tanh16(xq, s_in=s_x)
-                else:
-                    y = A.softmax16(xq, s_in=s_x, axis=axis)
-                emit(env, np.clip(y, lo, hi))
-
-            return run
-        if name in ("Sigmoid", "Tanh") and dt == np.int8 and x.params.dtype.storage == np.int8:
-            fn = A.logistic if name == "Sigmoid" else A.tanh
-
-            def run(env: _Env) -> None:
-                emit(env, np.clip(fn(env.int_of(x), s_in=x.params.s, zp_in=x.params.z, s_out=s_o, zp_out=z_o),
-                                  lo, hi))
-
-            return run
-        if name == "Softmax" and dt == np.int8 and x.params.dtype.storage == np.int8:
-            axis = attr(node, "axis", -1)
-
-            def run(env: _Env) -> None:
-                emit(env, A.softmax(env.int_of(x), s_in=x.params.s, s_out=s_o, zp_out=z_o, axis=axis))
-
-            return run
-        raise _NotInteger
 
     # ------------------------------------------------------------------------------------------ run
     def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -618,6 +442,235 @@ class _FloatNode:
             self._ev[key] = ev
         res = ev.run(None, {nm: np.asarray(v) for nm, v in zip(names, values) if nm})
         return list(res)
+
+
+# ---------------------------------------------------------------------------------------------- kernels
+Step = Callable[[_Env], None]
+
+
+@dataclass(frozen=True)
+class _Out:
+    """The per-tensor integer output of a non-linear kernel: its parameters, range, fused clamp and mode."""
+
+    name: str
+    s: float
+    z: int
+    dtype: Any            # storage dtype
+    qmin: int
+    qmax: int
+    lo: int               # the fused clamp (the range without one)
+    hi: int
+    mode: str             # the profile's elementwise mode
+
+    def emit(self, env: _Env, y: np.ndarray) -> None:
+        env.ints[self.name] = np.asarray(y).astype(self.dtype)
+
+
+def _out_of(op: QOp, prof: Profile) -> _Out:
+    """The output of ``op`` when it and all its integer inputs are per-tensor integers, else :class:`_NotInteger`."""
+    out = op.output
+    if out is None or not out.params.per_tensor or not out.params.dtype.is_int:
+        raise _NotInteger
+    if any(v is not None and not v.params.per_tensor for v in op.inputs):
+        raise _NotInteger
+    qmin, qmax = _range(out.params)
+    lo, hi = _clamp(op, out.params, prof)
+    return _Out(out.name, out.params.s, out.params.z, out.params.dtype.storage, qmin, qmax, lo, hi, prof.elementwise)
+
+
+def _first_input(op: QOp) -> QValue:
+    x = op.inputs[0] if op.inputs else None
+    if x is None:
+        raise _NotInteger
+    return x
+
+
+def _linear_kernel(im: IntegerModel, op: QOp) -> Step:
+    """Conv / Gemm / MatMul: :class:`_Conv` (exact accumulation, per-channel requantization, fused clamp)."""
+    layer = _Conv(op, im.profile)
+    x = op.inputs[0]
+    out = op.output.name if op.output is not None else ""
+
+    def run(env: _Env) -> None:
+        xq = env.int_of(x)
+        if layer.kind == "Conv" and xq.ndim != 4:
+            raise KernelError(f"node {op.name}: only 2-D convolutions run on integers")
+        y = layer(xq)
+        if layer.float_out:
+            if layer.float_bias:
+                y = y + np.asarray(env.float_of(layer.float_bias), np.float32).reshape(
+                    (-1,) + (1,) * (y.ndim - 2) if layer.kind == "Conv" else -1)
+            env.floats[op.node.output[0]] = y
+        else:
+            env.ints[out] = y
+
+    return run
+
+
+def _binary_kernel(im: IntegerModel, op: QOp) -> Step:
+    """Add / Sub / Mul of two integer tensors (TFLite ADD/SUB left shift 20 for int8, 15 for int16)."""
+    o, prof, name = _out_of(op, im.profile), im.profile, op.op
+    if len(op.inputs) != 2 or op.inputs[0] is None or op.inputs[1] is None:
+        raise _NotInteger
+    a, b = op.inputs
+    wide = a.params.dtype.bits > 8 or b.params.dtype.bits > 8
+    if wide and (a.params.dtype.bits != 16 or b.params.dtype.bits != 16):
+        raise _NotInteger
+    shift = 15 if wide else 20
+
+    def run(env: _Env) -> None:
+        aq, bq = env.int_of(a), env.int_of(b)
+        if aq.shape != bq.shape:
+            aq, bq = np.broadcast_arrays(aq, bq)
+        if name == "Mul":
+            y = EW.mul(aq, bq, s_a=a.params.s, zp_a=a.params.z, s_b=b.params.s, zp_b=b.params.z, s_out=o.s,
+                       zp_out=o.z, mode=o.mode, qmin=o.lo, qmax=o.hi)
+        else:
+            y = EW.add(aq, bq, s_a=a.params.s, zp_a=a.params.z, s_b=b.params.s, zp_b=b.params.z, s_out=o.s,
+                       zp_out=o.z, mode=prof.add_mode if not wide else o.mode, sub=name == "Sub", qmin=o.lo,
+                       qmax=o.hi, left_shift=shift)
+        o.emit(env, y)
+
+    return run
+
+
+def _move_kernel(im: IntegerModel, op: QOp) -> Step:
+    """Data movement on the integers themselves (same parameters in and out), by the reference evaluator."""
+    o, x = _out_of(op, im.profile), _first_input(op)
+    if x.params.s != o.s or x.params.z != o.z or x.params.dtype != op.output.params.dtype:
+        raise _NotInteger
+    ev = _FloatNode(op.node, im.qg.model)
+    rest = list(op.node.input[1:])
+
+    def run(env: _Env) -> None:
+        res = ev([env.int_of(x)] + [env.float_of(i) if i else None for i in rest])
+        o.emit(env, res[0])
+
+    return run
+
+
+def _pool_kernel(im: IntegerModel, op: QOp) -> Step:
+    """MaxPool / AveragePool (then requantized or clamped) and GlobalAveragePool (a mean over H, W)."""
+    o, x, node, name, prof = _out_of(op, im.profile), _first_input(op), op.node, op.op, im.profile
+    if name != "GlobalAveragePool" and (attr(node, "count_include_pad", 0) or attr(node, "ceil_mode", 0)
+                                        or attr(node, "auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET")):
+        raise _NotInteger
+
+    def run(env: _Env) -> None:
+        xq = env.int_of(x)
+        if xq.ndim != 4:
+            raise KernelError(f"node {op.name}: pools run on 4-D tensors")
+        if name == "GlobalAveragePool":
+            y = P.mean(xq, (2, 3), s_in=x.params.s, zp_in=x.params.z, s_out=o.s, zp_out=o.z, mode=prof.mean_mode,
+                       qmin=o.lo, qmax=o.hi)
+        else:
+            k = tuple(attr(node, "kernel_shape"))
+            pads = tuple(attr(node, "pads", [0, 0, 0, 0]))
+            st = tuple(attr(node, "strides", [1, 1]))
+            if name == "MaxPool":
+                y = P.max_pool2d(xq, k, stride=st, pads=pads)
+            else:
+                y = P.avg_pool2d(xq, k, stride=st, pads=pads, qmin=o.qmin, qmax=o.qmax)
+            if np.float32(x.params.s) != np.float32(o.s) or x.params.z != o.z:
+                y = EW.requantize_tensor(y, s_in=x.params.s, zp_in=x.params.z, s_out=o.s, zp_out=o.z, mode=o.mode,
+                                         qmin=o.lo, qmax=o.hi)
+            else:
+                y = np.clip(y, o.lo, o.hi)
+        o.emit(env, y)
+
+    return run
+
+
+def _mean_kernel(im: IntegerModel, op: QOp) -> Step:
+    """ReduceMean over constant axes (attribute, or input 1 from opset 18)."""
+    o, x, node, prof = _out_of(op, im.profile), _first_input(op), op.node, im.profile
+    if prof.mean_mode == "float":  # the runtime does not fuse it: DQ -> ReduceMean -> Q in float
+        raise _NotInteger
+    axes = attr(node, "axes")
+    if axes is None and len(node.input) > 1 and node.input[1]:
+        if node.input[1] not in im.qg.consts:
+            raise _NotInteger
+        axes = [int(a) for a in np.asarray(im.qg.consts[node.input[1]]).reshape(-1)]
+    if axes is None:
+        raise _NotInteger
+    keep = bool(attr(node, "keepdims", 1))
+
+    def run(env: _Env) -> None:
+        xq = env.int_of(x)
+        ax = tuple(a % xq.ndim for a in axes)
+        o.emit(env, P.mean(xq, ax, s_in=x.params.s, zp_in=x.params.z, s_out=o.s, zp_out=o.z, mode=prof.mean_mode,
+                           keepdims=keep, qmin=o.lo, qmax=o.hi))
+
+    return run
+
+
+def _concat_kernel(im: IntegerModel, op: QOp) -> Step:
+    """Concat, each input requantized to the output's parameters."""
+    o, ins = _out_of(op, im.profile), op.inputs
+    _first_input(op)
+    if any(v is None for v in ins):
+        raise _NotInteger
+    axis = attr(op.node, "axis")
+
+    def run(env: _Env) -> None:
+        xs = [env.int_of(v) for v in ins]
+        o.emit(env, P.concat(xs, [(v.params.s, v.params.z) for v in ins], s_out=o.s, zp_out=o.z,
+                             axis=axis % xs[0].ndim, mode=o.mode, qmin=o.lo, qmax=o.hi))
+
+    return run
+
+
+def _clamp_kernel(im: IntegerModel, op: QOp) -> Step:
+    """A Relu / Clip not fused into its producer: requantize, then clamp."""
+    o, x = _out_of(op, im.profile), _first_input(op)
+    if op.act is not None:
+        raise _NotInteger
+    b = clip_bounds(op.node, im.qg.consts)
+    if b is None:
+        raise _NotInteger
+    lo, hi = _clamp(QOp(op.node, op.inputs, op.output, "CLIP", b), op.output.params, im.profile)
+
+    def run(env: _Env) -> None:
+        o.emit(env, EW.requantize_tensor(env.int_of(x), s_in=x.params.s, zp_in=x.params.z, s_out=o.s, zp_out=o.z,
+                                         mode=o.mode, qmin=lo, qmax=hi))
+
+    return run
+
+
+def _activation_kernel(im: IntegerModel, op: QOp) -> Step:
+    """Sigmoid / Tanh / Softmax: TFLite's int8 kernels, and its 16-bit ones at the fixed output ``1/32768, 0``."""
+    o, x, name = _out_of(op, im.profile), _first_input(op), op.op
+    axis = attr(op.node, "axis", -1)
+    if o.dtype == np.int16 and x.params.dtype.storage == np.int16 and x.params.z == 0 and o.z == 0 \
+            and np.float32(o.s) == np.float32(1 / 32768):
+        fn16 = {"Sigmoid": A.logistic16, "Tanh": A.tanh16}.get(name)
+
+        def run16(env: _Env) -> None:
+            xq = env.int_of(x)
+            y = fn16(xq, s_in=x.params.s) if fn16 is not None else A.softmax16(xq, s_in=x.params.s, axis=axis)
+            o.emit(env, np.clip(y, o.lo, o.hi))
+
+        return run16
+    if o.dtype != np.int8 or x.params.dtype.storage != np.int8:
+        raise _NotInteger
+    if name == "Softmax":
+        def run_softmax(env: _Env) -> None:
+            o.emit(env, A.softmax(env.int_of(x), s_in=x.params.s, s_out=o.s, zp_out=o.z, axis=axis))
+
+        return run_softmax
+    fn = A.logistic if name == "Sigmoid" else A.tanh
+
+    def run(env: _Env) -> None:
+        o.emit(env, np.clip(fn(env.int_of(x), s_in=x.params.s, zp_in=x.params.z, s_out=o.s, zp_out=o.z), o.lo, o.hi))
+
+    return run
+
+
+#: integer kernel family (the operator registry's ``OpSpec.kernel``) -> the function preparing its step
+KERNELS: dict[str, Callable[[IntegerModel, QOp], Step]] = {
+    "linear": _linear_kernel, "binary": _binary_kernel, "move": _move_kernel, "pool": _pool_kernel,
+    "mean": _mean_kernel, "concat": _concat_kernel, "clamp": _clamp_kernel, "activation": _activation_kernel,
+}
 
 
 def run_integer(model: Any, inputs: dict[str, np.ndarray], *, mode: str = "f32_rne") -> dict[str, np.ndarray]:
