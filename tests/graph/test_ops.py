@@ -1,5 +1,5 @@
 """The operator registry (qlinear.graph.ops) is the single source of operator knowledge, and it is consistent with
-the integer executor (kernels.run.KERNELS) and the TFLite exporter (tflite.export.WRITERS) that dispatch on it."""
+the integer executor (kernels.steps.KERNELS) and the TFLite exporter (tflite.export.WRITERS) that dispatch on it."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 import qlinear
 from qlinear.graph import ops
 from qlinear.graph.ops.spec import ROLES, Registry
-from qlinear.kernels.run import KERNELS
+from qlinear.kernels.steps import KERNELS
 from qlinear.tflite.export import VERSION8, VERSION16, WRITERS
 
 SRC = Path(qlinear.__file__).parent
