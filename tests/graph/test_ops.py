@@ -221,3 +221,11 @@ def test_no_private_name_crosses_packages():
                     if a.name.startswith("_") and other != pkg:
                         bad.append(f"{path.relative_to(SRC)}: {node.module}.{a.name}")
     assert not bad, bad
+
+
+def test_constant_clamp():
+    """Max/Min of a tensor and a constant is a clamp (fused like Relu by the plan); of two tensors it is not."""
+    assert ops.is_constant_clamp(helper.make_node("Max", ["x", "lo"], ["y"]), {"lo"})
+    assert ops.is_constant_clamp(helper.make_node("Min", ["x", "hi"], ["y"]), {"hi"})
+    assert not ops.is_constant_clamp(helper.make_node("Max", ["x", "z"], ["y"]), {"lo"})
+    assert not ops.is_constant_clamp(helper.make_node("Add", ["x", "lo"], ["y"]), {"lo"})

@@ -226,7 +226,7 @@ def _is_act(n: onnx.NodeProto, g: GraphIndex) -> bool:
     constant (the per-channel clip that cross-layer equalization writes)."""
     if n.op_type in FUSABLE_ACT:
         return True
-    return n.op_type in ("Max", "Min") and len(n.input) == 2 and n.input[1] in g.initializers
+    return ops.is_constant_clamp(n, g.initializers)
 
 
 def _float_tensors(m: onnx.ModelProto, g: GraphIndex) -> set[str]:

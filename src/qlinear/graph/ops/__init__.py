@@ -20,6 +20,10 @@ used to define themselves.
 
 from __future__ import annotations
 
+from collections.abc import Container
+
+import onnx
+
 from qlinear.graph.ops import activation, elementwise, linear, movement, other, pooling  # noqa: F401 - registers
 from qlinear.graph.ops.linear import input_axes, weight_channel_axis
 from qlinear.graph.ops.spec import REGISTRY, ROLES, OpSpec, with_role
@@ -39,6 +43,7 @@ MLP_BOUNDARY = with_role("mlp_boundary")
 TRANSFORMER_NORMS = with_role("transformer_norm")
 LOOKUPS = with_role("lookup")
 QDQ_STRUCTURE = with_role("qdq_structure")
+CONSTANT_CLAMPS = with_role("constant_clamp")
 SAME_SCALE_TFLITE = with_role("same_scale_tflite")
 FIXED_TFLITE = {t: s.fixed_tflite for t, s in REGISTRY.specs.items() if s.fixed_tflite is not None}
 FIXED_TFLITE16 = {t: s.fixed_tflite16 for t, s in REGISTRY.specs.items() if s.fixed_tflite16 is not None}
@@ -63,6 +68,12 @@ def tflite_writer_of(op_type: str) -> str | None:
     return None if s is None else s.tflite_writer
 
 
+def is_constant_clamp(node: onnx.NodeProto, constants: Container[str]) -> bool:
+    """``node`` is a Max/Min of a tensor and a constant (a name in ``constants``): a clamp, per channel when the
+    constant is (what cross-layer equalization writes for a Clip)."""
+    return node.op_type in CONSTANT_CLAMPS and len(node.input) == 2 and node.input[1] in constants
+
+
 def bias_input(op_type: str) -> int | None:
     """The index of ``op_type``'s bias input (Conv, ConvTranspose, Gemm: 2), or None."""
     s = REGISTRY.specs.get(op_type)
@@ -71,6 +82,7 @@ def bias_input(op_type: str) -> int | None:
 
 __all__ = [
     "ACTIVATION_FNS",
+    "CONSTANT_CLAMPS",
     "DATA_MOVEMENT",
     "FAMILIES",
     "FIXED_TFLITE",
@@ -92,6 +104,7 @@ __all__ = [
     "OpSpec",
     "bias_input",
     "input_axes",
+    "is_constant_clamp",
     "kernel_of",
     "spec",
     "tflite_writer_of",

@@ -25,6 +25,7 @@ ROLES = {
     "mlp_boundary": "the search for a smooth activation above a MatMul input stops here",
     "transformer_norm": "with Softmax and a constant-weight MatMul, marks a transformer graph",
     "lookup": "an embedding lookup when its data input is a float initializer",
+    "constant_clamp": "a clamp when its second input is a constant (Max/Min): fused like a Relu/Clip",
     "qdq_structure": "part of the Q/DQ encoding itself (QuantizeLinear, DequantizeLinear, Constant), not an operator",
 }
 
