@@ -18,7 +18,9 @@ at ``s_in * s_w``. Every weight, bias, scale and zero point is copied, not recom
 * **Padding**: TFLite convolutions and pools know only SAME and VALID; explicit ONNX pads that are neither become a
   PAD (filled with the input's zero point, i.e. real 0) before a VALID operator.
 
-Anything else raises :class:`~qlinear.errors.UnsupportedError` naming the node.
+Anything else raises :class:`~qlinear.errors.UnsupportedError` naming the node. Which op types export, as which
+builtins and by which writer (:data:`WRITERS`) is the operator registry's (:mod:`qlinear.graph.ops`,
+``OpSpec.tflite_builtins`` and ``OpSpec.tflite_writer``).
 """
 
 from __future__ import annotations
