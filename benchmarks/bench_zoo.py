@@ -1,0 +1,373 @@
+"""qlinear against ONNX Runtime's ``quantize_static`` on the zoo of real pretrained models (``zoo.py``).
+
+    python benchmarks/bench_zoo.py [--models a,b] [--cal 16] [--eval 32] [--out benchmarks/zoo-results.md]
+
+For each model: the float model in ONNX Runtime; ``qlinear quantize`` (CLI, its own process) with the report, with
+``--no-report`` and with ``--target tflite``; ORT ``quantize_static`` (QDQ, per-channel int8 weights, uint8
+activations, MinMax, its own process). Every written ONNX model runs in ORT's default session on the held-out
+samples and is scored against the float model (the entry's task fidelity, and the cosine of the first output);
+its weights are counted (quantized = fed by a DequantizeLinear or an integer operator, float = a float constant
+still feeding a Conv/Gemm/MatMul/LSTM/GRU weight input); the ``.tflite`` runs in LiteRT. Failures are recorded
+(the last line of the error), never raised. Writes a markdown table and a JSON beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import zoo  # noqa: E402
+from _cpu import cpu_flags  # noqa: E402
+
+WEIGHT_INPUTS = {"Conv": (1,), "ConvTranspose": (1,), "Gemm": (0, 1), "MatMul": (0, 1), "LSTM": (1, 2),
+                 "GRU": (1, 2), "RNN": (1, 2)}
+INTEGER_OPS = {"ConvInteger", "MatMulInteger", "QLinearConv", "QLinearMatMul", "MatMulNBits"}
+PASS_THROUGH = {"Transpose", "Reshape", "Identity", "Cast", "Squeeze", "Unsqueeze", "Flatten"}
+ort.set_default_logger_severity(3)
+TIMEOUT = int(os.environ.get("ZOO_TIMEOUT", "1200"))
+
+
+# ---------------------------------------------------------------------------------------------------- weights
+
+def count_weights(path: Path) -> dict[str, int]:
+    """Weight inputs of Conv/Gemm/MatMul/LSTM/GRU/RNN (subgraphs included): quantized vs still float."""
+    m = onnx.load(str(path), load_external_data=False)
+    producer: dict[str, onnx.NodeProto] = {}
+    consts: set[str] = set()
+    nodes: list[onnx.NodeProto] = []
+
+    def walk(g: onnx.GraphProto) -> None:
+        consts.update(i.name for i in g.initializer)
+        for n in g.node:
+            nodes.append(n)
+            for o in n.output:
+                producer[o] = n
+            if n.op_type == "Constant":
+                consts.update(n.output)
+            for a in n.attribute:
+                if a.type == onnx.AttributeProto.GRAPH:
+                    walk(a.g)
+                for sg in a.graphs:
+                    walk(sg)
+    walk(m.graph)
+
+    def origin(name: str, depth: int = 0) -> str:
+        p = producer.get(name)
+        if p is not None and p.op_type == "DequantizeLinear":
+            return "q"
+        if p is not None and p.op_type in PASS_THROUGH and depth < 6 and p.input:
+            return origin(p.input[0], depth + 1)
+        if name in consts:
+            return "f"
+        return "a"
+
+    q = f = 0
+    for n in nodes:
+        if n.op_type in INTEGER_OPS:
+            q += 1
+            continue
+        kinds = [origin(n.input[i]) for i in WEIGHT_INPUTS.get(n.op_type, ()) if i < len(n.input) and n.input[i]]
+        if "q" in kinds:
+            q += 1
+        elif "f" in kinds:
+            f += 1
+    return {"quantized": q, "float": f}
+
+
+# ---------------------------------------------------------------------------------------------------- running
+
+def run_ort(path: Path, samples: zoo.Samples) -> tuple[list[list[np.ndarray]], float]:
+    """Outputs of every sample in ORT's default CPU session, and the mean ms per sample."""
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    names = [i.name for i in sess.get_inputs()]
+    sess.run(None, {k: samples[0][k] for k in names})
+    t = time.perf_counter()
+    outs = [sess.run(None, {k: s[k] for k in names}) for s in samples]
+    return outs, (time.perf_counter() - t) * 1000 / len(samples)
+
+
+def run_tflite(path: Path, samples: zoo.Samples, onnx_inputs: list[str]) -> tuple[list[list[np.ndarray]], float]:
+    """Outputs of every sample in LiteRT (NCHW inputs transposed to the model's NHWC, outputs back)."""
+    from ai_edge_litert.interpreter import Interpreter
+    it = Interpreter(model_path=str(path), num_threads=2)
+    ins, outs_d = it.get_input_details(), it.get_output_details()
+    if len(ins) != len(onnx_inputs):
+        raise RuntimeError(f"tflite has {len(ins)} inputs, the ONNX model {len(onnx_inputs)}")
+    res, t0, shapes = [], None, None
+    for k, s in enumerate(samples):
+        arrs = []
+        for d, name in zip(ins, onnx_inputs):
+            a = s[name]
+            if a.ndim == 4 and tuple(d["shape"]) != a.shape and tuple(d["shape"]) == a.transpose(0, 2, 3, 1).shape:
+                a = a.transpose(0, 2, 3, 1)
+            elif a.ndim == 4 and tuple(d["shape_signature"]).count(-1) and len(d["shape"]) == 4 \
+                    and d["shape"][-1] == a.shape[1]:
+                a = a.transpose(0, 2, 3, 1)
+            arrs.append(np.ascontiguousarray(a))
+        if shapes != [a.shape for a in arrs]:
+            for d, a in zip(ins, arrs):
+                if tuple(d["shape"]) != a.shape:
+                    it.resize_tensor_input(d["index"], list(a.shape))
+            it.allocate_tensors()
+            shapes = [a.shape for a in arrs]
+            ins = it.get_input_details()
+        for d, a in zip(ins, arrs):
+            if d["dtype"] in (np.int8, np.uint8, np.int16):
+                sc, zp = d["quantization"]
+                a = np.clip(np.rint(a / sc) + zp, np.iinfo(d["dtype"]).min, np.iinfo(d["dtype"]).max)
+            it.set_tensor(d["index"], a.astype(d["dtype"]))
+        if k == 1:
+            t0 = time.perf_counter()
+        it.invoke()
+        o = []
+        for d in it.get_output_details():
+            v = it.get_tensor(d["index"])
+            if d["dtype"] in (np.int8, np.uint8, np.int16):
+                sc, zp = d["quantization"]
+                v = (v.astype(np.float32) - zp) * sc
+            o.append(v)
+        res.append(o)
+    ms = (time.perf_counter() - t0) * 1000 / max(1, len(samples) - 1) if t0 else float("nan")
+    return res, ms
+
+
+def _nhwc_back(ref: list[list[np.ndarray]], got: list[list[np.ndarray]]) -> list[list[np.ndarray]]:
+    fixed = []
+    for r, g in zip(ref, got):
+        row = []
+        for a, b in zip(r, g):
+            if b.ndim == 4 and a.shape != b.shape and b.transpose(0, 3, 1, 2).shape == a.shape:
+                b = b.transpose(0, 3, 1, 2)
+            row.append(b)
+        fixed.append(row)
+    return fixed
+
+
+def last_error(text: str) -> str:
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    for ln in reversed(lines):
+        if "Error" in ln or "error" in ln or ln.startswith(("qlinear", "RuntimeError", "Exception")):
+            return ln[:400]
+    return lines[-1][:400] if lines else "(no output)"
+
+
+def subprocess_run(cmd: list[str], log: Path) -> tuple[bool, float, str]:
+    env = dict(os.environ)
+    t = time.perf_counter()
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT, env=env)
+    except subprocess.TimeoutExpired:
+        return False, time.perf_counter() - t, f"timeout after {TIMEOUT} s"
+    dt = time.perf_counter() - t
+    log.write_text(f"$ {' '.join(cmd)}\n--- stdout\n{r.stdout}\n--- stderr\n{r.stderr}")
+    if r.returncode != 0:
+        return False, dt, last_error(r.stderr + "\n" + r.stdout)
+    return True, dt, ""
+
+
+def ort_worker(model: str, data: str, n_cal: int, out: str) -> None:
+    """``quantize_static`` QDQ per-channel on the first n_cal samples of a folder of .npz (its own process)."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.files = iter(sorted(Path(data).glob("*.npz"))[:n_cal])
+
+        def get_next(self):
+            f = next(self.files, None)
+            return None if f is None else dict(np.load(f))
+
+    quantize_static(model, out, Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
+                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+
+
+# ---------------------------------------------------------------------------------------------------- one model
+
+def variants(e: zoo.Entry, data: Path, work: Path, n_cal: int, n_eval: int) -> list[tuple[str, list[str], Path]]:
+    q = [sys.executable, "-m", "qlinear", "quantize", str(e.file), "--data", str(data),
+         "--calibration-samples", str(n_cal), "--evaluation-samples", str(n_eval)]
+    return [
+        ("qlinear", q + ["-o", str(work / "ql")], work / "ql" / "model.qdq.onnx"),
+        ("qlinear --no-report", q + ["-o", str(work / "qlnr"), "--no-report"], work / "qlnr" / "model.qdq.onnx"),
+        ("qlinear --target tflite", q + ["-o", str(work / "qltf"), "--target", "tflite", "--no-report"],
+         work / "qltf" / "model.qdq.onnx"),
+        ("ORT quantize_static", [sys.executable, __file__, "--ort-worker", str(e.file), str(data), str(n_cal),
+                                 str(work / "ort.qdq.onnx")], work / "ort.qdq.onnx"),
+    ]
+
+
+def bench_model(e: zoo.Entry, n_cal: int, n_eval: int) -> dict:
+    rec: dict = {"model": e.name, "package": f"{e.package}=={e.version}", "exporter": e.exporter, "task": e.task,
+                 "score": e.score, "runs": {}}
+    work = zoo.ZOO / "work" / e.name
+    work.mkdir(parents=True, exist_ok=True)
+    t = time.perf_counter()
+    cal, ev = zoo.build_data(e, n_cal, n_eval)
+    data = zoo.write_folder(cal + ev, work / "data")
+    rec["data_s"] = round(time.perf_counter() - t, 1)
+    onnx_inputs = [i.name for i in ort.InferenceSession(str(e.file), providers=["CPUExecutionProvider"]).get_inputs()]
+    ref, ms = run_ort(e.file, ev)
+    rec["float"] = {"ms": round(ms, 2), "weights": count_weights(e.file), "mb": round(e.file.stat().st_size / 1e6, 2)}
+    for label, cmd, out in variants(e, data, work, n_cal, n_eval):
+        run: dict = {}
+        ok, dt, err = subprocess_run(cmd, work / (label.replace(" ", "_").replace("-", "") + ".log"))
+        run["wall_s"] = round(dt, 1)
+        if not ok:
+            run["error"] = err
+            rec["runs"][label] = run
+            print(f"  {label:26s} FAILED {dt:6.1f}s  {err}", flush=True)
+            continue
+        run.update(score_onnx(e, out, ev, ref))
+        if label.endswith("tflite"):
+            run["tflite"] = score_tflite(e, out.parent / "model.tflite", ev, ref, onnx_inputs)
+        rec["runs"][label] = run
+        print(f"  {label:26s} {dt:6.1f}s  {json.dumps({k: v for k, v in run.items() if k != 'wall_s'})}",
+              flush=True)
+    return rec
+
+
+def score_onnx(e: zoo.Entry, out: Path, ev: zoo.Samples, ref: list) -> dict:
+    run: dict = {}
+    if not out.exists():
+        return {"error": f"{out.name} not written"}
+    run["weights"] = count_weights(out)
+    run["mb"] = round(out.stat().st_size / 1e6, 2)
+    try:
+        got, ms = run_ort(out, ev)
+        run["ms"] = round(ms, 2)
+        run["fidelity"] = round(zoo.fidelity(e, ref, got), 4)
+        run["cosine"] = round(zoo.cosine(ref, got), 4)
+    except Exception as ex:  # noqa: BLE001 - recorded, not raised
+        run["ort_error"] = (type(ex).__name__ + ": " + str(ex).strip().splitlines()[-1])[:400]
+    return run
+
+
+def score_tflite(e: zoo.Entry, path: Path, ev: zoo.Samples, ref: list, onnx_inputs: list[str]) -> dict:
+    if not path.exists():
+        return {"written": False}
+    res: dict = {"written": True, "mb": round(path.stat().st_size / 1e6, 2)}
+    try:
+        got, ms = run_tflite(path, ev, onnx_inputs)
+        got = _nhwc_back(ref, got)
+        res["ms"] = round(ms, 2)
+        res["fidelity"] = round(zoo.fidelity(e, ref, got), 4)
+        res["cosine"] = round(zoo.cosine(ref, got), 4)
+    except Exception as ex:  # noqa: BLE001
+        res["error"] = (type(ex).__name__ + ": " + (str(ex).strip().splitlines() or [""])[-1])[:400]
+    return res
+
+
+# ---------------------------------------------------------------------------------------------------- table
+
+def _cell(run: dict | None) -> str:
+    if run is None:
+        return "-"
+    if "error" in run:
+        return f"FAIL ({run['wall_s']} s)"
+    if "ort_error" in run:
+        return f"ORT FAIL ({run['wall_s']} s)"
+    w = run.get("weights", {})
+    return f"{run['fidelity']:.3f} / {run['cosine']:.3f}, {run['wall_s']} s, w {w.get('quantized')}q/{w.get('float')}f"
+
+
+def _tfl(run: dict | None) -> str:
+    if run is None or "error" in run:
+        return "FAIL (quantize)" if run else "-"
+    tf = run.get("tflite", {})
+    if not tf.get("written"):
+        return "not written"
+    if "error" in tf:
+        return "LiteRT FAIL"
+    return f"{tf['fidelity']:.3f} / {tf['cosine']:.3f}, {tf['ms']} ms"
+
+
+def markdown(results: list[dict], meta: dict) -> str:
+    lines = [
+        "# Zoo results: qlinear vs ONNX Runtime `quantize_static` on real pretrained models from PyPI wheels", "",
+        f"`python benchmarks/bench_zoo.py --cal {meta['cal']} --eval {meta['eval']}` on {meta['date']}, "
+        f"{meta['machine']}, CPU flags `{meta['cpu']}`, onnxruntime {meta['ort']}, qlinear at `{meta['commit']}`.",
+        "", "Cells: task fidelity vs the float model on the held-out samples / cosine of the first output, wall time "
+        "of the quantization process, weights quantized (q) / left float (f). Fidelity: `top1` agreement, `ctc` same "
+        "OCR text, `mask_iou` of the text maps, `det_f1` detections, `vad` same decision. LiteRT: the `.tflite` of "
+        "`--target tflite` run in LiteRT, fidelity / cosine, ms per sample.", "",
+        "| model | exporter | task (score) | float: ms, weights | qlinear (report) | qlinear --no-report | "
+        "qlinear --target tflite (ONNX) | LiteRT .tflite | ORT quantize_static |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        if "error" in r:
+            lines.append(f"| {r['model']} | {r.get('exporter', '')} | | setup FAIL: {r['error']} | | | | | |")
+            continue
+        ru = r["runs"]
+        fw = r["float"]["weights"]
+        lines.append(
+            f"| {r['model']} | {r['exporter']} | {r['task'].split(' (')[0]} ({r['score']}) | {r['float']['ms']} ms, "
+            f"{fw['float']} | {_cell(ru.get('qlinear'))} | {_cell(ru.get('qlinear --no-report'))} | "
+            f"{_cell(ru.get('qlinear --target tflite'))} | {_tfl(ru.get('qlinear --target tflite'))} | "
+            f"{_cell(ru.get('ORT quantize_static'))} |")
+    lines += ["", "## Errors (last line of each failed run)", ""]
+    for r in results:
+        if "error" in r:
+            lines.append(f"* **{r['model']}** setup: `{r['error']}`")
+            continue
+        for label, run in r["runs"].items():
+            for key in ("error", "ort_error"):
+                if key in run:
+                    lines.append(f"* **{r['model']}**, {label}{' (ORT session)' if key == 'ort_error' else ''}: "
+                                 f"`{run[key]}`")
+            tf = run.get("tflite", {})
+            if "error" in tf:
+                lines.append(f"* **{r['model']}**, {label} (LiteRT): `{tf['error']}`")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--models", default="")
+    ap.add_argument("--cal", type=int, default=16)
+    ap.add_argument("--eval", type=int, default=32)
+    ap.add_argument("--out", default=str(Path(__file__).with_name("zoo-results.md")))
+    ap.add_argument("--ort-worker", nargs=4)
+    a = ap.parse_args()
+    if a.ort_worker:
+        ort_worker(a.ort_worker[0], a.ort_worker[1], int(a.ort_worker[2]), a.ort_worker[3])
+        return
+    entries = [zoo.by_name(n) for n in a.models.split(",")] if a.models else list(zoo.MODELS)
+    commit = subprocess.run(["git", "-C", str(Path(__file__).parent), "rev-parse", "--short", "HEAD"],
+                            capture_output=True, text=True).stdout.strip()
+    meta = {"cal": a.cal, "eval": a.eval, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "machine": f"{os.cpu_count()} cores {platform.machine()}", "cpu": cpu_flags(), "ort": ort.__version__,
+            "commit": commit}
+    print(f"CPU flags: {meta['cpu']}", flush=True)
+    fetched = zoo.fetch(tuple(entries))
+    results = []
+    for e in entries:
+        print(f"{e.name} ({e.package}=={e.version}, {e.exporter})", flush=True)
+        if not isinstance(fetched[e.name], Path):
+            results.append({"model": e.name, "exporter": e.exporter, "error": fetched[e.name]})
+            continue
+        try:
+            results.append(bench_model(e, a.cal, a.eval))
+        except Exception as ex:  # noqa: BLE001 - one model's failure must not stop the zoo
+            results.append({"model": e.name, "exporter": e.exporter,
+                            "error": f"{type(ex).__name__}: {str(ex).strip()[:300]}"})
+            print(f"  setup FAILED: {results[-1]['error']}", flush=True)
+    out = Path(a.out)
+    out.write_text(markdown(results, meta))
+    out.with_suffix(".json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
+    print(f"wrote {out} and {out.with_suffix('.json')}")
+
+
+if __name__ == "__main__":
+    main()
