@@ -194,8 +194,9 @@ def ort_worker(model: str, data: str, n_cal: int, out: str) -> None:
 
 # ---------------------------------------------------------------------------------------------------- one model
 
-def variants(e: zoo.Entry, data: Path, work: Path, n_cal: int, n_eval: int) -> list[tuple[str, list[str], Path]]:
-    q = [sys.executable, "-m", "qlinear", "quantize", str(e.file), "--data", str(data),
+def variants(e: zoo.Entry, data: Path, work: Path, n_cal: int, n_eval: int,
+             model: Path | None = None) -> list[tuple[str, list[str], Path]]:
+    q = [sys.executable, "-m", "qlinear", "quantize", str(model or e.file), "--data", str(data),
          "--calibration-samples", str(n_cal), "--evaluation-samples", str(n_eval)]
     return [
         ("qlinear", q + ["-o", str(work / "ql")], work / "ql" / "model.qdq.onnx"),
@@ -219,7 +220,9 @@ def bench_model(e: zoo.Entry, n_cal: int, n_eval: int) -> dict:
     onnx_inputs = [i.name for i in ort.InferenceSession(str(e.file), providers=["CPUExecutionProvider"]).get_inputs()]
     ref, ms = run_ort(e.file, ev)
     rec["float"] = {"ms": round(ms, 2), "weights": count_weights(e.file), "mb": round(e.file.stat().st_size / 1e6, 2)}
-    for label, cmd, out in variants(e, data, work, n_cal, n_eval):
+    todo = variants(e, data, work, n_cal, n_eval)
+    while todo:
+        label, cmd, out = todo.pop(0)
         run: dict = {}
         ok, dt, err = subprocess_run(cmd, work / (label.replace(" ", "_").replace("-", "") + ".log"))
         run["wall_s"] = round(dt, 1)
@@ -227,14 +230,58 @@ def bench_model(e: zoo.Entry, n_cal: int, n_eval: int) -> dict:
             run["error"] = err
             rec["runs"][label] = run
             print(f"  {label:26s} FAILED {dt:6.1f}s  {err}", flush=True)
+            if label == "qlinear" and "converted" not in rec:
+                retry = retry_converted(e, rec, err, cal + ev, work, n_cal, n_eval)
+                todo = retry[:3] + todo[2:] + retry[3:] if retry else todo
             continue
         run.update(score_onnx(e, out, ev, ref))
-        if label.endswith("tflite"):
-            run["tflite"] = score_tflite(e, out.parent / "model.tflite", ev, ref, onnx_inputs)
+        if "tflite" in label:
+            names = [i.name for i in onnx.load(str(cmd[4]), load_external_data=False).graph.input
+                     if i.name in onnx_inputs]
+            run["tflite"] = score_tflite(e, out.parent / "model.tflite", ev, ref, names)
         rec["runs"][label] = run
         print(f"  {label:26s} {dt:6.1f}s  {json.dumps({k: v for k, v in run.items() if k != 'wall_s'})}",
               flush=True)
     return rec
+
+
+def retry_converted(e: zoo.Entry, rec: dict, err: str, samples: zoo.Samples, work: Path, n_cal: int,
+                    n_eval: int) -> list[tuple[str, list[str], Path]]:
+    """Do what a refusal asks for and quantize that model instead, to see what lies behind the refusal:
+    an opset below 13 -> ``onnx.version_converter`` to 13; a scalar input that a sample file cannot hold ->
+    that input folded into the model as a constant (its value in every sample)."""
+    from onnx import numpy_helper, version_converter
+    if "version_converter" in err:
+        tag, how = "op13", "opset 13 (onnx.version_converter)"
+    elif "is a scalar" in err:
+        tag, how = "scalar const", "scalar inputs folded to constants"
+    else:
+        return []
+    conv = work / f"model.{tag.replace(' ', '_')}.onnx"
+    try:
+        m = onnx.load(str(e.file))
+        if tag == "op13":
+            m = version_converter.convert_version(m, 13)
+        else:
+            scalars = [i.name for i in m.graph.input if len(i.type.tensor_type.shape.dim) == 0]
+            for name in scalars:
+                m.graph.initializer.append(numpy_helper.from_array(samples[0][name], name))
+                m.graph.input.remove(next(i for i in m.graph.input if i.name == name))
+            data = [{k: v for k, v in s.items() if k not in scalars} for s in samples]
+            zoo.write_folder(data, work / "data_noscalar")
+        onnx.save(m, str(conv))
+        ort.InferenceSession(str(conv), providers=["CPUExecutionProvider"])
+    except Exception as ex:  # noqa: BLE001
+        rec["converted"] = f"{how} failed: {type(ex).__name__}: {str(ex).strip().splitlines()[-1][:200]}"
+        print(f"  {rec['converted']}", flush=True)
+        return []
+    rec["converted"] = how
+    print(f"  retrying qlinear on the model with {how}", flush=True)
+    d = work / ("data_noscalar" if tag != "op13" else "data")
+    again = variants(e, d, work, n_cal, n_eval, conv)
+    ort_again = [(again[3][0], again[3][1][:3] + [str(conv)] + again[3][1][4:-1] + [str(work / "ort13.qdq.onnx")],
+                  work / "ort13.qdq.onnx")]
+    return [(f"{lab} [{tag}]", cmd, out) for lab, cmd, out in again[:3] + (ort_again if tag == "op13" else [])]
 
 
 def score_onnx(e: zoo.Entry, out: Path, ev: zoo.Samples, ref: list) -> dict:
@@ -273,6 +320,8 @@ def score_tflite(e: zoo.Entry, path: Path, ev: zoo.Samples, ref: list, onnx_inpu
 def _cell(run: dict | None) -> str:
     if run is None:
         return "-"
+    if run.get("retry"):
+        return f"[{run['retry']}] " + _cell(dict(run, retry=None))
     if "error" in run:
         return f"FAIL ({run['wall_s']} s)"
     if "ort_error" in run:
@@ -284,6 +333,8 @@ def _cell(run: dict | None) -> str:
 def _tfl(run: dict | None) -> str:
     if run is None or "error" in run:
         return "FAIL (quantize)" if run else "-"
+    if run.get("retry"):
+        return f"[{run['retry']}] " + _tfl(dict(run, retry=None))
     tf = run.get("tflite", {})
     if not tf.get("written"):
         return "not written"
@@ -300,7 +351,11 @@ def markdown(results: list[dict], meta: dict) -> str:
         "", "Cells: task fidelity vs the float model on the held-out samples / cosine of the first output, wall time "
         "of the quantization process, weights quantized (q) / left float (f). Fidelity: `top1` agreement, `ctc` same "
         "OCR text, `mask_iou` of the text maps, `det_f1` detections, `vad` same decision. LiteRT: the `.tflite` of "
-        "`--target tflite` run in LiteRT, fidelity / cosine, ms per sample.", "",
+        "`--target tflite` run in LiteRT, fidelity / cosine, ms per sample. `[op13]`: qlinear refused the model's "
+        "opset (11 or 12) and the cell is its run on the model converted with `onnx.version_converter` to 13, as the "
+        "error asks (ORT's own per-channel output of opset 11/12 models is invalid, so ORT also gets the converted "
+        "model there); `[scalar const]`: qlinear refused a scalar model input in the sample files and the cell is "
+        "its run with that input folded into the model as a constant.", "",
         "| model | exporter | task (score) | float: ms, weights | qlinear (report) | qlinear --no-report | "
         "qlinear --target tflite (ONNX) | LiteRT .tflite | ORT quantize_static |",
         "|---|---|---|---|---|---|---|---|---|",
@@ -309,7 +364,14 @@ def markdown(results: list[dict], meta: dict) -> str:
         if "error" in r:
             lines.append(f"| {r['model']} | {r.get('exporter', '')} | | setup FAIL: {r['error']} | | | | | |")
             continue
-        ru = r["runs"]
+        ru = dict(r["runs"])
+        if "ORT quantize_static [op13]" in ru and "ort_error" in ru.get("ORT quantize_static", {}):
+            ru["ORT quantize_static"] = dict(ru["ORT quantize_static [op13]"], retry="op13 (its opset-11/12 "
+                                             "per-channel model is invalid)")
+        for lab in ("qlinear", "qlinear --no-report", "qlinear --target tflite"):
+            for tag in ("op13", "scalar const"):
+                if f"{lab} [{tag}]" in ru:   # refused: the cell shows the run on the model changed as asked
+                    ru[lab] = dict(ru[f"{lab} [{tag}]"], retry=tag)
         fw = r["float"]["weights"]
         lines.append(
             f"| {r['model']} | {r['exporter']} | {r['task'].split(' (')[0]} ({r['score']}) | {r['float']['ms']} ms, "
@@ -339,6 +401,7 @@ def main() -> None:
     ap.add_argument("--eval", type=int, default=32)
     ap.add_argument("--out", default=str(Path(__file__).with_name("zoo-results.md")))
     ap.add_argument("--ort-worker", nargs=4)
+    ap.add_argument("--merge", action="store_true", help="replace these models' rows in the existing JSON")
     a = ap.parse_args()
     if a.ort_worker:
         ort_worker(a.ort_worker[0], a.ort_worker[1], int(a.ort_worker[2]), a.ort_worker[3])
@@ -364,6 +427,11 @@ def main() -> None:
                             "error": f"{type(ex).__name__}: {str(ex).strip()[:300]}"})
             print(f"  setup FAILED: {results[-1]['error']}", flush=True)
     out = Path(a.out)
+    if a.merge and out.with_suffix(".json").exists():
+        old = json.loads(out.with_suffix(".json").read_text())
+        mine = {r["model"]: r for r in results}
+        results = [mine.pop(r["model"], r) for r in old["results"]] + list(mine.values())
+        meta = dict(old["meta"], merged=f"{', '.join(e.name for e in entries)} re-run {meta['date']} at {commit}")
     out.write_text(markdown(results, meta))
     out.with_suffix(".json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
     print(f"wrote {out} and {out.with_suffix('.json')}")
