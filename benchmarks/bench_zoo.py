@@ -27,8 +27,8 @@ import onnx
 import onnxruntime as ort
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import zoo  # noqa: E402
-from _cpu import cpu_flags  # noqa: E402
+import zoo
+from _cpu import cpu_flags
 
 WEIGHT_INPUTS = {"Conv": (1,), "ConvTranspose": (1,), "Gemm": (0, 1), "MatMul": (0, 1), "LSTM": (1, 2),
                  "GRU": (1, 2), "RNN": (1, 2), "Gather": (0,)}   # Gather: embedding tables
@@ -107,7 +107,7 @@ def run_tflite(path: Path, samples: zoo.Samples, onnx_inputs: list[str]) -> tupl
     """Outputs of every sample in LiteRT (NCHW inputs transposed to the model's NHWC, outputs back)."""
     from ai_edge_litert.interpreter import Interpreter
     it = Interpreter(model_path=str(path), num_threads=2)
-    ins, outs_d = it.get_input_details(), it.get_output_details()
+    ins = it.get_input_details()
     if len(ins) != len(onnx_inputs):
         raise RuntimeError(f"tflite has {len(ins)} inputs, the ONNX model {len(onnx_inputs)}")
     res, t0, shapes = [], None, None
@@ -115,10 +115,10 @@ def run_tflite(path: Path, samples: zoo.Samples, onnx_inputs: list[str]) -> tupl
         arrs = []
         for d, name in zip(ins, onnx_inputs):
             a = s[name]
-            if a.ndim == 4 and tuple(d["shape"]) != a.shape and tuple(d["shape"]) == a.transpose(0, 2, 3, 1).shape:
-                a = a.transpose(0, 2, 3, 1)
-            elif a.ndim == 4 and tuple(d["shape_signature"]).count(-1) and len(d["shape"]) == 4 \
-                    and d["shape"][-1] == a.shape[1]:
+            nhwc = a.ndim == 4 and (
+                (tuple(d["shape"]) != a.shape and tuple(d["shape"]) == a.transpose(0, 2, 3, 1).shape)
+                or (-1 in tuple(d["shape_signature"]) and len(d["shape"]) == 4 and d["shape"][-1] == a.shape[1]))
+            if nhwc:
                 a = a.transpose(0, 2, 3, 1)
             arrs.append(np.ascontiguousarray(a))
         if shapes != [a.shape for a in arrs]:
@@ -172,7 +172,7 @@ def subprocess_run(cmd: list[str], log: Path) -> tuple[bool, float, str]:
     env = dict(os.environ)
     t = time.perf_counter()
     try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT, env=env)
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT, env=env, check=False)
     except subprocess.TimeoutExpired:
         return False, time.perf_counter() - t, f"timeout after {TIMEOUT} s"
     dt = time.perf_counter() - t
@@ -350,22 +350,23 @@ def _tfl(run: dict | None) -> str:
 
 
 def markdown(results: list[dict], meta: dict) -> str:
+    head = (f"`python benchmarks/bench_zoo.py --cal {meta['cal']} --eval {meta['eval']}` on {meta['date']}, "
+            f"{meta['machine']}, CPU flags `{meta['cpu']}`, onnxruntime {meta['ort']}, qlinear at `{meta['commit']}`"
+            + (f" ({meta['merged']})." if meta.get("merged") else "."))
+    legend = ("Cells: task fidelity vs the float model on the held-out samples / cosine of the scored output, wall "
+              "time of the quantization process, weights quantized (q) / left float (f). Fidelity: `top1` agreement, "
+              "`ctc` same OCR text, `mask_iou` of the text maps, `det_f1` detections, `vad` same decision, `nn` same "
+              "nearest-neighbour sentence (MiniLM's sentence embedding). LiteRT: the `.tflite` of `--target tflite` "
+              "run in LiteRT, fidelity / cosine, ms per sample. `[op13]`: qlinear refused the model's opset (11 or "
+              "12) and the cell is its run on the model converted with `onnx.version_converter` to 13, as the error "
+              "asks (ORT's own per-channel output of opset 11/12 models is invalid, so ORT also gets the converted "
+              "model there); `[scalar const]`: qlinear refused a scalar model input in the sample files and the cell "
+              "is its run with that input folded into the model as a constant.")
     lines = [
         "# Zoo results: qlinear vs ONNX Runtime `quantize_static` on real pretrained models from PyPI wheels", "",
-        f"`python benchmarks/bench_zoo.py --cal {meta['cal']} --eval {meta['eval']}` on {meta['date']}, "
-        f"{meta['machine']}, CPU flags `{meta['cpu']}`, onnxruntime {meta['ort']}, qlinear at `{meta['commit']}`"
-        + (f" ({meta['merged']})." if meta.get("merged") else "."),
-        "", "Cells: task fidelity vs the float model on the held-out samples / cosine of the first output, wall time "
-        "of the quantization process, weights quantized (q) / left float (f). Fidelity: `top1` agreement, `ctc` same "
-        "OCR text, `mask_iou` of the text maps, `det_f1` detections, `vad` same decision, `nn` same nearest "
-        "neighbour sentence (cosine of the scored output: MiniLM's sentence embedding). LiteRT: the `.tflite` of "
-        "`--target tflite` run in LiteRT, fidelity / cosine, ms per sample. `[op13]`: qlinear refused the model's "
-        "opset (11 or 12) and the cell is its run on the model converted with `onnx.version_converter` to 13, as the "
-        "error asks (ORT's own per-channel output of opset 11/12 models is invalid, so ORT also gets the converted "
-        "model there); `[scalar const]`: qlinear refused a scalar model input in the sample files and the cell is "
-        "its run with that input folded into the model as a constant.", "",
-        "| model | exporter | task (score) | float: ms, weights | qlinear (report) | qlinear --no-report | "
-        "qlinear --target tflite (ONNX) | LiteRT .tflite | ORT quantize_static |",
+        head, "", legend, "",
+        ("| model | exporter | task (score) | float: ms, weights | qlinear (report) | qlinear --no-report | "
+         "qlinear --target tflite (ONNX) | LiteRT .tflite | ORT quantize_static |"),
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
@@ -415,7 +416,7 @@ def main() -> None:
         return
     entries = [zoo.by_name(n) for n in a.models.split(",")] if a.models else list(zoo.MODELS)
     commit = subprocess.run(["git", "-C", str(Path(__file__).parent), "rev-parse", "--short", "HEAD"],
-                            capture_output=True, text=True).stdout.strip()
+                            capture_output=True, text=True, check=False).stdout.strip()
     meta = {"cal": a.cal, "eval": a.eval, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             "machine": f"{os.cpu_count()} cores {platform.machine()}", "cpu": cpu_flags(), "ort": ort.__version__,
             "commit": commit}

