@@ -239,6 +239,8 @@ def bench_model(e: zoo.Entry, n_cal: int, n_eval: int) -> dict:
             if label == "qlinear" and "converted" not in rec:
                 retry = retry_converted(e, rec, err, cal + ev, work, n_cal, n_eval)
                 todo = retry[:3] + todo[2:] + retry[3:] if retry else todo
+            if "--target tflite" in label and "[static]" not in label and "a .tflite needs a static shape" in err:
+                todo = retry_static(rec, label, cmd, work) + todo
             continue
         run.update(score_onnx(e, out, ev, ref))
         if "tflite" in label:
@@ -288,6 +290,38 @@ def retry_converted(e: zoo.Entry, rec: dict, err: str, samples: zoo.Samples, wor
     ort_again = [(again[3][0], again[3][1][:3] + [str(conv)] + again[3][1][4:-1] + [str(work / "ort13.qdq.onnx")],
                   work / "ort13.qdq.onnx")]
     return [(f"{lab} [{tag}]", cmd, out) for lab, cmd, out in again[:3] + (ort_again if tag == "op13" else [])]
+
+
+def retry_static(rec: dict, label: str, cmd: list[str], work: Path) -> list[tuple[str, list[str], Path]]:
+    """The tflite refusal of dynamic dimensions asks for a fixed input size: fix each graph input to the samples'
+    shape (when every sample has the same one) and run ``--target tflite`` again on that model."""
+    from onnx import shape_inference
+    model, data = Path(cmd[4]), Path(cmd[cmd.index("--data") + 1])
+    shapes = {tuple((k, v.shape) for k, v in sorted(np.load(f).items())) for f in sorted(data.glob("*.npz"))}
+    if len(shapes) != 1:
+        rec["static"] = f"not retried: the samples have {len(shapes)} different shapes"
+        print(f"  {rec['static']}", flush=True)
+        return []
+    fixed = dict(shapes.pop())
+    m = onnx.load(str(model))
+    for i in m.graph.input:
+        if i.name in fixed:
+            dims = i.type.tensor_type.shape.dim
+            for d, n in zip(dims, fixed[i.name]):
+                d.Clear()
+                d.dim_value = int(n)
+    try:
+        m = shape_inference.infer_shapes(m)
+    except Exception:  # noqa: BLE001, S110 - inference is a help, not a requirement
+        pass
+    conv = work / "model.static.onnx"
+    onnx.save(m, str(conv))
+    rec["static"] = "inputs fixed to " + ", ".join(f"{k} {list(v)}" for k, v in fixed.items())
+    print(f"  retrying --target tflite with {rec['static']}", flush=True)
+    new = list(cmd)
+    new[4] = str(conv)
+    new[new.index("-o") + 1] = str(work / "qltf_static")
+    return [(label + " [static]", new, work / "qltf_static" / "model.qdq.onnx")]
 
 
 def score_onnx(e: zoo.Entry, out: Path, ev: zoo.Samples, ref: list) -> dict:
@@ -361,7 +395,8 @@ def markdown(results: list[dict], meta: dict) -> str:
               "12) and the cell is its run on the model converted with `onnx.version_converter` to 13, as the error "
               "asks (ORT's own per-channel output of opset 11/12 models is invalid, so ORT also gets the converted "
               "model there); `[scalar const]`: qlinear refused a scalar model input in the sample files and the cell "
-              "is its run with that input folded into the model as a constant.")
+              "is its run with that input folded into the model as a constant; `[static]`: `--target tflite` refused "
+              "dynamic input dimensions and the cell is its run with the inputs fixed to the samples' shape.")
     lines = [
         "# Zoo results: qlinear vs ONNX Runtime `quantize_static` on real pretrained models from PyPI wheels", "",
         head, "", legend, "",
@@ -380,6 +415,9 @@ def markdown(results: list[dict], meta: dict) -> str:
             for tag in ("op13", "scalar const"):
                 if f"{lab} [{tag}]" in ru:   # refused: the cell shows the run on the model changed as asked
                     ru[lab] = dict(ru[f"{lab} [{tag}]"], retry=tag)
+        static = [k for k in ru if k.startswith("qlinear --target tflite") and k.endswith("[static]")]
+        if static:
+            ru["qlinear --target tflite"] = dict(ru[static[0]], retry="static")
         fw = r["float"]["weights"]
         lines.append(
             f"| {r['model']} | {r['exporter']} | {r['task'].split(' (')[0]} ({r['score']}) | {r['float']['ms']} ms, "
