@@ -177,6 +177,8 @@ def subprocess_run(cmd: list[str], log: Path) -> tuple[bool, float, str]:
         return False, time.perf_counter() - t, f"timeout after {TIMEOUT} s"
     dt = time.perf_counter() - t
     log.write_text(f"$ {' '.join(cmd)}\n--- stdout\n{r.stdout}\n--- stderr\n{r.stderr}")
+    if r.returncode < 0:
+        return False, dt, f"crashed: killed by signal {-r.returncode}; last output: {last_error(r.stderr + r.stdout)}"
     if r.returncode != 0:
         return False, dt, last_error(r.stderr + "\n" + r.stdout)
     return True, dt, ""
@@ -316,6 +318,13 @@ def retry_static(rec: dict, label: str, cmd: list[str], work: Path) -> list[tupl
         pass
     conv = work / "model.static.onnx"
     onnx.save(m, str(conv))
+    probe = subprocess.run([sys.executable, "-c", "import onnxruntime as o, sys; o.InferenceSession(sys.argv[1])",
+                            str(conv)], capture_output=True, text=True, check=False)
+    if probe.returncode != 0:
+        rec["static"] = (f"not retried: ONNX Runtime itself fails on the model with fixed input shapes "
+                         f"(exit {probe.returncode}{', a crash' if probe.returncode < 0 else ''})")
+        print(f"  {rec['static']}", flush=True)
+        return []
     rec["static"] = "inputs fixed to " + ", ".join(f"{k} {list(v)}" for k, v in fixed.items())
     print(f"  retrying --target tflite with {rec['static']}", flush=True)
     new = list(cmd)
@@ -437,6 +446,8 @@ def markdown(results: list[dict], meta: dict) -> str:
             tf = run.get("tflite", {})
             if "error" in tf:
                 lines.append(f"* **{r['model']}**, {label} (LiteRT): `{tf['error']}`")
+        if str(r.get("static", "")).startswith("not retried"):
+            lines.append(f"* **{r['model']}**, `--target tflite` with fixed input shapes {r['static']}")
     return "\n".join(lines) + "\n"
 
 
