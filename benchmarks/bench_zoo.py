@@ -35,6 +35,7 @@ WEIGHT_INPUTS = {"Conv": (1,), "ConvTranspose": (1,), "Gemm": (0, 1), "MatMul": 
 INTEGER_OPS = {"ConvInteger", "MatMulInteger", "QLinearConv", "QLinearMatMul", "MatMulNBits"}
 PASS_THROUGH = {"Transpose", "Reshape", "Identity", "Cast", "Squeeze", "Unsqueeze", "Flatten"}
 ort.set_default_logger_severity(3)
+ANALYSIS_MARK = "<!-- analysis: kept across runs -->"
 TIMEOUT = int(os.environ.get("ZOO_TIMEOUT", "1200"))
 
 
@@ -489,7 +490,10 @@ def main() -> None:
         mine = {r["model"]: r for r in results}
         results = [mine.pop(r["model"], r) for r in old["results"]] + list(mine.values())
         meta = dict(old["meta"], merged=f"{', '.join(e.name for e in entries)} re-run {meta['date']} at {commit}")
-    out.write_text(markdown(results, meta))
+    kept = ""   # the hand-written analysis below the marker survives a re-run
+    if out.exists() and ANALYSIS_MARK in out.read_text():
+        kept = out.read_text()[out.read_text().index(ANALYSIS_MARK):]
+    out.write_text(markdown(results, meta) + ("\n" + kept if kept else ""))
     out.with_suffix(".json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
     print(f"wrote {out} and {out.with_suffix('.json')}")
 
