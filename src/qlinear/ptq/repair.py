@@ -17,52 +17,13 @@ report measures the result on the held-out samples.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
 import onnx
 
-from qlinear.errors import ConfigError
-
-METRICS = ("top1_agreement", "cosine_mean", "cosine_min", "sqnr_db")
-
-
-@dataclass(frozen=True)
-class Target:
-    """An accuracy target ``metric >= value`` over every output."""
-
-    metric: str
-    value: float
-
-    @classmethod
-    def parse(cls, text: str, where: str = "accuracy_target") -> "Target":
-        if not isinstance(text, str):
-            raise ConfigError(f"{where}: expected a string such as \"top1_agreement>=0.99\", got {text!r}")
-        m = re.fullmatch(r"\s*([a-z0-9_]+)\s*(>=|=)\s*([-+0-9.eE]+)\s*", text)
-        if not m or m.group(1) not in METRICS:
-            raise ConfigError(f"{where}: {text!r} is not METRIC>=VALUE with METRIC one of {', '.join(METRICS)} "
-                              "(for example \"top1_agreement>=0.99\" or \"sqnr_db>=20\")")
-        try:
-            v = float(m.group(3))
-        except ValueError:
-            raise ConfigError(f"{where}: {m.group(3)!r} is not a number") from None
-        if m.group(1) != "sqnr_db" and not -1 <= v <= 1:
-            raise ConfigError(f"{where}: {m.group(1)} is between -1 and 1 (agreement and cosine are fractions), "
-                              f"got {v}")
-        return cls(m.group(1), v)
-
-    def value_of(self, metrics: dict[str, dict[str, float]]) -> float:
-        """The worst output's value of the metric."""
-        vals = [d[self.metric] for d in metrics.values() if self.metric in d]
-        if not vals:
-            raise ConfigError(f"accuracy_target: no output has the metric {self.metric!r} (top-1 agreement needs a "
-                              "classifier output [N, classes]); use cosine_mean or sqnr_db")
-        return min(vals)
-
-    def __str__(self) -> str:
-        return f"{self.metric}>={self.value:g}"
+from qlinear.ptq.metrics import METRICS, Target
 
 
 @dataclass(frozen=True)
@@ -176,8 +137,8 @@ def run_repair(es: Any, m: onnx.ModelProto, reference: onnx.ModelProto, plan: An
     from qlinear.graph.plan import resolve_inherit
     from qlinear.ptq.bias import correct_biases
     from qlinear.ptq.config import DATA_WEIGHT_METHODS
+    from qlinear.ptq.encode import apply_encodings, int32_biases, weight_encoding
     from qlinear.ptq.evaluate import output_metrics
-    from qlinear.ptq.pipeline import _apply, _weight_encoding, int32_biases
     from qlinear.ptq.session import Session
 
     cfg = tcfg.cfg
@@ -241,7 +202,7 @@ def run_repair(es: Any, m: onnx.ModelProto, reference: onnx.ModelProto, plan: An
                 c = tcfg.weight(t)
                 c = c.replace(weight_type=new, weight_method="minmax" if c.w_method in DATA_WEIGHT_METHODS
                               else c.weight_method)
-                e2[t] = _weight_encoding(t, g_ref.array(t), spec, c)
+                e2[t] = weight_encoding(t, g_ref.array(t), spec, c)
                 restored.append(t)
             else:
                 for name in [t] + inheritors.get(t, []):
@@ -259,7 +220,7 @@ def run_repair(es: Any, m: onnx.ModelProto, reference: onnx.ModelProto, plan: An
 
     def measure(raised: dict[str, str]) -> dict:
         es2, m2 = build(raised)
-        q = _apply(int32_biases(es2, m2, plan), m2)
+        q = apply_encodings(int32_biases(es2, m2, plan), m2)
         sess = Session(q, level="basic", label=f"the quantized {label}", disable_qdq_fusion=True)
         got = {o: np.concatenate([sess.run([o], b)[0] for b in batches]) for o in outputs}
         return {o: output_metrics(float_out[o], got[o], None, o, "repair samples") for o in outputs}

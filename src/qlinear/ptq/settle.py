@@ -1,0 +1,129 @@
+"""Settle a run's configuration before any data is read: :func:`settle` applies the target's rules
+(:mod:`qlinear.ptq.targets`) and the rules per operator to a :class:`~qlinear.ptq.config.QuantizeConfig`.
+
+A default the user did not set is resolved silently (``lpbq`` weights are 4-bit, TFLite activations int8, QNN+LPBQ
+activations uint16). A rule that changes an option the user *requested* (``QuantizeConfig.requested``) is either a
+:class:`~qlinear.errors.ConfigError` naming the option and what to change, or a note that the CLI prints and the
+report repeats. Never silent.
+
+Rules:
+
+* ``lpbq``: 4-bit blocks with 4-bit integer block scales (AIMET's W4 LPBQ): int4 weights, symmetric.
+* ``tflite``: int8 activations (or int16 16x8, zero point 0), int8 symmetric per-channel or per-tensor weights,
+  the ``tflite`` policy; no block quantization, no float8, no weight-only.
+* ``qnn``: unsigned activations, symmetric weights, the ``aimet`` policy; ``lpbq`` defaults to uint16 activations.
+* per operator (needs the model): ONNX Runtime runs a DequantizeLinear -> Conv -> QuantizeLinear group with 8-bit
+  weights and activations as ``QLinearConv``, which takes per-tensor or per-channel weight scales only: blocked
+  8-bit Conv weights are quantized per channel (:func:`per_channel_instead`), with a note.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from qlinear.errors import ConfigError
+from qlinear.ptq.config import QuantizeConfig
+
+EIGHT_BIT = ("int8", "uint8")
+CONV_OPS = ("Conv", "ConvTranspose")
+
+
+def settle(cfg: QuantizeConfig, model: Any = None) -> tuple[QuantizeConfig, list[str]]:
+    """``(cfg_used, notes)``: ``cfg`` with the target's and the operators' rules applied (module docstring).
+    ``model`` (a ``ModelProto``, optional) lets the per-operator rules count what they change."""
+    if not isinstance(cfg, QuantizeConfig):
+        raise ConfigError(f"config: expected a QuantizeConfig, got {type(cfg).__name__}")
+    notes: list[str] = []
+    cfg = _lpbq(cfg)
+    if cfg.target == "tflite":
+        cfg = _tflite(cfg, notes)
+    elif cfg.target == "qnn":
+        cfg = _qnn(cfg, notes)
+    if model is not None and not cfg.weight_only:
+        convs = [w for op, w in _weights(model) if op in CONV_OPS]
+        if convs and per_channel_instead(cfg, "Conv"):
+            notes.append(f"weights {cfg.weights}: {len(convs)} Conv weight(s) quantized per-channel instead (ONNX "
+                         "Runtime runs 8-bit Conv as QLinearConv, which takes no blocked scales); MatMul/Gemm "
+                         f"weights stay {cfg.weights}")
+    return cfg, notes
+
+
+def per_channel_instead(cfg: QuantizeConfig, op: str) -> bool:
+    """Whether a weight of operator ``op`` is quantized per channel although ``cfg`` asks for blocks (module
+    docstring: 8-bit blocked Conv weights with 8-bit activations)."""
+    return (op in CONV_OPS and cfg.weights in ("per-block", "lpbq") and cfg.weight_type in EIGHT_BIT
+            and cfg.activation_type in EIGHT_BIT)
+
+
+def _asked(cfg: QuantizeConfig, name: str) -> bool:
+    return name in cfg.requested
+
+
+def _lpbq(cfg: QuantizeConfig) -> QuantizeConfig:
+    if cfg.weights != "lpbq":
+        return cfg
+    if cfg.weight_type != "int4":
+        if _asked(cfg, "weight_type"):
+            raise ConfigError(f"weight_type: {cfg.weight_type} with weights lpbq; LPBQ is 4-bit blocks with 4-bit "
+                              "block scales: use weight_type int4 (--weight-type int4), or weights per-block for "
+                              f"{cfg.weight_type} blocks")
+        cfg = cfg.settled(weight_type="int4")
+    return cfg
+
+
+def _tflite(cfg: QuantizeConfig, notes: list[str]) -> QuantizeConfig:
+    if cfg.weights in ("per-block", "lpbq"):
+        raise ConfigError(f"weights: {cfg.weights} is not in the TFLite int8 table (no block quantization); use "
+                          "per-channel or per-tensor with target tflite, or target ort/qnn for blocks")
+    if cfg.weight_type != "int8" and _asked(cfg, "weight_type"):
+        raise ConfigError(f"weight_type: {cfg.weight_type} is not available with target tflite (int8 weights); "
+                          "drop --weight-type or use target ort/qnn")
+    if not cfg.weight_symmetric:
+        raise ConfigError("weight_symmetric: false is not available with target tflite (symmetric int8 weights, "
+                          "zero point 0); drop it or use target ort")
+    at = cfg.activation_type
+    if at not in ("uint8", "int8", "uint16", "int16"):
+        raise ConfigError(f"activation_type: {at} is not available with target tflite (int8, or int16 for 16x8); "
+                          "choose int8 or int16")
+    wide = at in ("uint16", "int16")
+    new_at = "int16" if wide else "int8"
+    if new_at != at and _asked(cfg, "activation_type"):
+        notes.append(f"target tflite: activations {new_at} (asked {at}; TFLite's "
+                     f"{'16x8' if wide else 'int8'} table is signed)")
+    if _asked(cfg, "activation_symmetric") and cfg.activation_symmetric != wide:
+        notes.append(f"target tflite: {new_at} activations {'symmetric' if wide else 'asymmetric'} (asked "
+                     f"activation_symmetric {str(cfg.activation_symmetric).lower()})")
+    if _asked(cfg, "policy") and cfg.policy != "tflite":
+        notes.append(f"target tflite: policy tflite (asked {cfg.policy}; the converter's nudged ranges)")
+    eq = cfg.do_equalize
+    if eq and _asked(cfg, "equalize"):
+        notes.append("target tflite: cross-layer equalization only across ReLU (TFLite fuses ReLU6 and has no "
+                     "per-channel clip)")
+    return cfg.settled(activation_type=new_at, weight_type="int8", activation_symmetric=wide, policy="tflite")
+
+
+def _qnn(cfg: QuantizeConfig, notes: list[str]) -> QuantizeConfig:
+    if not cfg.weight_symmetric:
+        raise ConfigError("weight_symmetric: false is not available with target qnn (AIMET's HTP configs use "
+                          "symmetric weights); drop it or use target ort")
+    at = cfg.activation_type
+    if at.startswith("int"):
+        new = "u" + at
+        if _asked(cfg, "activation_type"):
+            notes.append(f"target qnn: activations {new} (asked {at}; AIMET's HTP configs quantize activations "
+                         "unsigned)")
+        at = new
+    if cfg.weights == "lpbq" and at == "uint8" and not _asked(cfg, "activation_type"):
+        at = "uint16"  # AIMET's HTP LPBQ configs: W4A16
+    if _asked(cfg, "policy") and cfg.policy != "aimet":
+        notes.append(f"target qnn: policy aimet (asked {cfg.policy})")
+    return cfg.settled(activation_type=at, policy="aimet")
+
+
+def _weights(model: Any) -> list[tuple[str, str]]:
+    """``(op_type, weight name)`` of every node whose input 1 is an initializer."""
+    inits = {t.name for t in model.graph.initializer}
+    return [(n.op_type, n.input[1]) for n in model.graph.node if len(n.input) > 1 and n.input[1] in inits]
+
+
+__all__ = ["per_channel_instead", "settle"]
