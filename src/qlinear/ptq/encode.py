@@ -132,7 +132,9 @@ def int32_biases(es: EncodingSet, m: onnx.ModelProto, plan: Plan, notes: list[st
             encs[spec.name] = we2
             raised[spec.name] = int(np.sum(ratio > 1))
         if spec.bias:
-            s = C.bias_scale(ie.scale, encs[spec.name].channel_scale(spec.channel_axis, rank))
+            we = encs[spec.name]  # a per-tensor weight has a per-tensor bias (TFLite/XNNPACK require it)
+            ws = we.scale if we.granularity == "per_tensor" else we.channel_scale(spec.channel_axis, rank)
+            s = C.bias_scale(ie.scale, ws)
             encs[spec.bias] = Encoding(spec.bias, "int32", scale=s, axis=0 if s.ndim else None, role="param")
     if raised and notes is not None:
         notes.append(f"raised the weight scale of {sum(raised.values())} channel(s) in {len(raised)} layer(s) so "

@@ -16,16 +16,18 @@
 
 from __future__ import annotations
 
+import io
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import IO, Any, BinaryIO, Callable
 
 import numpy as np
 import onnx
 
 from qlinear.encodings import EncodingSet
-from qlinear.errors import CalibrationError, ConfigError, GraphError, QlinearError
+from qlinear.errors import CalibrationError, ConfigError, GraphError, OutputError, QlinearError
 from qlinear.graph.fold import fold_batchnorm
 from qlinear.graph.model import GraphIndex, check_model, load_model, opset
 from qlinear.graph.plan import Plan, make_plan
@@ -74,23 +76,47 @@ class QuantizedModel:
         corrected, weights moved onto their grid)."""
         return self.encoded_model.graph.SerializeToString() != self.float_model.graph.SerializeToString()
 
-    def save_onnx(self, path: str | Path) -> None:
+    def save_onnx(self, path: str | Path | BinaryIO) -> None:
+        """Write the Q/DQ model to ``path`` (a file path, atomically, or a binary file object)."""
         from qlinear.graph.save import save_model
 
-        save_model(self.model, path)
+        if _is_file(path):
+            if not _is_binary(path):
+                raise OutputError(f"save_onnx: {type(path).__name__} is a text file object; open the file in binary "
+                                  "mode ('wb') or pass a path")
+            path.write(self.model.SerializeToString())
+            return
+        save_model(self.model, _path(path, "save_onnx"))
 
-    def save_encodings(self, path: str | Path, version: str | None = None) -> None:
-        from qlinear.encodings import save
+    def save_encodings(self, path: str | Path | IO, version: str | None = None) -> None:
+        """Write the AIMET encodings (``version``, default 2.0.0) to ``path`` (a file path or a file object)."""
+        from qlinear.encodings import VERSIONS, save
 
-        save(self.encodings, path, version=version or "2.0.0", drop_float=True)
+        version = version or "2.0.0"
+        if version not in VERSIONS:
+            raise ConfigError(f"save_encodings: version {version!r} is not one of {', '.join(VERSIONS)}")
+        if _is_file(path) and _is_binary(path):
+            buf = io.StringIO()
+            save(self.encodings, buf, version=version, drop_float=True)
+            path.write(buf.getvalue().encode("utf-8"))
+            return
+        save(self.encodings, path if _is_file(path) else _path(path, "save_encodings"), version=version,
+             drop_float=True)
 
     def save_tflite(self, path: str | Path, *, float_io: bool = True) -> None:
         """Write the full-integer ``.tflite`` of the model (target ``tflite``; :func:`qlinear.tflite.export`): NHWC
-        float input and output (``float_io=False``: the integers), every parameter the Q/DQ model's own."""
+        float input and output (``float_io=False``: the integers), every parameter the Q/DQ model's own. A model
+        that breaks the TFLite int8 rules (:func:`qlinear.ptq.targets.check_tflite`) is refused."""
         from qlinear._atomic import write_bytes
         from qlinear.tflite.export import export
 
-        write_bytes(path, export(self.model, float_io=float_io))
+        p = _path(path, "save_tflite")
+        bad = targets.check_tflite(self.model)
+        if bad:
+            raise GraphError(f"save_tflite: the model (target {self.config.target}) breaks {len(bad)} TFLite rule(s): "
+                             + "; ".join(str(v) for v in bad[:5]) + (" ..." if len(bad) > 5 else "")
+                             + "; quantize with target tflite")
+        write_bytes(p, export(self.model, float_io=float_io))
 
     def held_out(self) -> tuple[int, int]:
         """``(start, stop)`` of the samples the report evaluates: the ones after the calibration samples, or the
@@ -127,6 +153,8 @@ class QuantizedModel:
 
         if encodings_version not in VERSIONS:
             raise ConfigError(f"encodings version {encodings_version!r}: expected one of {', '.join(VERSIONS)}")
+        if not isinstance(outdir, (str, os.PathLike, OutputFolder)):
+            raise OutputError(f"save: expected an output folder path, got {type(outdir).__name__}")
         folder = outdir if isinstance(outdir, OutputFolder) else OutputFolder(outdir)
         folder.check()
         rep = self.report(progress=progress) if report else None
@@ -147,6 +175,21 @@ class QuantizedModel:
                 write_text(stage / "report.html", to_html(self, rep))
             written = sorted(p.name for p in stage.iterdir())
         return written
+
+
+def _is_file(x: Any) -> bool:
+    return callable(getattr(x, "write", None))
+
+
+def _is_binary(f: Any) -> bool:
+    return isinstance(f, (io.RawIOBase, io.BufferedIOBase)) or "b" in str(getattr(f, "mode", ""))
+
+
+def _path(x: Any, what: str) -> Path:
+    if not isinstance(x, (str, os.PathLike)):
+        raise OutputError(f"{what}: expected a file path{' or a file object' if what != 'save_tflite' else ''}, "
+                          f"got {type(x).__name__}")
+    return Path(x)
 
 
 def load_checked(model: Any) -> tuple[onnx.ModelProto, str]:
