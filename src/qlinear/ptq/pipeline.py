@@ -35,7 +35,7 @@ from qlinear.ptq import targets
 from qlinear.ptq.config import DATA_WEIGHT_METHODS, QuantizeConfig
 from qlinear.ptq.data import Dataset, ImagePreprocess, load_dataset, model_inputs
 from qlinear.ptq.encode import TensorConfigs, apply_encodings, build_encodings, int32_biases
-from qlinear.ptq.settle import settle
+from qlinear.ptq.settle import placement_for, settle
 
 Progress = Callable[[str, int], Callable[[int], None]]
 
@@ -390,15 +390,6 @@ def _integer_check(qm: onnx.ModelProto, notes: list[str]) -> Any:
     if not ic.ok:
         notes.append(f"WARNING: {ic}")
     return ic
-
-
-def placement_for(cfg: QuantizeConfig, m: onnx.ModelProto) -> str:
-    """``cfg.placement`` with ``auto`` resolved: ``matmul`` for transformer graphs on target ort, else ``all``."""
-    if cfg.placement != "auto":
-        return cfg.placement
-    from qlinear.graph.plan import is_transformer
-
-    return "matmul" if cfg.target == "ort" and is_transformer(m) else "all"
 
 
 def qtype_bits(name: str) -> int:

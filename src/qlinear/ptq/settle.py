@@ -12,9 +12,10 @@ Rules:
 * ``tflite``: int8 activations (or int16 16x8, zero point 0), int8 symmetric per-channel or per-tensor weights,
   the ``tflite`` policy; no block quantization, no float8, no weight-only.
 * ``qnn``: unsigned activations, symmetric weights, the ``aimet`` policy; ``lpbq`` defaults to uint16 activations.
-* per operator (needs the model): ONNX Runtime runs a DequantizeLinear -> Conv -> QuantizeLinear group with 8-bit
-  weights and activations as ``QLinearConv``, which takes per-tensor or per-channel weight scales only: blocked
-  8-bit Conv weights are quantized per channel (:func:`per_channel_instead`), with a note.
+* per operator (needs the model; ``placement`` ``auto`` is resolved): ONNX Runtime runs a DequantizeLinear -> Conv
+  -> QuantizeLinear group with 8-bit weights and activations as ``QLinearConv``, and a MatMul whose output stays
+  float (``matmul`` placement) as ``MatMulIntegerToFloat``; both take per-tensor or per-channel weight scales only:
+  such blocked 8-bit weights are quantized per channel (:func:`per_channel_instead`), with a note.
 """
 
 from __future__ import annotations
@@ -39,20 +40,37 @@ def settle(cfg: QuantizeConfig, model: Any = None) -> tuple[QuantizeConfig, list
         cfg = _tflite(cfg, notes)
     elif cfg.target == "qnn":
         cfg = _qnn(cfg, notes)
+    if model is not None and cfg.target == "tflite":
+        _tflite_model(model, cfg)
     if model is not None and not cfg.weight_only:
-        convs = [w for op, w in _weights(model) if op in CONV_OPS]
-        if convs and per_channel_instead(cfg, "Conv"):
-            notes.append(f"weights {cfg.weights}: {len(convs)} Conv weight(s) quantized per-channel instead (ONNX "
-                         "Runtime runs 8-bit Conv as QLinearConv, which takes no blocked scales); MatMul/Gemm "
-                         f"weights stay {cfg.weights}")
+        cfg = cfg.settled(placement=placement_for(cfg, model))
+        ws = _weights(model)
+        convs = [w for op, w in ws if per_channel_instead(cfg, op)]
+        if convs:
+            kinds = sorted({op for op, w in ws if per_channel_instead(cfg, op)})
+            notes.append(f"weights {cfg.weights}: {len(convs)} {'/'.join(kinds)} weight(s) quantized per-channel "
+                         f"instead (ONNX Runtime runs 8-bit {'/'.join(kinds)} with 8-bit activations as "
+                         "QLinearConv/MatMulInteger, which take no blocked scales)")
     return cfg, notes
 
 
 def per_channel_instead(cfg: QuantizeConfig, op: str) -> bool:
     """Whether a weight of operator ``op`` is quantized per channel although ``cfg`` asks for blocks (module
-    docstring: 8-bit blocked Conv weights with 8-bit activations)."""
-    return (op in CONV_OPS and cfg.weights in ("per-block", "lpbq") and cfg.weight_type in EIGHT_BIT
-            and cfg.activation_type in EIGHT_BIT)
+    docstring: 8-bit blocked weights with 8-bit activations on Conv, and on MatMul/Gemm with ``matmul`` placement,
+    where ONNX Runtime fuses them into MatMulIntegerToFloat)."""
+    if cfg.weights not in ("per-block", "lpbq") or cfg.weight_type not in EIGHT_BIT \
+            or cfg.activation_type not in EIGHT_BIT:
+        return False
+    return op in CONV_OPS or (op in ("MatMul", "Gemm") and cfg.placement == "matmul")
+
+
+def placement_for(cfg: QuantizeConfig, m: Any) -> str:
+    """``cfg.placement`` with ``auto`` resolved: ``matmul`` for transformer graphs on target ort, else ``all``."""
+    if cfg.placement != "auto":
+        return cfg.placement
+    from qlinear.graph.plan import is_transformer
+
+    return "matmul" if cfg.target == "ort" and is_transformer(m) else "all"
 
 
 def _asked(cfg: QuantizeConfig, name: str) -> bool:
@@ -102,6 +120,26 @@ def _tflite(cfg: QuantizeConfig, notes: list[str]) -> QuantizeConfig:
     return cfg.settled(activation_type=new_at, weight_type="int8", activation_symmetric=wide, policy="tflite")
 
 
+def _tflite_model(model: Any, cfg: QuantizeConfig) -> None:
+    """What the ``.tflite`` export needs of the float model: static input shapes (but the batch) and operators it
+    writes (:data:`qlinear.tflite.SUPPORTED`, BatchNormalization folds away), none left in float."""
+    from qlinear.tflite import SUPPORTED
+
+    inits = {t.name for t in model.graph.initializer}
+    for v in model.graph.input:
+        dims = v.type.tensor_type.shape.dim
+        if v.name not in inits and any(not d.HasField("dim_value") for d in list(dims)[1:]):
+            raise ConfigError(f"target: tflite needs static input shapes, input {v.name!r} has a dynamic dimension "
+                              "after the batch; export the ONNX model with a fixed input size or use target ort")
+    bad = sorted({n.op_type for n in model.graph.node} - set(SUPPORTED) - {"BatchNormalization"})
+    if bad:
+        raise ConfigError(f"target: tflite cannot express operator(s) {', '.join(bad)} (the TFLite export writes "
+                          f"{', '.join(SUPPORTED)}); use target ort or qnn")
+    if cfg.exclude_nodes or cfg.exclude_op_types:
+        raise ConfigError("exclude_nodes / exclude_op_types: a full-integer .tflite has no float layers; drop them "
+                          "or use target ort or qnn")
+
+
 def _qnn(cfg: QuantizeConfig, notes: list[str]) -> QuantizeConfig:
     if not cfg.weight_symmetric:
         raise ConfigError("weight_symmetric: false is not available with target qnn (AIMET's HTP configs use "
@@ -126,4 +164,4 @@ def _weights(model: Any) -> list[tuple[str, str]]:
     return [(n.op_type, n.input[1]) for n in model.graph.node if len(n.input) > 1 and n.input[1] in inits]
 
 
-__all__ = ["per_channel_instead", "settle"]
+__all__ = ["per_channel_instead", "placement_for", "settle"]
