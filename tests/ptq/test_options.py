@@ -285,3 +285,25 @@ def test_efficientnet_matrix(shared_dir: Path, tmp_path: Path, monkeypatch: pyte
                                                               np.float32)})
         if t == "tflite":
             _run_litert(qm, tmp_path)
+
+
+def test_cli_refuses_before_work_and_titles_the_settled_settings(tmp_path: Path, capsys, monkeypatch) -> None:
+    import json
+
+    from qlinear.cli.main import EXIT_ERROR, EXIT_OK, main
+
+    count = _SessionCount(monkeypatch)
+    out = tmp_path / "o"
+    t0 = time.perf_counter()
+    rc = main(["quantize", "-o", str(out), "--target", "tflite", "--weights", "per-block", "--weight-type", "int4"])
+    # no ONNX Runtime session, no output; the time includes the first import of the CLI stack (typer, rich)
+    assert rc == EXIT_ERROR and count.n == 0 and time.perf_counter() - t0 < 3.0 and not out.exists()
+    assert "per-block is not in the TFLite int8 table" in capsys.readouterr().err
+    rc = main(["quantize", "-o", str(out), "--target", "qnn", "--weights", "lpbq", "--activation-type", "int8",
+               "--calibration-samples", "4", "--evaluation-samples", "4"])
+    text = " ".join(capsys.readouterr().out.split())  # the title may wrap
+    assert rc == EXIT_OK
+    assert "int4 weights lpbq (block 32), uint8 activations" in text and "asked int8" in text, text
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["config"]["activation_type"] == "uint8" and rep["config"]["weight_type"] == "int4"
+    assert "activation_type" in rep["requested"] and any("asked int8" in n for n in rep["notes"])
