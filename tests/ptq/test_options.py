@@ -13,6 +13,8 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 from tiny_models import encoder_data, tiny_encoder
 
@@ -307,3 +309,33 @@ def test_cli_refuses_before_work_and_titles_the_settled_settings(tmp_path: Path,
     rep = json.loads((out / "report.json").read_text())
     assert rep["config"]["activation_type"] == "uint8" and rep["config"]["weight_type"] == "int4"
     assert "activation_type" in rep["requested"] and any("asked int8" in n for n in rep["notes"])
+
+
+_SETTLE_KEYS = {"target": TARGETS, "weights": WEIGHTS, "weight_type": ("int8", "uint8", "int4", "uint4", "int16"),
+                "activation_type": ("uint8", "int8", "uint16", "int16", "float8e4m3fn", "float"),
+                "weight_symmetric": (True, False), "activation_symmetric": (True, False),
+                "policy": ("aimet", "onnxruntime", "tflite")}
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.sampled_from(sorted(_SETTLE_KEYS)), st.integers(0, 5), max_size=5))
+def test_settle_never_changes_a_requested_option_silently(picks: dict) -> None:
+    req = {k: _SETTLE_KEYS[k][i % len(_SETTLE_KEYS[k])] for k, i in picks.items()}
+    try:
+        cfg = QuantizeConfig(**req)
+        used, notes = settle(cfg, conv_bn())
+    except ConfigError as e:
+        assert str(e) and "\n" not in str(e)
+        return
+    text = " | ".join(notes)
+    for k, v in req.items():
+        if getattr(used, k) != v:
+            val = str(v).lower() if isinstance(v, bool) else v
+            assert f"asked {val}" in text or f"asked {k} {val}" in text, (k, v, getattr(used, k), notes)
+    assert settle(used, conv_bn()) == (used, [n for n in notes if "per-channel instead" in n])  # idempotent
+    if used.target == "tflite":
+        assert used.weight_type == "int8" and used.activation_type in ("int8", "int16") and used.weight_symmetric
+    if used.target == "qnn":
+        assert not used.activation_type.startswith("int")
+    if used.weights == "lpbq":
+        assert used.weight_type == "int4"
