@@ -49,7 +49,9 @@ class QuantizeConfig:
         policy: range-to-parameters rule (``aimet``, ``onnxruntime``, ``tflite``); the target may impose one.
         percentile: for the percentile method.
         exclude_nodes / exclude_op_types: left in float.
-        target: ``ort``, ``tflite`` or ``qnn``.
+        target: ``ort``, ``tflite`` or ``qnn``; its rules settle the other options before any work
+            (:func:`qlinear.ptq.settle.settle`: defaults resolved silently, a requested option changed only with a note,
+            or refused). :attr:`requested` lists the options set by the caller.
         equalize: cross-layer equalization before calibration (default on for per-tensor weights).
         bias_correction: correct the mean output shift that weight quantization causes (default on).
         quantize_outputs: put Q/DQ on graph outputs too (default True).
