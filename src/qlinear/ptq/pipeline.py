@@ -27,7 +27,7 @@ import numpy as np
 import onnx
 
 from qlinear.encodings import EncodingSet
-from qlinear.errors import CalibrationError, ConfigError, GraphError, OutputError, QlinearError
+from qlinear.errors import CalibrationError, ConfigError, GraphError, OutputError
 from qlinear.graph.fold import fold_batchnorm
 from qlinear.graph.model import GraphIndex, check_model, load_model, opset
 from qlinear.graph.plan import Plan, make_plan
@@ -366,20 +366,15 @@ def _calibrate(run: _Run, reference: onnx.ModelProto, placement: str) -> Quantiz
 
 def _finish(es: EncodingSet, m: onnx.ModelProto, cfg: QuantizeConfig, label: str, notes: list[str]) -> onnx.ModelProto:
     """The Q/DQ model, checked: it loads in ONNX Runtime at its default level; for target tflite it keeps the TFLite
-    rules (:func:`~qlinear.ptq.targets.check_tflite`) and its ``.tflite`` can be written."""
+    rules (:func:`~qlinear.ptq.targets.check_tflite`; what the export needs of the graph was checked before work,
+    :func:`qlinear.ptq.settle.settle`)."""
     qm = apply_encodings(es, m)
     _check_loads(qm, label)
     if cfg.target == "tflite":
-        from qlinear.tflite.export import export
-
         bad = targets.check_tflite(qm)
         if bad:
             raise GraphError(f"{label}: the quantized model breaks the TFLite rules ({len(bad)}): "
                              + "; ".join(str(v) for v in bad[:3]) + "; please report this with the model")
-        try:
-            export(qm)
-        except QlinearError as e:
-            raise GraphError(f"{label}: the quantized model cannot be written as .tflite: {e}") from None
     return qm
 
 
