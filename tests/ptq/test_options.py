@@ -114,7 +114,8 @@ def _check_changes_noted(requested: dict, qm) -> None:
         used = getattr(qm.config, k)
         if used != v:
             assert f"asked {v}" in notes, f"{k}: asked {v}, used {used}, no note: {notes}"
-    if requested.get("weights") in ("per-block", "lpbq") and not qm.config.weight_only:
+    if requested.get("weights") in ("per-block", "lpbq") and qm.config.weights == requested["weights"] \
+            and not qm.config.weight_only:
         convs = {n.input[1] for n in qm.reference_model.graph.node if n.op_type == "Conv"}
         per_ch = [e.name for e in qm.encodings if e.name in convs and e.granularity == "per_channel"]
         if per_ch:
@@ -163,8 +164,8 @@ def test_refusals_name_the_fix() -> None:
     m = conv_bn()
     with pytest.raises(ConfigError, match="weight_type: int4 is not available with target tflite"):
         settle(QuantizeConfig(target="tflite", weight_type="int4"), m)
-    with pytest.raises(ConfigError, match="per-block is not in the TFLite int8 table"):
-        settle(QuantizeConfig(target="tflite", weights="per-block"), m)
+    with pytest.raises(ConfigError, match="lpbq .int4 blocks. is not in the TFLite int8 table"):
+        settle(QuantizeConfig(target="tflite", weights="lpbq"), m)
     with pytest.raises(ConfigError, match="use weight_type int4"):
         settle(QuantizeConfig(weights="lpbq", weight_type="int8"), m)
     with pytest.raises(ConfigError, match="unknown option.*bogus"):
@@ -181,6 +182,8 @@ def test_defaults_resolve_silently_requested_changes_are_noted() -> None:
     assert used.activation_type == "uint8" and any("asked int8" in n for n in notes)
     used, notes = settle(QuantizeConfig(target="tflite"), m)
     assert used.activation_type == "int8" and notes == []
+    used, notes = settle(QuantizeConfig(target="tflite", weights="per-block"), m)
+    assert used.weights == "per-channel" and any("asked per-block" in n for n in notes)
     used, notes = settle(QuantizeConfig(target="tflite", activation_type="uint16"), m)
     assert used.activation_type == "int16" and any("asked uint16" in n for n in notes)
     used, notes = settle(QuantizeConfig(weights="per-block", block_size=16), m)
@@ -300,7 +303,7 @@ def test_cli_refuses_before_work_and_titles_the_settled_settings(tmp_path: Path,
     rc = main(["quantize", "-o", str(out), "--target", "tflite", "--weights", "per-block", "--weight-type", "int4"])
     # no ONNX Runtime session, no output; the time includes the first import of the CLI stack (typer, rich)
     assert rc == EXIT_ERROR and count.n == 0 and time.perf_counter() - t0 < 3.0 and not out.exists()
-    assert "per-block is not in the TFLite int8 table" in capsys.readouterr().err
+    assert "weight_type: int4 is not available with target tflite" in capsys.readouterr().err
     rc = main(["quantize", "-o", str(out), "--target", "qnn", "--weights", "lpbq", "--activation-type", "int8",
                "--calibration-samples", "4", "--evaluation-samples", "4"])
     text = " ".join(capsys.readouterr().out.split())  # the title may wrap

@@ -9,8 +9,9 @@ report repeats. Never silent.
 Rules:
 
 * ``lpbq``: 4-bit blocks with 4-bit integer block scales (AIMET's W4 LPBQ): int4 weights, symmetric.
-* ``tflite``: int8 activations (or int16 16x8, zero point 0), int8 symmetric per-channel or per-tensor weights,
-  the ``tflite`` policy; no block quantization, no float8, no weight-only.
+* ``tflite``: int8 activations (or int16 16x8, zero point 0), int8 symmetric per-channel or per-tensor weights
+  (``per-block`` becomes per-channel, with a note; ``lpbq`` and other weight types are refused), the ``tflite``
+  policy; no float8, no weight-only; static input shapes and operators the ``.tflite`` export writes.
 * ``qnn``: unsigned activations, symmetric weights, the ``aimet`` policy; ``lpbq`` defaults to uint16 activations.
 * per operator (needs the model; ``placement`` ``auto`` is resolved): ONNX Runtime runs a DequantizeLinear -> Conv
   -> QuantizeLinear group with 8-bit weights and activations as ``QLinearConv``, and a MatMul whose output stays
@@ -90,9 +91,14 @@ def _lpbq(cfg: QuantizeConfig) -> QuantizeConfig:
 
 
 def _tflite(cfg: QuantizeConfig, notes: list[str]) -> QuantizeConfig:
-    if cfg.weights in ("per-block", "lpbq"):
-        raise ConfigError(f"weights: {cfg.weights} is not in the TFLite int8 table (no block quantization); use "
+    if cfg.weights == "lpbq":
+        raise ConfigError("weights: lpbq (int4 blocks) is not in the TFLite int8 table (no block quantization); use "
                           "per-channel or per-tensor with target tflite, or target ort/qnn for blocks")
+    weights = cfg.weights
+    if weights == "per-block":  # TFLite has no blocks: per-channel, the finest grid it has
+        notes.append("target tflite: weights per-channel (asked per-block; the TFLite int8 table has no block "
+                     "quantization)")
+        weights = "per-channel"
     if cfg.weight_type != "int8" and _asked(cfg, "weight_type"):
         raise ConfigError(f"weight_type: {cfg.weight_type} is not available with target tflite (int8 weights); "
                           "drop --weight-type or use target ort/qnn")
@@ -117,7 +123,8 @@ def _tflite(cfg: QuantizeConfig, notes: list[str]) -> QuantizeConfig:
     if eq and _asked(cfg, "equalize"):
         notes.append("target tflite: cross-layer equalization only across ReLU (TFLite fuses ReLU6 and has no "
                      "per-channel clip)")
-    return cfg.settled(activation_type=new_at, weight_type="int8", activation_symmetric=wide, policy="tflite")
+    return cfg.settled(activation_type=new_at, weight_type="int8", activation_symmetric=wide, policy="tflite",
+                       weights=weights)
 
 
 def _tflite_model(model: Any, cfg: QuantizeConfig) -> None:
