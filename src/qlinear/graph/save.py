@@ -1,4 +1,5 @@
-"""Writing ONNX models atomically (external data for models over 2 GB)."""
+"""Writing ONNX models atomically, and the one rule deciding external data (used by :func:`save_model` and by the
+weight-only writer, :mod:`qlinear.ptq.weightonly.writer`)."""
 
 from __future__ import annotations
 
@@ -9,18 +10,27 @@ import onnx
 
 from qlinear._atomic import atomic_open
 
-_PROTO_LIMIT = 2**31 - 1
+#: a model (or, for the streaming weight-only writer, its tensors) above this many bytes is written with external
+#: data: half protobuf's 2 GiB limit, leaving room for the graph and for the tensors a writer adds
+EXTERNAL_ABOVE = 1 << 30
+#: with external data, tensors of at most this many bytes stay inline in the model file
+INLINE_MAX = 1024
+
+
+def needs_external(nbytes: int) -> bool:
+    """Whether a model of ``nbytes`` (serialized size, or its tensors' bytes) is written with external data."""
+    return nbytes > EXTERNAL_ABOVE
 
 
 def save_model(m: onnx.ModelProto, path: str | os.PathLike) -> None:
-    """Serialize ``m`` to ``path`` via a temp file + rename; models past protobuf's 2 GB limit get external data
-    (``<name>.data`` next to it)."""
+    """Serialize ``m`` to ``path`` via a temp file + rename; models past :data:`EXTERNAL_ABOVE` get external data
+    (``<name>.data`` next to it, tensors over :data:`INLINE_MAX` bytes)."""
     p = Path(path)
-    if m.ByteSize() < _PROTO_LIMIT:
+    if not needs_external(m.ByteSize()):
         data = m.SerializeToString()
         with atomic_open(p, "wb") as f:
             f.write(data)
         return
     tmp = p.with_name(f".{p.name}.tmp")
-    onnx.save_model(m, str(tmp), save_as_external_data=True, location=p.name + ".data", size_threshold=1024)
+    onnx.save_model(m, str(tmp), save_as_external_data=True, location=p.name + ".data", size_threshold=INLINE_MAX)
     os.replace(tmp, p)

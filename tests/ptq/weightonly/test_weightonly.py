@@ -38,7 +38,7 @@ def _sess(path, *, level=ort.GraphOptimizationLevel.ORT_ENABLE_ALL, acc=None, op
 def _write(model, tmp_path, cfg, data=None, name="m.onnx"):
     wm = qlinear.quantize(model, data, {**WO, **cfg})
     p = tmp_path / name
-    wm.write_onnx(p)
+    wm.save_onnx(p)
     onnx.checker.check_model(str(p))
     return wm, p
 
@@ -224,7 +224,7 @@ def test_external_data_in_and_out(tmp_path):
     assert "model.qdq.onnx.data" in files
     a = _sess(tmp_path / "out" / "model.qdq.onnx").run(None, d)[0]
     mem = qlinear.quantize(m, None, WO)
-    mem.write_onnx(tmp_path / "inline.onnx")
+    mem.save_onnx(tmp_path / "inline.onnx")
     b = _sess(tmp_path / "inline.onnx").run(None, d)[0]
     np.testing.assert_array_equal(a, b)
     bad = tmp_path / "bad"
@@ -234,6 +234,42 @@ def test_external_data_in_and_out(tmp_path):
     os.remove(bad / "lm.onnx.data")
     with pytest.raises(QlinearError):
         qlinear.quantize(bad / "lm.onnx", None, WO).save(tmp_path / "o2", report=False)
+
+
+def test_one_result_type_with_the_full_integer_protocol(tmp_path):
+    """quantize() returns a QuantizedModel in weight-only mode too: save_onnx (path or binary file object, both
+    output formats), save_encodings (1.0.0 and 2.0.0, validated against the float model; 0.6.1 has no blocks), save_tflite refused,
+    report() and held_out() on data."""
+    import io
+
+    from qlinear.encodings import VERSIONS
+    from qlinear.errors import OutputError, UnsupportedError
+    from qlinear.ptq import QuantizedModel
+
+    m, d = tiny_lm(), lm_data()
+    wm = qlinear.quantize(m, d, {**WO, "calibration_samples": 8, "evaluation_samples": 4})
+    assert isinstance(wm, QuantizedModel) and not wm.rewritten
+    buf = io.BytesIO()
+    assert wm.save_onnx(buf) == ["model.qdq.onnx"]
+    wm.save_onnx(tmp_path / "p.onnx")
+    assert buf.getvalue() == (tmp_path / "p.onnx").read_bytes()
+    with pytest.raises(OutputError, match="binary"):
+        wm.save_onnx(io.StringIO())
+    wm.save_onnx(tmp_path / "n.onnx", output_format="matmulnbits")
+    ops = {n.op_type for n in onnx.load(str(tmp_path / "n.onnx")).graph.node}
+    assert "MatMulNBits" in ops
+    with pytest.raises(QlinearError, match="per-block encodings cannot be expressed in 0.6.1"):
+        wm.save_encodings(tmp_path / "old.encodings", version="0.6.1")
+    for v in sorted(set(VERSIONS) - {"0.6.1"}):
+        wm.save_encodings(tmp_path / f"e{v}.encodings", version=v)
+        es = load(tmp_path / f"e{v}.encodings")
+        assert len(es) == len(wm.encodings) and validate(es, m).ok
+    with pytest.raises(UnsupportedError, match="save_tflite: a weight-only model"):
+        wm.save_tflite(tmp_path / "m.tflite")
+    assert not (tmp_path / "m.tflite").exists()
+    assert wm.held_out() == (0, 4)  # round to nearest fits nothing: the first samples are held out
+    rep = wm.report()
+    assert rep.samples == 4 and 0.9 < rep.outputs["logits"]["cosine_mean"] <= 1.0
 
 
 def test_config_errors():

@@ -22,17 +22,18 @@ from __future__ import annotations
 
 import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, BinaryIO, Callable
 
 import numpy as np
 import onnx
 
 from qlinear.calibration.policies import lpbq as lpbq_decompose
 from qlinear.encodings import Encoding, EncodingSet
-from qlinear.errors import ConfigError, GraphError
+from qlinear.errors import ConfigError, GraphError, OutputError, UnsupportedError
+from qlinear.graph.save import needs_external
 from qlinear.ptq.config import QuantizeConfig
+from qlinear.ptq.result import QuantizedModel, is_binary, is_file, path_of
 from qlinear.ptq.weightonly.grids import BlockQuant, padded, quantize_blocks, quantize_rtn
 from qlinear.ptq.weightonly.plan import Linear, find_linears
 from qlinear.ptq.weightonly.tensors import Tensors
@@ -41,7 +42,6 @@ from qlinear.ptq.weightonly.writer import WeightResult, Writer
 #: operators with a weight (input 1) that full-integer quantization would quantize
 WEIGHT_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm", "LSTM", "GRU", "RNN", "Attention")
 Progress = Callable[[str, int], Callable[[int], None]]
-EXTERNAL_ABOVE = 1 << 30   # write external data when the output's tensors exceed 1 GiB (protobuf's limit is 2 GiB)
 
 
 def load_graph(model: Any) -> tuple[onnx.ModelProto, Path | None, str]:
@@ -70,24 +70,31 @@ def grid_for(cfg: QuantizeConfig) -> str:
     return "symmetric" if cfg.weights == "lpbq" or cfg.target == "qnn" else "full"
 
 
-@dataclass
-class WeightOnlyModel:
-    """Result of a weight-only run; :meth:`save` writes it (same interface as :class:`~qlinear.ptq.QuantizedModel`)."""
+class WeightOnlyModel(QuantizedModel):
+    """The :class:`~qlinear.ptq.QuantizedModel` of a weight-only run: the float graph (external data not loaded),
+    its tensors and the quantized weights' results, streamed to the file one tensor at a time by :meth:`save_onnx`
+    (the Q/DQ or MatMulNBits model is never whole in memory). ``save_tflite`` is refused: activations stay float."""
 
-    graph: onnx.ModelProto
-    tensors: Tensors
-    results: list[WeightResult]
-    found: dict[str, Encoding]   # weight -> encoding, filled as weights are quantized (lazily for round to nearest)
-    config: QuantizeConfig
-    label: str
-    source: Any
-    dataset: Any = None
-    timings: dict[str, float] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
-    decisions: list[dict] = field(default_factory=list)
-    skipped: dict[str, str] = field(default_factory=dict)
-    integer_check: Any = None
-    _report: Any = None
+    def __init__(self, graph: onnx.ModelProto, tensors: Tensors, results: list[WeightResult],
+                 found: dict[str, Encoding], config: QuantizeConfig, label: str, source: Any, dataset: Any = None,
+                 timings: dict[str, float] | None = None, notes: list[str] | None = None, *,
+                 skipped: dict[str, str] | None = None) -> None:
+        self.graph, self.tensors, self.results = graph, tensors, results
+        self.found = found  # weight -> encoding, filled as weights are quantized (lazily for round to nearest)
+        self.config, self.label, self.source, self.dataset = config, label, source, dataset
+        self.timings = {} if timings is None else timings
+        self.notes = [] if notes is None else notes
+        self.skipped = {} if skipped is None else skipped
+        self.decisions: list[dict] = []
+        self.integer_check = None
+        self._report = None
+
+    __eq__ = object.__eq__
+    __hash__ = object.__hash__
+
+    def __repr__(self) -> str:
+        return (f"WeightOnlyModel({self.label}: {len(self.results)} weights, {self.config.weight_type} "
+                f"{self.config.weights}, {self.config.output_format})")
 
     @property
     def encodings(self) -> EncodingSet:
@@ -101,26 +108,50 @@ class WeightOnlyModel:
                            producer={"package": "qlinear", "version": __version__}, version="2.0.0")
 
     @property
+    def rewritten(self) -> bool:
+        return False  # weight-only changes no float parameter: the encodings apply to the input model
+
+    @property
     def model_file(self) -> str:
         return "model.matmulnbits.onnx" if self.config.output_format == "matmulnbits" else "model.qdq.onnx"
 
-    def write_onnx(self, path: str | Path, *, output_format: str | None = None,
-                   external: bool | None = None) -> list[str]:
-        """Write the quantized model to ``path`` (and ``path.data`` with external data: by default when the input
-        had external data or the output's tensors pass 1 GiB). Returns the file names."""
-        p = Path(path)
+    def save_onnx(self, path: str | Path | BinaryIO, *, output_format: str | None = None,
+                  external: bool | None = None) -> list[str]:
+        """Write the quantized model to ``path`` (a file path, or a binary file object: then without external
+        data) and ``path.data`` with external data (by default when the input had external data or the tensors pass
+        :func:`qlinear.graph.save.needs_external`); ``output_format`` ``qdq`` or ``matmulnbits`` (default: the
+        config's). Returns the file names written."""
+        if is_file(path):
+            if not is_binary(path):
+                raise OutputError(f"save_onnx: {type(path).__name__} is a text file object; open the file in binary "
+                                  "mode ('wb') or pass a path")
+            if external:
+                raise OutputError("save_onnx: external data needs a file path (the .data file is written beside "
+                                  "it), not a file object")
+            with tempfile.TemporaryDirectory() as d:
+                names = self.save_onnx(Path(d) / self.model_file, output_format=output_format, external=False)
+                path.write((Path(d) / names[0]).read_bytes())
+            return names
+        p = path_of(path, "save_onnx")
         if external is None:
             total = sum(self.tensors.nbytes(t.name) for t in self.graph.graph.initializer)
-            external = self.tensors.external or total > EXTERNAL_ABOVE
+            external = self.tensors.external or needs_external(total)
         w = Writer(self.graph, self.tensors, self.results, output_format or self.config.output_format)
         return w.write(p, external=external)
 
+    write_onnx = save_onnx  #: the former name of :meth:`save_onnx`
+
+    def save_tflite(self, path: str | Path, *, float_io: bool = True) -> None:
+        raise UnsupportedError("save_tflite: a weight-only model (activation_type float) keeps float activations "
+                               "and a full-integer .tflite needs them quantized; quantize with activation_type "
+                               "int8 and target tflite, or save the ONNX model (save_onnx)")
+
     @property
     def model(self) -> onnx.ModelProto:
-        """The quantized model in memory (small models; large ones: :meth:`write_onnx`)."""
+        """The quantized model in memory (small models; large ones: :meth:`save_onnx`)."""
         with tempfile.TemporaryDirectory() as d:
             p = Path(d) / "m.onnx"
-            self.write_onnx(p, external=False)
+            self.save_onnx(p, external=False)
             return onnx.load(str(p))
 
     def held_out(self) -> tuple[int, int]:
@@ -140,7 +171,7 @@ class WeightOnlyModel:
             if model_path is None:
                 with tempfile.TemporaryDirectory() as d:
                     p = Path(d) / self.model_file
-                    self.write_onnx(p)
+                    self.save_onnx(p)
                     self._report = _evaluate(self, p, samples, progress)
             else:
                 self._report = _evaluate(self, model_path, samples, progress)
@@ -150,7 +181,7 @@ class WeightOnlyModel:
              progress: Callable[[int], None] | None = None) -> list[str]:
         """Write ``model.qdq.onnx`` (or ``model.matmulnbits.onnx``, with ``.data`` when external), ``model.encodings``
         and, with ``report`` and data, ``report.json``/``report.html``, as one transaction."""
-        from qlinear.encodings import VERSIONS, save
+        from qlinear.encodings import VERSIONS
         from qlinear.outdir import OutputFolder
 
         if encodings_version not in VERSIONS:
@@ -159,9 +190,9 @@ class WeightOnlyModel:
         folder.check()
         with folder.transaction() as stage:
             t0 = time.perf_counter()
-            self.write_onnx(stage / self.model_file)
+            self.save_onnx(stage / self.model_file)
             self.timings["write"] = time.perf_counter() - t0
-            save(self.encodings, stage / "model.encodings", version=encodings_version)
+            self.save_encodings(stage / "model.encodings", version=encodings_version)
             if report and self.dataset is not None and self.config.evaluation_samples:
                 rep = self.report(progress=progress, model_path=stage / self.model_file)
                 from qlinear._atomic import write_text

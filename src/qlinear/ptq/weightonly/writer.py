@@ -13,7 +13,8 @@ Two forms, with the same dequantized weights bit for bit (both compute ``(q - z)
   uint8 ``[N, ceil(n_blocks * bits / 8)]`` packed the same way, attributes ``K``, ``N``, ``bits``, ``block_size``);
   a weight that also feeds other nodes (a tied embedding's ``Gather``) keeps a ``DequantizeLinear`` for them.
 
-Initializers are written in graph order; with ``external`` the tensors over 1 KiB go to ``<model file>.data``
+Initializers are written in graph order; with ``external`` the tensors over ``INLINE_MAX`` (1 KiB,
+:mod:`qlinear.graph.save`, the rule every writer of qlinear follows) go to ``<model file>.data``
 (ONNX external data, offsets aligned to 64 bytes), each computed, written and dropped before the next, so memory
 holds one tensor at a time; the original model's external tensors are copied byte for byte.
 """
@@ -31,12 +32,12 @@ import onnx
 from onnx import helper, numpy_helper
 
 from qlinear.errors import ConfigError, GraphError
+from qlinear.graph.save import INLINE_MAX
 from qlinear.ptq.weightonly.grids import BlockQuant, n_blocks
 from qlinear.ptq.weightonly.plan import Linear
 from qlinear.ptq.weightonly.tensors import Tensors, external_info
 
 FORMATS = ("qdq", "matmulnbits")
-INLINE_MAX = 1024
 #: int2 is stored on the int4 grid (exact; ONNX Runtime has no int2 DequantizeLinear), as qlinear.graph.apply does
 _STORAGE = {"int4": ml_dtypes.int4, "uint4": ml_dtypes.uint4, "int8": np.int8, "uint8": np.uint8,
             "int2": ml_dtypes.int4, "uint2": ml_dtypes.uint4}
