@@ -324,7 +324,7 @@ HEADLINE: dict[str, str | None] = {"classifier": "top1_agreement", "probability"
                                    "embedding": "cosine_mean", "generic": "sqnr_db", "integer": "exact_match",
                                    "passthrough": None}
 EMBEDDING_HINTS = ("embed", "hidden", "pool", "feature", "encod", "vector", "represent")
-FEW = 16  #: at most this many values per sample in [0, 1]: a probability / score output
+FEW = 4  #: at most this many values per sample, all in [0, 1]: a probability / score output
 
 
 def untouched_outputs(m: Any) -> set[str]:
