@@ -156,3 +156,21 @@ def test_kind_metrics_with_samples_of_different_shapes():
     qa[0][:, 1] = -qa[0][:, 1]
     r = kind_metrics("generic", fa, qa, [3], None, "state", "src")
     assert r["cosine_min"] == pytest.approx(-1.0) and r["cosine_mean"] == pytest.approx(1 / 3)
+
+
+def test_mean_pooled_sentence_embedding_is_not_a_classifier():
+    """A sentence encoder's mean pooling (ReduceSum / Div, then a one-input Concat, as MiniLM exports it) under a
+    bare numeric name: an embedding judged by cosine, not top-1 agreement."""
+    rng = np.random.default_rng(4)
+    W = (rng.standard_normal((8, 24)) / 3).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["h"]),
+             helper.make_node("ReduceSum", ["h", "ax1"], ["s"], keepdims=0),
+             helper.make_node("Div", ["s", "len"], ["mean"]),
+             helper.make_node("Concat", ["mean"], ["461"], axis=1)]
+    m = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 8])],
+               [helper.make_tensor_value_info("461", TensorProto.FLOAT, ["batch", 24])],
+               {"W": W, "ax1": np.array([1], np.int64), "len": np.array(6, np.float32)})
+    x = rng.standard_normal((40, 6, 8)).astype(np.float32)
+    rep = qlinear.quantize(m, {"x": x}, dict(calibration_samples=20, evaluation_samples=20)).report()
+    assert rep.kinds["461"] == "embedding" and rep.headlines["461"] == "cosine_mean"
+    assert "top1_agreement" not in rep.outputs["461"]

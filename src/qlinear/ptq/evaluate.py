@@ -168,10 +168,10 @@ def evaluate(qm: Any, *, samples: int | None = None, progress: Callable[[int], N
                                 lo, hi, _sqnr(seen[e.name].sig, seen[e.name].noise)))
     ranking = [s.name for s in sorted(stats, key=lambda s: s.sqnr_db)]
     labels = None if ds.labels is None else ds.labels[start:stop]
-    untouched = untouched_outputs(qm.model)
+    untouched, producers = untouched_outputs(qm.model), output_producers(ref)
     res, kinds, heads = {}, {}, {}
     for o in outputs:
-        kinds[o] = output_kind(o, out_f[o], counts, passthrough=o in untouched)
+        kinds[o] = output_kind(o, out_f[o], counts, passthrough=o in untouched, producer=producers.get(o, ""))
         res[o] = kind_metrics(kinds[o], out_f[o], out_q[o], counts, labels, o, ds.source)
         heads[o] = HEADLINE[kinds[o]]
         if kinds[o] == "passthrough":
@@ -324,6 +324,9 @@ HEADLINE: dict[str, str | None] = {"classifier": "top1_agreement", "probability"
                                    "embedding": "cosine_mean", "generic": "sqnr_db", "integer": "exact_match",
                                    "passthrough": None}
 EMBEDDING_HINTS = ("embed", "hidden", "pool", "feature", "encod", "vector", "represent")
+#: operators that make an embedding (pooling, normalization), seen through data movement from a graph output
+EMBEDDING_OPS = ("Div", "ReduceMean", "ReduceSum", "ReduceL2", "LpNormalization", "LayerNormalization")
+_MOVES = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Cast", "Transpose", "Concat")
 FEW = 4  #: at most this many values per sample, all in [0, 1]: a probability / score output
 
 
@@ -353,6 +356,27 @@ def untouched_outputs(m: Any) -> set[str]:
     return out
 
 
+def output_producers(m: Any) -> dict[str, str]:
+    """The operator that computes each graph output of ``m``, seen through data movement (Reshape, Flatten, a
+    one-input Concat, ...)."""
+    prod = {o: nd for nd in m.graph.node for o in nd.output}
+    inits = {t.name for t in m.graph.initializer}
+    out = {}
+    for o in m.graph.output:
+        t, op = o.name, ""
+        for _ in range(16):
+            nd = prod.get(t)
+            if nd is None:
+                break
+            op = nd.op_type
+            data = [i for i in nd.input if i and i not in inits]
+            if op not in _MOVES or not data or (op == "Concat" and len(data) != 1):
+                break
+            t = data[0]
+        out[o.name] = op
+    return out
+
+
 def _rows(x: np.ndarray, b: int) -> np.ndarray:
     """``x`` as ``[samples, values]``: the first axis of size ``b`` (the batch) moved to the front, or one row."""
     for ax, d in enumerate(x.shape):
@@ -374,11 +398,13 @@ def _classes(xs: list[np.ndarray], counts: list[int]) -> int:
     return c.pop() if len(c) == 1 and min(c) > 1 else 0
 
 
-def output_kind(name: str, xs: list[np.ndarray], counts: list[int], *, passthrough: bool = False) -> str:
+def output_kind(name: str, xs: list[np.ndarray], counts: list[int], *, passthrough: bool = False,
+                producer: str = "") -> str:
     """The kind of a graph output from the float model's values ``xs`` (one array per batch of ``counts``
-    samples): ``passthrough`` / ``integer`` (integer dtype), ``classifier`` (softmax rows, or ``[N, classes]`` that
-    is neither unit-norm nor named like an embedding), ``probability`` (values in [0, 1], at most ``FEW`` per
-    sample), ``embedding`` (unit-norm rows or an embedding-like name) or ``generic``."""
+    samples) and the operator that computes it (:func:`output_producers`): ``passthrough`` / ``integer`` (integer
+    dtype), ``classifier`` (softmax rows, or ``[N, classes]`` that is not unit-norm, not named like an embedding and
+    not computed by a pooling or normalization, ``EMBEDDING_OPS``), ``probability`` (values in [0, 1], at most
+    ``FEW`` per sample), ``embedding`` (unit-norm rows, an embedding-like name or operator) or ``generic``."""
     if not xs or xs[0].dtype.kind in "biu":
         return "passthrough" if passthrough or not xs else "integer"
     if not all(x.size for x in xs):
@@ -391,7 +417,7 @@ def output_kind(name: str, xs: list[np.ndarray], counts: list[int], *, passthrou
         return "classifier"
     if unit and max(r.shape[1] for r in rows) <= FEW:
         return "probability"
-    hint = any(h in name.lower() for h in EMBEDDING_HINTS)
+    hint = any(h in name.lower() for h in EMBEDDING_HINTS) or producer in EMBEDDING_OPS
     normed = all(np.allclose(np.linalg.norm(r, axis=1), 1.0, atol=1e-3) for r in rows) and \
         min(r.shape[1] for r in rows) > 1
     if classes and not hint and not normed:
