@@ -174,3 +174,34 @@ def test_mean_pooled_sentence_embedding_is_not_a_classifier():
     rep = qlinear.quantize(m, {"x": x}, dict(calibration_samples=20, evaluation_samples=20)).report()
     assert rep.kinds["461"] == "embedding" and rep.headlines["461"] == "cosine_mean"
     assert "top1_agreement" not in rep.outputs["461"]
+
+
+def test_mixed_range_output_is_judged_per_part():
+    """Boxes in pixels next to scores in [0, 1] in one output ``[batch, 5, 6]``: the SQNR of the whole is the
+    boxes' alone; the report gives each part's and judges by the worst."""
+    rng = np.random.default_rng(5)
+    w = {"Wb": (rng.standard_normal((8, 20)) / 3).astype(np.float32),
+         "Ws": (rng.standard_normal((8, 10)) / 3).astype(np.float32),
+         "px": np.array(300, np.float32), "sb": np.array([-1, 5, 4], np.int64), "ss": np.array([-1, 5, 2], np.int64)}
+    nodes = [helper.make_node("MatMul", ["x", "Wb"], ["b0"]), helper.make_node("Mul", ["b0", "px"], ["b1"]),
+             helper.make_node("Reshape", ["b1", "sb"], ["boxes"]),
+             helper.make_node("MatMul", ["x", "Ws"], ["s0"]), helper.make_node("Sigmoid", ["s0"], ["s1"]),
+             helper.make_node("Reshape", ["s1", "ss"], ["scores"]),
+             helper.make_node("Concat", ["boxes", "scores"], ["det"], axis=-1)]
+    m = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
+               [helper.make_tensor_value_info("det", TensorProto.FLOAT, ["batch", 5, 6])], w)
+    x = rng.standard_normal((40, 8)).astype(np.float32)
+    qm = qlinear.quantize(m, {"x": x}, dict(calibration_samples=20, evaluation_samples=20))
+    rep = qm.report()
+    r = rep.outputs["det"]
+    assert rep.kinds["det"] == "mixed" and rep.headlines["det"] == "sqnr_db_worst_part"
+    assert {"sqnr_db[0:4]", "sqnr_db[4:6]"} <= set(r)
+    f, q = _run(m, {"x": x[20:]})["det"].astype(np.float64), _run(qm.model, {"x": x[20:]})["det"].astype(np.float64)
+
+    def sqnr(a, b):
+        return 10 * np.log10(np.sum(a ** 2) / np.sum((a - b) ** 2))
+
+    assert r["sqnr_db[0:4]"] == pytest.approx(sqnr(f[..., :4], q[..., :4]), abs=1.0)
+    assert r["sqnr_db[4:6]"] == pytest.approx(sqnr(f[..., 4:], q[..., 4:]), abs=1.0)
+    assert r["sqnr_db_worst_part"] == min(r["sqnr_db[0:4]"], r["sqnr_db[4:6]"])
+    assert r["sqnr_db"] == pytest.approx(sqnr(f, q), abs=1.0)

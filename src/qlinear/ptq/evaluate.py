@@ -4,7 +4,8 @@
   values): ``classifier`` (``[N, classes]`` logits or softmax rows: top-1 agreement, top-1 accuracy when labels are
   known, cosine, SQNR), ``probability`` (values in [0, 1], a few per sample: agreement of the decisions at 0.5 and
   SQNR), ``embedding`` (unit-norm rows or an embedding/hidden-state name: cosine, SQNR), ``generic`` (cosine, SQNR),
-  ``integer`` (exact match) and ``passthrough`` (an integer output no quantizer reaches: skipped, with a note). The
+  ``mixed`` (channels of very different ranges along the last axis, such as boxes next to scores: SQNR per part of
+  similar range, judged by the worst part, :func:`range_parts`), ``integer`` (exact match) and ``passthrough`` (an integer output no quantizer reaches: skipped, with a note). The
   metric of its kind is the output's headline (``Report.headlines``). Metrics are accumulated batch by batch, so
   samples of different shapes (a dynamic sequence length) are compared sample by sample and aggregated;
 * **per-tensor SQNR** of each activation's own quantization, ``10 log10(sum x^2 / sum (x - DQ(Q(x)))^2)`` with ``x``
@@ -321,7 +322,8 @@ def output_metrics(a: np.ndarray, b: np.ndarray, labels: list[int] | None, name:
 # --------------------------------------------------------------------------------------------- metrics by output kind
 #: the metric that judges each kind of output (None: not judged)
 HEADLINE: dict[str, str | None] = {"classifier": "top1_agreement", "probability": "decision_agreement",
-                                   "embedding": "cosine_mean", "generic": "sqnr_db", "integer": "exact_match",
+                                   "embedding": "cosine_mean", "generic": "sqnr_db", "mixed": "sqnr_db_worst_part",
+                                   "integer": "exact_match",
                                    "passthrough": None}
 EMBEDDING_HINTS = ("embed", "hidden", "pool", "feature", "encod", "vector", "represent")
 #: operators that make an embedding (pooling, normalization), seen through data movement from a graph output
@@ -422,7 +424,27 @@ def output_kind(name: str, xs: list[np.ndarray], counts: list[int], *, passthrou
         min(r.shape[1] for r in rows) > 1
     if classes and not hint and not normed:
         return "classifier"
-    return "embedding" if hint or normed else "generic"
+    if hint or normed:
+        return "embedding"
+    return "mixed" if len(range_parts(xs)) > 1 else "generic"
+
+
+def range_parts(xs: list[np.ndarray], *, ratio: float = 100.0, max_channels: int = 128) -> list[tuple[int, int]]:
+    """Channel runs ``[a, b)`` along the last axis of an output whose channels span very different ranges (boxes in
+    pixels next to scores in [0, 1]): consecutive channels within a factor of 10 of the run's first form a part.
+    One part (``[(0, C)]``) unless the largest channel range is ``ratio`` times the smallest."""
+    c = xs[0].shape[-1] if xs[0].ndim >= 2 else 0
+    if not 2 <= c <= max_channels or any(x.ndim < 2 or x.shape[-1] != c for x in xs):
+        return [(0, c)]
+    r = np.max([np.abs(x.reshape(-1, c)).max(0) for x in xs], axis=0).astype(np.float64)
+    if not np.all(r > 0) or r.max() < ratio * r.min():
+        return [(0, c)]
+    lg, parts, a = np.log10(r), [], 0
+    for i in range(1, c):
+        if abs(lg[i] - lg[a]) >= 1:
+            parts.append((a, i))
+            a = i
+    return parts + [(a, c)]
 
 
 def kind_metrics(kind: str, fa: list[np.ndarray], qa: list[np.ndarray], counts: list[int],
@@ -448,6 +470,15 @@ def kind_metrics(kind: str, fa: list[np.ndarray], qa: list[np.ndarray], counts: 
         r["cosine_mean"], r["cosine_min"] = float(np.mean(cos)), float(np.min(cos))
     r["sqnr_db"] = _sqnr(sum(float(np.sum(a ** 2)) for a in rows_f),
                          sum(float(np.sum((a - b) ** 2)) for a, b in zip(rows_f, rows_q)))
+    if kind == "mixed":
+        worst = float("inf")
+        for lo, hi in range_parts(fa):
+            pf = [a[..., lo:hi].astype(np.float64) for a in fa]
+            pq = [b[..., lo:hi].astype(np.float64) for b in qa]
+            v = _sqnr(sum(float(np.sum(a ** 2)) for a in pf), sum(float(np.sum((a - b) ** 2)) for a, b in zip(pf, pq)))
+            r[f"sqnr_db[{lo}:{hi}]"] = v
+            worst = min(worst, v)
+        r["sqnr_db_worst_part"] = worst
     return r
 
 
