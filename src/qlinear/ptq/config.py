@@ -6,12 +6,14 @@ naming the key and what would fix it. A config file is JSON (or TOML on Python >
 
 from __future__ import annotations
 
+import inspect
 import json
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
 from qlinear.errors import ConfigError
+from qlinear.ptq.metrics import Target
 
 WEIGHT_TYPES = ("int8", "uint8", "int4", "uint4", "int2", "int16", "float8e4m3fn")
 #: ``float``: weight-only quantization (:mod:`qlinear.ptq.weightonly`), activations stay float
@@ -47,7 +49,9 @@ class QuantizeConfig:
         policy: range-to-parameters rule (``aimet``, ``onnxruntime``, ``tflite``); the target may impose one.
         percentile: for the percentile method.
         exclude_nodes / exclude_op_types: left in float.
-        target: ``ort``, ``tflite`` or ``qnn``.
+        target: ``ort``, ``tflite`` or ``qnn``; its rules settle the other options before any work
+            (:func:`qlinear.ptq.settle.settle`: defaults resolved silently, a requested option changed only with a note,
+            or refused). :attr:`requested` lists the options set by the caller.
         equalize: cross-layer equalization before calibration (default on for per-tensor weights).
         bias_correction: correct the mean output shift that weight quantization causes (default on).
         quantize_outputs: put Q/DQ on graph outputs too (default True).
@@ -167,8 +171,6 @@ class QuantizeConfig:
                 raise ConfigError(f"{name}: expected true or false, got {getattr(self, name)!r}")
         self._check_overrides()
         if self.accuracy_target is not None:
-            from qlinear.ptq.repair import Target
-
             Target.parse(self.accuracy_target)
             if self.target == "tflite":
                 raise ConfigError("accuracy_target: precision repair is not available with target tflite (a "
@@ -216,8 +218,24 @@ class QuantizeConfig:
     def do_equalize(self) -> bool:
         return self.weights == "per-tensor" if self.equalize is None else self.equalize
 
+    @property
+    def requested(self) -> frozenset[str]:
+        """The options the user set (constructor keywords, dict or file keys, :meth:`replace` changes): the target
+        rules may resolve the others silently, a change of these is an error or a note
+        (:func:`qlinear.ptq.settle.settle`)."""
+        return self.__dict__.get("_requested", frozenset())
+
     def replace(self, **changes: Any) -> "QuantizeConfig":
-        return replace(self, **changes)
+        """A copy with ``changes``, which count as requested."""
+        new = replace(self, **changes)
+        object.__setattr__(new, "_requested", self.requested | frozenset(changes))
+        return new
+
+    def settled(self, **changes: Any) -> "QuantizeConfig":
+        """A copy with ``changes`` that qlinear's rules made (what was requested stays as it was)."""
+        new = replace(self, **changes)
+        object.__setattr__(new, "_requested", self.requested)
+        return new
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], *, source: str = "config") -> "QuantizeConfig":
@@ -262,6 +280,33 @@ class QuantizeConfig:
                 raise ConfigError(f"{p}: invalid JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
         return cls.from_dict(d, source=str(p))
 
-    def to_dict(self) -> dict[str, Any]:
-        return {f.name: (list(v) if isinstance(v := getattr(self, f.name), tuple) else v) for f in fields(self)}
+    def to_dict(self, *, requested_only: bool = False) -> dict[str, Any]:
+        """The options as a dict (``requested_only``: only the ones the user set)."""
+        return {f.name: (list(v) if isinstance(v := getattr(self, f.name), tuple) else v) for f in fields(self)
+                if not requested_only or f.name in self.requested}
+
+
+_FIELDS = tuple(f.name for f in fields(QuantizeConfig))
+_dataclass_init = QuantizeConfig.__init__
+
+
+def _init(self: QuantizeConfig, *args: Any, **kwargs: Any) -> None:
+    """The dataclass ``__init__``, with unknown or surplus options as :class:`ConfigError` and the set options
+    recorded (:attr:`QuantizeConfig.requested`)."""
+    unknown = sorted(set(kwargs) - set(_FIELDS))
+    if unknown:
+        raise ConfigError(f"QuantizeConfig: unknown option(s) {', '.join(unknown)}; known options: "
+                          f"{', '.join(sorted(_FIELDS))}")
+    if len(args) > len(_FIELDS):
+        raise ConfigError(f"QuantizeConfig: {len(args)} positional options given, it has {len(_FIELDS)}; pass "
+                          "options by name")
+    both = sorted(set(_FIELDS[:len(args)]) & set(kwargs))
+    if both:
+        raise ConfigError(f"QuantizeConfig: option(s) {', '.join(both)} given twice (by position and by name)")
+    object.__setattr__(self, "_requested", frozenset(_FIELDS[:len(args)]) | frozenset(kwargs))
+    _dataclass_init(self, *args, **kwargs)
+
+
+_init.__signature__ = inspect.signature(_dataclass_init)  # type: ignore[attr-defined]
+QuantizeConfig.__init__ = _init  # type: ignore[method-assign]
 

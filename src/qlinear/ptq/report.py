@@ -25,8 +25,10 @@ def _finite(v: Any) -> Any:
 
 
 def to_json(qm: Any, rep: Report) -> str:
-    """The report as strict JSON (non-finite numbers, e.g. the SQNR of an exactly represented tensor, are null)."""
-    doc = {"config": qm.config.to_dict(), "notes": qm.notes, "timings": qm.timings,
+    """The report as strict JSON (non-finite numbers, e.g. the SQNR of an exactly represented tensor, are null):
+    ``config`` is the configuration used (settled for the target), ``requested`` the options the user set, ``notes``
+    every change the target's rules made to them."""
+    doc = {"config": qm.config.to_dict(), "requested": sorted(getattr(qm.config, "requested", ())), "notes": qm.notes, "timings": qm.timings,
            "encodings": len(qm.encodings), "report": rep.to_dict(), "decisions": list(qm.decisions),
            "integer_check": None if qm.integer_check is None else {
                "ok": qm.integer_check.ok, "layers": [lc.as_dict() for lc in qm.integer_check.layers]}}

@@ -38,6 +38,8 @@ from qlinear.ptq.weightonly.plan import Linear, find_linears
 from qlinear.ptq.weightonly.tensors import Tensors
 from qlinear.ptq.weightonly.writer import WeightResult, Writer
 
+#: operators with a weight (input 1) that full-integer quantization would quantize
+WEIGHT_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm", "LSTM", "GRU", "RNN", "Attention")
 Progress = Callable[[str, int], Callable[[int], None]]
 EXTERNAL_ABOVE = 1 << 30   # write external data when the output's tensors exceed 1 GiB (protobuf's limit is 2 GiB)
 
@@ -269,15 +271,16 @@ def _encoding(r: WeightResult, bq: BlockQuant) -> Encoding:
 
 
 def quantize_weights(model: Any, data: Any, cfg: QuantizeConfig, *, progress: Progress | None = None,
-                     preprocess: Any = None) -> WeightOnlyModel:
-    """Weight-only quantization of ``model`` (path or ModelProto) with ``cfg`` (``activation_type: "float"``)."""
+                     preprocess: Any = None, notes: list[str] | None = None) -> WeightOnlyModel:
+    """Weight-only quantization of ``model`` (path or ModelProto) with ``cfg`` (``activation_type: "float"``);
+    ``notes``: the run's notes so far (the settled configuration's, :func:`qlinear.ptq.settle.settle`)."""
     from qlinear.ptq.data import load_dataset, model_inputs
 
     t_all = time.perf_counter()
     m, base, label = load_graph(model)
     tensors = Tensors(m, base, label)
     linears, skipped = find_linears(m, exclude_nodes=cfg.exclude_nodes, exclude_op_types=cfg.exclude_op_types)
-    notes: list[str] = []
+    notes = list(notes or [])
     by_weight: dict[str, list[Linear]] = {}
     for lin in linears:
         same = by_weight.setdefault(lin.weight, [])
@@ -352,13 +355,27 @@ def quantize_weights(model: Any, data: Any, cfg: QuantizeConfig, *, progress: Pr
         results.append(r)
     timings["quantize"] = time.perf_counter() - t0
     timings["total"] = time.perf_counter() - t_all
+    notes.append(coverage_note(m, set(by_weight), skipped))
+    return WeightOnlyModel(m, tensors, results, found, cfg, label, model, ds, timings, notes, skipped=skipped)
+
+
+def coverage_note(m: onnx.ModelProto, quantized: set[str], skipped: dict[str, str]) -> str:
+    """``quantized N of M weights; left float: ...``: the weights weight-only quantization covers (MatMul/Gemm) and
+    the kinds it leaves in float (other operators' weights, skipped MatMul/Gemm with the reason)."""
+    inits = {t.name for t in m.graph.initializer}
+    other: dict[str, set[str]] = {}
+    for n in m.graph.node:
+        if n.op_type in WEIGHT_OPS and n.op_type not in ("MatMul", "Gemm") and len(n.input) > 1 \
+                and n.input[1] in inits and n.input[1] not in quantized:
+            other.setdefault(n.op_type, set()).add(n.input[1])
     reasons: dict[str, int] = {}
     for why in skipped.values():
         reasons[why] = reasons.get(why, 0) + 1
-    if skipped:
-        notes.append(f"{len(results)} weights quantized; left in float: "
-                     + ", ".join(f"{v} MatMul/Gemm ({k})" for k, v in list(reasons.items())[:4]))
-    return WeightOnlyModel(m, tensors, results, found, cfg, label, model, ds, timings, notes, skipped=skipped)
+    left = [f"{len(v)} {op} weight(s) (weight-only covers MatMul/Gemm)" for op, v in sorted(other.items())]
+    left += [f"{v} MatMul/Gemm ({k})" for k, v in list(reasons.items())[:4]]
+    total = len(quantized) + sum(len(v) for v in other.values()) + len(skipped)
+    return f"weight-only: quantized {len(quantized)} of {total} weights" + (
+        "; left float: " + ", ".join(left) if left else "")
 
 
 def _recompute(tensors: Tensors, r: WeightResult, bits: int, grid: str, method: str,
