@@ -250,3 +250,24 @@ def test_report_with_samples_of_different_lengths(tmp_path):
         assert outs[name]["cosine_mean"] == pytest.approx(np.mean(cos[name]), abs=2e-3)
         assert outs[name]["cosine_min"] == pytest.approx(np.min(cos[name]), abs=5e-3)
         assert outs[name]["kind"] in ("generic", "embedding", "classifier")
+
+
+def test_folder_samples_with_a_scalar_input(tmp_path):
+    """One ``.npz`` per sample holding the scalar ``sr`` as a scalar (the silero-vad layout, refused before with
+    "input 'sr' is a scalar; expected an array shaped like the model input []")."""
+    m = with_scalar()
+    rng = np.random.default_rng(7)
+    d = tmp_path / "data"
+    d.mkdir()
+    xs = rng.standard_normal((16, 1, H)).astype(np.float32)
+    for i, x in enumerate(xs):
+        np.savez(d / f"{i:04d}.npz", x=x, sr=np.array(16000))
+    qm = qlinear.quantize(m, d, dict(calibration_samples=8, evaluation_samples=8))
+    assert [f["sr"].shape for f in qm.dataset.batches(0, 3, 8)] == [()] * 3   # per sample: one sample a batch
+    rep = qm.report()
+    f = _ort(m, {"x": xs[8:, 0], "sr": np.array(16000)})[0].astype(np.float64)
+    q = _ort(qm.model, {"x": xs[8:, 0], "sr": np.array(16000)})[0].astype(np.float64)
+    assert rep.outputs["y"]["sqnr_db"] == pytest.approx(10 * np.log10(np.sum(f ** 2) / np.sum((f - q) ** 2)), abs=1.0)
+    np.savez(d / "0003.npz", x=xs[3], sr=np.array([16000, 8000]))
+    with pytest.raises(DataError, match=r"0003\.npz: input 'sr' has shape \[2\], the model expects rank 0"):
+        qlinear.quantize(m, d, dict(calibration_samples=8, evaluation_samples=8))
