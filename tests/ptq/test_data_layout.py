@@ -271,3 +271,17 @@ def test_folder_samples_with_a_scalar_input(tmp_path):
     np.savez(d / "0003.npz", x=xs[3], sr=np.array([16000, 8000]))
     with pytest.raises(DataError, match=r"0003\.npz: input 'sr' has shape \[2\], the model expects rank 0"):
         qlinear.quantize(m, d, dict(calibration_samples=8, evaluation_samples=8))
+
+
+def test_accuracy_target_with_samples_of_different_lengths(tmp_path):
+    """Precision repair judges on calibration samples of different lengths too (per batch, no np.concatenate)."""
+    m = sequence_model()
+    rng = np.random.default_rng(8)
+    d = tmp_path / "data"
+    d.mkdir()
+    for i, n in enumerate([5, 9, 5, 14, 7, 7, 20, 3, 11, 6, 8, 12]):
+        np.savez(d / f"{i:03d}.npz", x=rng.standard_normal((n, 8)).astype(np.float32))
+    qm = qlinear.quantize(m, d, dict(calibration_samples=8, evaluation_samples=4, batch_size=4,
+                                     accuracy_target="sqnr_db>=60", repair_samples=4))
+    assert any("accuracy target" in n for n in qm.notes)
+    assert qm.report().outputs["h"]["sqnr_db"] > 20

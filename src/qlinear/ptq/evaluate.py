@@ -294,9 +294,15 @@ def _outputs(qm: Any, engine: str, outputs: list[str], start: int, stop: int,
     return out_f, out_q, counts
 
 
-def output_metrics(a: np.ndarray, b: np.ndarray, labels: list[int] | None, name: str,
-                   source: str) -> dict[str, float]:
-    """Agreement of a quantized output ``b`` with the float output ``a`` (and accuracy against ``labels``)."""
+def output_metrics(a: np.ndarray | list[np.ndarray], b: np.ndarray | list[np.ndarray], labels: list[int] | None,
+                   name: str, source: str) -> dict[str, float]:
+    """Agreement of a quantized output ``b`` with the float output ``a`` (and accuracy against ``labels``); ``a``
+    and ``b`` may be lists of per-batch outputs, samples first, of different shapes (then cosine and SQNR only)."""
+    if isinstance(a, list):
+        shapes = {x.shape[1:] for x in a} | {x.shape[1:] for x in b}
+        if len(shapes) > 1:
+            return kind_metrics("generic", a, b, [len(x) for x in a], labels, name, source)
+        a, b = np.concatenate(a), np.concatenate(b)
     r: dict[str, float] = {}
     if a.ndim == 2 and a.shape[1] > 1:
         fa, qa = a.argmax(1), b.argmax(1)
