@@ -45,6 +45,8 @@ def quantize(
                                           "0.6.1, 1.0.0, 2.0.0 or 2.1.0."),
     image_mean: float = typer.Option(127.0, "--image-mean", help="Image preprocessing: (x - mean) / std."),
     image_std: float = typer.Option(128.0, "--image-std", help="Image preprocessing: (x - mean) / std."),
+    batch_axis: Optional[list[str]] = typer.Option(None, "--batch-axis", help="NAME=AXIS: the batch axis of model "
+                                                   "input NAME (default: its first dynamic dimension); repeatable."),
     report: bool = typer.Option(True, "--report/--no-report", help="Evaluate on the held-out samples and write "
                                 "report.json and report.html (--no-report: only the model and encodings)."),
 ) -> None:
@@ -69,7 +71,8 @@ def quantize(
     over = {"weights": weights, "weight_type": weight_type, "activation_type": activation_type,
             "block_size": block_size, "activation_method": calibration, "weight_method": weight_method,
             "target": target, "calibration_samples": calibration_samples, "evaluation_samples": evaluation_samples,
-            "accuracy_target": accuracy_target, "output_format": output_format}
+            "accuracy_target": accuracy_target, "output_format": output_format,
+            "batch_axes": _batch_axes(batch_axis)}
     cfg = settled_config(model, config, over)
     if data is None and not (cfg.weight_only and cfg.w_method != "gptq"):
         raise ConfigError("--data is required with a model (an .npz file or a folder of samples); only weight-only "
@@ -162,3 +165,19 @@ def _print_result(qm, name: str, files: list, output: Path, report: bool) -> Non
         out.print(f"[dim]{n}[/]", highlight=False)
     shown = [f for f in files if not f.startswith(".")]
     out.print(f"wrote {output}/: {', '.join(shown)}", highlight=False)
+
+
+def _batch_axes(items: Optional[list[str]]) -> Optional[dict[str, int]]:
+    """``--batch-axis NAME=AXIS`` options as ``{NAME: AXIS}`` (None when not given)."""
+    from qlinear.errors import ConfigError
+
+    out = {}
+    for it in items or ():
+        name, _, axis = it.rpartition("=")
+        try:
+            out[name] = int(axis)
+        except ValueError:
+            name = ""
+        if not name:
+            raise ConfigError(f"--batch-axis {it!r}: expected NAME=AXIS, e.g. --batch-axis state=1")
+    return out or None

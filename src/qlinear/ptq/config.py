@@ -66,6 +66,8 @@ class QuantizeConfig:
             :func:`qlinear.graph.plan.make_plan`. Attention masks and tensors computed from shapes are never quantized.
         smoothing: SmoothQuant-style migration of activation outliers into the weights before calibration
             (:mod:`qlinear.ptq.smooth`); default: on with ``matmul`` placement and 8-bit activations.
+        batch_axes: ``{input name: axis}``, the batch axis of inputs whose first dynamic dimension is not it (see
+            :mod:`qlinear.ptq.data`; CLI ``--batch-axis NAME=AXIS``).
         accuracy_target: ``METRIC>=VALUE`` (``top1_agreement``, ``cosine_mean``, ``cosine_min``, ``sqnr_db``):
             precision repair raises the tensors that hurt most until it holds on the last ``repair_samples``
             calibration samples (at most half of them), which are then held back from fitting; see
@@ -102,6 +104,7 @@ class QuantizeConfig:
     smoothing: bool | None = None
     gptq_act_order: bool = True
     gptq_damp: float = 0.01
+    batch_axes: Any = None
 
     def __post_init__(self) -> None:
         def one_of(name: str, allowed: tuple[str, ...]) -> None:
@@ -174,6 +177,12 @@ class QuantizeConfig:
                                   "full-integer TFLite model has one activation type); use target ort or qnn")
         if self.equalize is not None and not isinstance(self.equalize, bool):
             raise ConfigError(f"equalize: expected true, false or null, got {self.equalize!r}")
+        ba = {} if self.batch_axes is None else self.batch_axes
+        if not isinstance(ba, dict) or not all(isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
+                                               for k, v in ba.items()):
+            raise ConfigError(f"batch_axes: expected a mapping of input name to axis such as {{\"state\": 1}}, got "
+                              f"{self.batch_axes!r}")
+        object.__setattr__(self, "batch_axes", dict(ba))
 
     def _check_overrides(self) -> None:
         from qlinear.ptq.overrides import Override, validate

@@ -77,7 +77,7 @@ def quantize(model: Any, data: Any, config: QuantizeConfig | dict | None = None,
     cfg, notes = settle(cfg, m)
     float_model = onnx.ModelProto()
     float_model.CopyFrom(m)
-    ds = load_dataset(data, model_inputs(m), preprocess=preprocess)
+    ds = load_dataset(data, model_inputs(m), preprocess=preprocess, batch_axes=cfg.batch_axes)
     n_cal = min(cfg.calibration_samples, len(ds))
     ds.validate(min(len(ds), cfg.calibration_samples + cfg.evaluation_samples))
     notes += ds.notes

@@ -162,7 +162,7 @@ def run_repair(inp: RepairInputs, *, progress: Callable[[str, int], Callable[[in
     if fsess is None:
         fsess = Session(inp.reference, outputs, level="all", label=f"the float {inp.label}")
     batches = list(inp.dataset.batches(inp.samples[0], inp.samples[1], cfg.batch_size))
-    float_out = {o: np.concatenate([fsess.run([o], b)[0] for b in batches]) for o in outputs}
+    float_out = {o: [fsess.run([o], b)[0] for b in batches] for o in outputs}  # per batch: shapes may differ
     builder = _Builder(inp)
     cands = builder.weight_candidates(cfg.target == "ort")
     cands += _activation_candidates(inp, builder.encs, fsess, batches[:1], cfg.target == "ort")
@@ -267,13 +267,13 @@ def _activation_candidates(inp: RepairInputs, encs: dict[str, Any], fsess: Any, 
 
 
 def _measure(inp: RepairInputs, built: tuple[Any, onnx.ModelProto], batches: list[dict],
-             float_out: dict[str, np.ndarray]) -> dict:
+             float_out: dict[str, list[np.ndarray]]) -> dict:
     """Output metrics of the quantized model ``built`` on the repair samples."""
     es2, m2 = built
     q = apply_encodings(int32_biases(es2, m2, inp.plan), m2)
     sess = Session(q, level="basic", label=f"the quantized {inp.label}", disable_qdq_fusion=True)
     outputs = list(float_out)
-    got = {o: np.concatenate([sess.run([o], b)[0] for b in batches]) for o in outputs}
+    got = {o: [sess.run([o], b)[0] for b in batches] for o in outputs}
     return {o: output_metrics(float_out[o], got[o], None, o, "repair samples") for o in outputs}
 
 

@@ -325,7 +325,7 @@ def quantize_weights(model: Any, data: Any, cfg: QuantizeConfig, *, progress: Pr
                             if skipped else ""))
     ds = None
     if data is not None:
-        ds = load_dataset(data, model_inputs(m), preprocess=preprocess)
+        ds = load_dataset(data, model_inputs(m), preprocess=preprocess, batch_axes=cfg.batch_axes)
         ds.validate(min(len(ds), cfg.calibration_samples + cfg.evaluation_samples))
         notes += ds.notes
     method = cfg.weight_method or "minmax"
