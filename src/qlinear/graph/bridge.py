@@ -30,6 +30,7 @@ from qlinear.encodings.model import Encoding, EncodingSet, Style
 from qlinear.errors import EncodingError, GraphError, UnsupportedError
 from qlinear.graph.axes import resolve_encoding
 from qlinear.graph.model import GraphIndex, attr, load_model, opset, topological_sort
+from qlinear.graph.storage import lpbq_names, storage_type
 
 META_KEY = "qlinear.encodings"
 
@@ -174,11 +175,8 @@ def _required_opset(es: EncodingSet) -> int:
 
 
 def _storage_type(e: Encoding) -> str:
-    """2-bit params are stored on the 4-bit grid (exact, and runnable by ONNX Runtime)."""
-    t = e.qtype
-    if t.bits == 2 and e.role == "param":
-        return "int4" if t.signed else "uint4"
-    return t.name
+    """2-bit params are stored on the 4-bit grid (:func:`qlinear.graph.storage.storage_type`)."""
+    return storage_type(e.qtype.name) if e.role == "param" and e.qtype.kind is Kind.INT else e.qtype.name
 
 
 def _set_opset(m: onnx.ModelProto, need: int) -> onnx.ModelProto:
@@ -330,10 +328,11 @@ def _apply_param(e: Encoding, g: GraphIndex, graph: onnx.GraphProto, names: _Nam
         if ch is None:
             ch = next(i for i in range(pc.ndim) if i != e.axis % pc.ndim)
         pcf = pc.reshape(-1).astype(np.float32)
-        isn = _const(graph, names, f"{e.name}_per_block_int_scale", ints_full.astype(np.uint8))
-        pcn = _const(graph, names, f"{e.name}_per_channel_float_scale", pcf)
-        sname = names.new(f"{e.name}_scale")
-        new_nodes.append(_dq([isn, pcn], sname, names.new(f"{e.name}_scale_DequantizeLinear"),
+        ln = lpbq_names(e.name)  # the names the weight-only writer uses too
+        isn = _const(graph, names, ln.int_scale, ints_full.astype(np.uint8))
+        pcn = _const(graph, names, ln.float_scale, pcf)
+        sname = names.new(ln.scale)
+        new_nodes.append(_dq([isn, pcn], sname, names.new(ln.node),
                              axis=ch if pcf.size > 1 else None))
         q = e.quantize(w)
         qn = _const(graph, names, f"{e.name}_quantized", q)

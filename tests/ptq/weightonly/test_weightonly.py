@@ -272,6 +272,39 @@ def test_one_result_type_with_the_full_integer_protocol(tmp_path):
     assert rep.samples == 4 and 0.9 < rep.outputs["logits"]["cosine_mean"] <= 1.0
 
 
+@pytest.mark.parametrize("cfg", [{"weights": "lpbq", "block_size": 16}, {"weight_type": "int2", "block_size": 16},
+                                 {"weights": "per-channel", "weight_type": "int8"}])
+def test_writer_and_graph_apply_write_the_same_weights(tmp_path, cfg):
+    """One rule set for both Q/DQ writers (qlinear.graph.storage): the streaming weight-only writer and
+    qlinear.graph.apply of the run's encodings name the same DequantizeLinear nodes and tensors (LPBQ scales, int2 on
+    the int4 grid) with equal contents; apply adds explicit zero zero points on symmetric grids. Both models compute
+    the same logits in ONNX Runtime."""
+    from onnx import numpy_helper
+
+    from qlinear.graph import apply
+
+    m = tiny_lm()
+    wm = qlinear.quantize(m, None, {**WO, **cfg})
+    a, b = wm.model, apply(wm.encodings, m)
+    ia = {t.name: numpy_helper.to_array(t) for t in a.graph.initializer}
+    ib = {t.name: numpy_helper.to_array(t) for t in b.graph.initializer}
+    extra = set(ib) - set(ia)
+    assert set(ia) <= set(ib) and all(k.endswith("_zero_point") and not ib[k].any() for k in extra)
+    for k, v in ia.items():
+        assert v.dtype == ib[k].dtype and v.shape == ib[k].shape, k
+        np.testing.assert_array_equal(v.astype(np.float64), ib[k].astype(np.float64), err_msg=k)
+    if cfg.get("weight_type") == "int2":
+        assert str(ia["mlp.up.weight_quantized"].dtype) == "int4"
+    if cfg.get("weights") == "lpbq":
+        assert "mlp.up.weight_per_block_int_scale" in ia and "mlp.up.weight_per_channel_float_scale" in ia
+    dq = {n.name for n in a.graph.node if n.op_type == "DequantizeLinear"}
+    assert dq == {n.name for n in b.graph.node if n.op_type == "DequantizeLinear"} and dq
+    onnx.save(a, tmp_path / "a.onnx")
+    onnx.save(b, tmp_path / "b.onnx")
+    d = lm_data()
+    np.testing.assert_array_equal(_sess(tmp_path / "a.onnx").run(None, d)[0], _sess(tmp_path / "b.onnx").run(None, d)[0])
+
+
 def test_config_errors():
     for bad, msg in [({"weights": "per-tensor"}, "per-tensor"), ({"weight_type": "int16"}, "weight_type"),
                      ({"weight_method": "adaround"}, "weight_method"), ({"target": "tflite"}, "tflite"),

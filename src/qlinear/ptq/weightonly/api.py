@@ -31,6 +31,7 @@ import onnx
 from qlinear.calibration.policies import lpbq as lpbq_decompose
 from qlinear.encodings import Encoding, EncodingSet
 from qlinear.errors import ConfigError, GraphError, OutputError, UnsupportedError
+from qlinear.graph.ops import spec
 from qlinear.graph.save import needs_external
 from qlinear.ptq.config import QuantizeConfig
 from qlinear.ptq.result import QuantizedModel, is_binary, is_file, path_of
@@ -39,8 +40,6 @@ from qlinear.ptq.weightonly.plan import Linear, find_linears
 from qlinear.ptq.weightonly.tensors import Tensors
 from qlinear.ptq.weightonly.writer import WeightResult, Writer
 
-#: operators with a weight (input 1) that full-integer quantization would quantize
-WEIGHT_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm", "LSTM", "GRU", "RNN", "Attention")
 Progress = Callable[[str, int], Callable[[int], None]]
 
 
@@ -396,9 +395,10 @@ def coverage_note(m: onnx.ModelProto, quantized: set[str], skipped: dict[str, st
     inits = {t.name for t in m.graph.initializer}
     other: dict[str, set[str]] = {}
     for n in m.graph.node:
-        if n.op_type in WEIGHT_OPS and n.op_type not in ("MatMul", "Gemm") and len(n.input) > 1 \
-                and n.input[1] in inits and n.input[1] not in quantized:
-            other.setdefault(n.op_type, set()).add(n.input[1])
+        k = weight_input(n.op_type)  # the registry's weighted ops: what full-integer quantization quantizes
+        if k is not None and n.op_type not in ("MatMul", "Gemm") and len(n.input) > k \
+                and n.input[k] in inits and n.input[k] not in quantized:
+            other.setdefault(n.op_type, set()).add(n.input[k])
     reasons: dict[str, int] = {}
     for why in skipped.values():
         reasons[why] = reasons.get(why, 0) + 1
@@ -407,6 +407,12 @@ def coverage_note(m: onnx.ModelProto, quantized: set[str], skipped: dict[str, st
     total = len(quantized) + sum(len(v) for v in other.values()) + len(skipped)
     return f"weight-only: quantized {len(quantized)} of {total} weights" + (
         "; left float: " + ", ".join(left) if left else "")
+
+
+def weight_input(op_type: str) -> int | None:
+    """The weight input of ``op_type`` when the operator registry marks it weighted, else None."""
+    s = spec(op_type)
+    return s.weight_input if s is not None and s.has("weighted") else None
 
 
 def _recompute(tensors: Tensors, r: WeightResult, bits: int, grid: str, method: str,

@@ -26,21 +26,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-import ml_dtypes
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
 from qlinear.errors import ConfigError, GraphError
 from qlinear.graph.save import INLINE_MAX
+from qlinear.graph.storage import STORAGE, lpbq_names, param_names, storage_type
 from qlinear.ptq.weightonly.grids import BlockQuant, n_blocks
 from qlinear.ptq.weightonly.plan import Linear
 from qlinear.ptq.weightonly.tensors import Tensors, external_info
 
 FORMATS = ("qdq", "matmulnbits")
-#: int2 is stored on the int4 grid (exact; ONNX Runtime has no int2 DequantizeLinear), as qlinear.graph.apply does
-_STORAGE = {"int4": ml_dtypes.int4, "uint4": ml_dtypes.uint4, "int8": np.int8, "uint8": np.uint8,
-            "int2": ml_dtypes.int4, "uint2": ml_dtypes.uint4}
 
 
 @dataclass
@@ -210,18 +207,18 @@ class Writer:
         return np.dtype(np.float16) if r.weight_dtype == np.float16 else np.dtype(np.float32)
 
     def _dq_nodes(self, r: WeightResult) -> list[onnx.NodeProto]:
-        lin, st = r.lin, _STORAGE[r.dtype]
-        w = r.name
+        # the names and the int2-on-int4 storage are qlinear.graph.storage's, as in qlinear.graph.apply
+        lin, st = r.lin, STORAGE[storage_type(r.dtype)]
+        pn = param_names(r.name)
         sd = self._scale_dtype(r)
-        qn = self._lazy(r, f"{w}_quantized", lambda: _layout(self._get(r)[1], lin).astype(st))
+        qn = self._lazy(r, pn.quantized, lambda: _layout(self._get(r)[1], lin).astype(st))
         nodes = []
         if r.per_channel:
-            sn = self._lazy(r, f"{w}_scale", lambda: self._get(r)[0].scale[:, 0].astype(sd))
+            sn = self._lazy(r, pn.scale, lambda: self._get(r)[0].scale[:, 0].astype(sd))
             ins = [qn, sn]
             if self._get_z_any(r):
-                ins.append(self._lazy(r, f"{w}_zero_point", lambda: self._get(r)[2][:, 0].astype(st)))
-            nodes.append(helper.make_node("DequantizeLinear", ins, [w], name=f"{w}_DequantizeLinear",
-                                          axis=lin.channel_axis))
+                ins.append(self._lazy(r, pn.zero_point, lambda: self._get(r)[2][:, 0].astype(st)))
+            nodes.append(helper.make_node("DequantizeLinear", ins, [r.name], name=pn.node, axis=lin.channel_axis))
             return nodes
         if r.lpbq:  # LPBQ: the effective scale computed by a DequantizeLinear of the int scales
             def ints() -> np.ndarray:
@@ -232,18 +229,18 @@ class Writer:
                 self._get(r)
                 return r.pc_scale.astype(np.float32)
 
-            isn = self._lazy(r, f"{w}_per_block_int_scale", ints)
-            pcn = self._lazy(r, f"{w}_per_channel_float_scale", pcs)
-            sn = f"{w}_scale"
-            nodes.append(helper.make_node("DequantizeLinear", [isn, pcn], [sn], name=f"{w}_scale_DequantizeLinear",
-                                          axis=lin.channel_axis))
+            ln = lpbq_names(r.name)
+            isn = self._lazy(r, ln.int_scale, ints)
+            pcn = self._lazy(r, ln.float_scale, pcs)
+            sn = ln.scale
+            nodes.append(helper.make_node("DequantizeLinear", [isn, pcn], [sn], name=ln.node, axis=lin.channel_axis))
         else:
-            sn = self._lazy(r, f"{w}_scale", lambda: _layout(self._get(r)[0].scale, lin).astype(sd))
+            sn = self._lazy(r, pn.scale, lambda: _layout(self._get(r)[0].scale, lin).astype(sd))
         ins = [qn, sn]
         if self._get_z_any(r):
-            ins.append(self._lazy(r, f"{w}_zero_point", lambda: _layout(self._get(r)[2], lin).astype(st)))
-        nodes.append(helper.make_node("DequantizeLinear", ins, [w], name=f"{w}_DequantizeLinear",
-                                      axis=lin.block_axis, block_size=r.block))
+            ins.append(self._lazy(r, pn.zero_point, lambda: _layout(self._get(r)[2], lin).astype(st)))
+        nodes.append(helper.make_node("DequantizeLinear", ins, [r.name], name=pn.node, axis=lin.block_axis,
+                                      block_size=r.block))
         return nodes
 
     def _get_z_any(self, r: WeightResult) -> bool:
