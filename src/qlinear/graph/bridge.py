@@ -318,7 +318,6 @@ def _apply_param(e: Encoding, g: GraphIndex, graph: onnx.GraphProto, names: _Nam
         return
     shape = tuple(w.shape)
     if e.granularity == "lpbq":
-        # LPBQ: DQ(int scales uint8, per-channel float scale, axis=channel) -> effective scale -> blocked DQ
         ints = e.int_scale
         from qlinear.encodings.model import expand_block_scale
 
@@ -328,7 +327,7 @@ def _apply_param(e: Encoding, g: GraphIndex, graph: onnx.GraphProto, names: _Nam
         if ch is None:
             ch = next(i for i in range(pc.ndim) if i != e.axis % pc.ndim)
         pcf = pc.reshape(-1).astype(np.float32)
-        ln = lpbq_names(e.name)  # the names the weight-only writer uses too
+        ln = lpbq_names(e.name)  # DQ(int scales uint8, per-channel float scale) -> W_scale -> blocked DQ
         isn = _const(graph, names, ln.int_scale, ints_full.astype(np.uint8))
         pcn = _const(graph, names, ln.float_scale, pcf)
         sname = names.new(ln.scale)

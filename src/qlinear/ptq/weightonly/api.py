@@ -304,13 +304,30 @@ def quantize_weights(model: Any, data: Any, cfg: QuantizeConfig, *, progress: Pr
                      preprocess: Any = None, notes: list[str] | None = None) -> WeightOnlyModel:
     """Weight-only quantization of ``model`` (path or ModelProto) with ``cfg`` (``activation_type: "float"``);
     ``notes``: the run's notes so far (the settled configuration's, :func:`qlinear.ptq.settle.settle`)."""
-    from qlinear.ptq.data import load_dataset, model_inputs
-
     t_all = time.perf_counter()
     m, base, label = load_graph(model)
     tensors = Tensors(m, base, label)
     linears, skipped = find_linears(m, exclude_nodes=cfg.exclude_nodes, exclude_op_types=cfg.exclude_op_types)
     notes = list(notes or [])
+    by_weight = group_by_weight(linears, skipped, label)
+    ds = _dataset(m, data, cfg, preprocess, notes)
+    timings: dict[str, float] = {}
+    hess = _hessians(m, base, by_weight, ds, cfg, label, progress, timings, notes)
+    t0 = time.perf_counter()
+    adv = progress("quantizing weights", len(by_weight)) if progress else None
+    found: dict[str, Encoding] = {}
+    shared = _other_readers(m, by_weight)
+    results = [_quantize_weight(name, lins, tensors, cfg, hess, found, shared, notes, adv)
+               for name, lins in by_weight.items()]
+    timings["quantize"] = time.perf_counter() - t0
+    timings["total"] = time.perf_counter() - t_all
+    notes.append(coverage_note(m, set(by_weight), skipped))
+    return WeightOnlyModel(m, tensors, results, found, cfg, label, model, ds, timings, notes, skipped=skipped)
+
+
+def group_by_weight(linears: list[Linear], skipped: dict[str, str], label: str) -> dict[str, list[Linear]]:
+    """The linears by weight (a weight read in two orientations is skipped for the second); refuses a model with
+    none."""
     by_weight: dict[str, list[Linear]] = {}
     for lin in linears:
         same = by_weight.setdefault(lin.weight, [])
@@ -322,35 +339,45 @@ def quantize_weights(model: Any, data: Any, cfg: QuantizeConfig, *, progress: Pr
         raise GraphError(f"{label}: no MatMul/Gemm with a constant 2-D float weight to quantize"
                          + (f" (skipped: {', '.join(f'{k}: {v}' for k, v in list(skipped.items())[:3])})"
                             if skipped else ""))
-    ds = None
-    if data is not None:
-        ds = load_dataset(data, model_inputs(m), preprocess=preprocess, batch_axes=cfg.batch_axes)
-        ds.validate(min(len(ds), cfg.calibration_samples + cfg.evaluation_samples))
-        notes += ds.notes
-    method = cfg.weight_method or "minmax"
-    if method == "gptq" and ds is None:
-        raise ConfigError("weight_method gptq needs calibration data (--data); round to nearest (minmax, mse) "
-                          "needs none")
-    grid = grid_for(cfg)
-    bits = int(cfg.weight_type.lstrip("u").removeprefix("int"))
-    per_channel = cfg.weights == "per-channel"
-    timings: dict[str, float] = {}
-    hess: dict[str, tuple[np.ndarray, int]] = {}
-    if method == "gptq":
-        from qlinear.ptq.weightonly.hessian import collect_hessians
+    return by_weight
 
-        n_cal = min(cfg.calibration_samples, len(ds))
-        t0 = time.perf_counter()
-        adv = progress("collecting Hessians", n_cal) if progress else None
-        inputs = [ls[0].input for ls in by_weight.values()]
-        hess = collect_hessians(m, base, inputs, ds, n_cal, cfg.batch_size, label=label, progress=adv)
-        timings["calibration"] = time.perf_counter() - t0
-        notes.append(f"GPTQ on {n_cal} calibration samples ({len(hess)} distinct linear inputs), damp "
-                     f"{cfg.gptq_damp}, act_order {cfg.gptq_act_order}")
+
+def _dataset(m: onnx.ModelProto, data: Any, cfg: QuantizeConfig, preprocess: Any, notes: list[str]) -> Any:
+    """The data checked against the model (None without data; GPTQ refuses that)."""
+    from qlinear.ptq.data import load_dataset, model_inputs
+
+    if data is None:
+        if (cfg.weight_method or "minmax") == "gptq":
+            raise ConfigError("weight_method gptq needs calibration data (--data); round to nearest (minmax, mse) "
+                              "needs none")
+        return None
+    ds = load_dataset(data, model_inputs(m), preprocess=preprocess)
+    ds.validate(min(len(ds), cfg.calibration_samples + cfg.evaluation_samples))
+    notes += ds.notes
+    return ds
+
+
+def _hessians(m: onnx.ModelProto, base: Path | None, by_weight: dict[str, list[Linear]], ds: Any,
+              cfg: QuantizeConfig, label: str, progress: Progress | None, timings: dict[str, float],
+              notes: list[str]) -> dict[str, tuple[np.ndarray, int]]:
+    """GPTQ's Hessians of the linears' inputs (one ONNX Runtime pass); none for round to nearest."""
+    if (cfg.weight_method or "minmax") != "gptq":
+        return {}
+    from qlinear.ptq.weightonly.hessian import collect_hessians
+
+    n_cal = min(cfg.calibration_samples, len(ds))
     t0 = time.perf_counter()
-    adv = progress("quantizing weights", len(by_weight)) if progress else None
-    results: list[WeightResult] = []
-    found: dict[str, Encoding] = {}
+    adv = progress("collecting Hessians", n_cal) if progress else None
+    inputs = [ls[0].input for ls in by_weight.values()]
+    hess = collect_hessians(m, base, inputs, ds, n_cal, cfg.batch_size, label=label, progress=adv)
+    timings["calibration"] = time.perf_counter() - t0
+    notes.append(f"GPTQ on {n_cal} calibration samples ({len(hess)} distinct linear inputs), damp "
+                 f"{cfg.gptq_damp}, act_order {cfg.gptq_act_order}")
+    return hess
+
+
+def _other_readers(m: onnx.ModelProto, by_weight: dict[str, list[Linear]]) -> dict[str, set[str]]:
+    """Weight -> op types of the nodes other than its linears that read it (a tied embedding's Gather)."""
     linear_nodes = {lin.node for ls in by_weight.values() for lin in ls} | \
         {lin.transpose for ls in by_weight.values() for lin in ls if lin.transpose}
     shared: dict[str, set[str]] = {}
@@ -358,35 +385,40 @@ def quantize_weights(model: Any, data: Any, cfg: QuantizeConfig, *, progress: Pr
         for x in n.input:
             if x in by_weight and (n.name or n.output[0]) not in linear_nodes:
                 shared.setdefault(x, set()).add(n.op_type)
-    for name, lins in by_weight.items():
-        lin = lins[0]
-        wdt = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensors.by_name[name].data_type))
-        if wdt == np.float16 and cfg.weights == "lpbq":
-            raise ConfigError(f"{name}: LPBQ of float16 weights is not supported (the effective scale "
-                              "int_scale * float scale is float32); convert the model to float32 or use per-block")
-        block = lin.k if per_channel else int(cfg.block_size)
-        r = WeightResult(lins, cfg.weight_type, block, per_channel, compute=lambda: None, weight_dtype=wdt,
-                         has_zero_point=grid != "symmetric")
-        if cfg.weights == "lpbq":
-            r.lpbq, r.has_zero_point = True, r.unsigned
-        r.on_computed = (lambda bq, r=r: found.__setitem__(r.name, _encoding(r, bq)))
-        if method == "gptq" and name in shared:
-            notes.append(f"{name}: also read by {', '.join(sorted(shared[name]))} (a tied embedding): GPTQ's error "
-                         "compensation would shift the lookup too, so this weight is rounded to nearest")
-        if method == "gptq" and name not in shared:
-            w = _as_nk(tensors.array(name), lin)
-            bq = _quantize_one(w, r, bits, grid, method, cfg, hess.get(lin.input, (None, 0))[0])
-            r.on_computed(bq)
-            r.compute = (lambda b=bq: b)      # GPTQ's integers are the result: kept
-            if adv:
-                adv(1)
-        else:  # round to nearest: computed when written, one weight at a time (the encodings are recorded then)
-            r.compute = _recompute(tensors, r, bits, grid, "minmax" if method == "gptq" else method, adv)
-        results.append(r)
-    timings["quantize"] = time.perf_counter() - t0
-    timings["total"] = time.perf_counter() - t_all
-    notes.append(coverage_note(m, set(by_weight), skipped))
-    return WeightOnlyModel(m, tensors, results, found, cfg, label, model, ds, timings, notes, skipped=skipped)
+    return shared
+
+
+def _quantize_weight(name: str, lins: list[Linear], tensors: Tensors, cfg: QuantizeConfig,
+                     hess: dict[str, tuple[np.ndarray, int]], found: dict[str, Encoding],
+                     shared: dict[str, set[str]], notes: list[str], adv: Callable[[int], None] | None
+                     ) -> WeightResult:
+    """One weight's result: GPTQ's integers now (kept), or round to nearest computed when written."""
+    lin, method, grid = lins[0], cfg.weight_method or "minmax", grid_for(cfg)
+    bits = int(cfg.weight_type.lstrip("u").removeprefix("int"))
+    wdt = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensors.by_name[name].data_type))
+    if wdt == np.float16 and cfg.weights == "lpbq":
+        raise ConfigError(f"{name}: LPBQ of float16 weights is not supported (the effective scale "
+                          "int_scale * float scale is float32); convert the model to float32 or use per-block")
+    per_channel = cfg.weights == "per-channel"
+    block = lin.k if per_channel else int(cfg.block_size)
+    r = WeightResult(lins, cfg.weight_type, block, per_channel, compute=lambda: None, weight_dtype=wdt,
+                     has_zero_point=grid != "symmetric")
+    if cfg.weights == "lpbq":
+        r.lpbq, r.has_zero_point = True, r.unsigned
+    r.on_computed = (lambda bq, r=r: found.__setitem__(r.name, _encoding(r, bq)))
+    if method == "gptq" and name in shared:
+        notes.append(f"{name}: also read by {', '.join(sorted(shared[name]))} (a tied embedding): GPTQ's error "
+                     "compensation would shift the lookup too, so this weight is rounded to nearest")
+    if method == "gptq" and name not in shared:
+        w = _as_nk(tensors.array(name), lin)
+        bq = _quantize_one(w, r, bits, grid, method, cfg, hess.get(lin.input, (None, 0))[0])
+        r.on_computed(bq)
+        r.compute = (lambda b=bq: b)      # GPTQ's integers are the result: kept
+        if adv:
+            adv(1)
+    else:  # round to nearest: computed when written, one weight at a time (the encodings are recorded then)
+        r.compute = _recompute(tensors, r, bits, grid, "minmax" if method == "gptq" else method, adv)
+    return r
 
 
 def coverage_note(m: onnx.ModelProto, quantized: set[str], skipped: dict[str, str]) -> str:
