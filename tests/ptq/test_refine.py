@@ -18,9 +18,9 @@ from qlinear import encodings as E
 from qlinear import graph as G
 from qlinear.examples import DATA, MODEL
 from qlinear.graph.plan import WeightSpec
-from qlinear.ptq.adaround import AdaRoundOptions, _h, _Problem, adaround, grid, regularizer
+from qlinear.ptq.algorithms.adaround import AdaRoundOptions, _h, _Problem, adaround, grid, regularizer
+from qlinear.ptq.algorithms.seqmse import RATIOS, regrid, seqmse
 from qlinear.ptq.layers import Layer
-from qlinear.ptq.seqmse import RATIOS, regrid, seqmse
 from qlinear.ptq.session import Session
 from qlinear.ptq.staged import Staged
 

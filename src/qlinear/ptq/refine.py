@@ -6,10 +6,11 @@ The float model and its Q/DQ model (activation encodings, min-max weight encodin
 
 1. the layer's input in both models gives its Gram matrices (:class:`qlinear.ptq.layers.Layer`): ``X_f`` from the
    float model, ``X_q`` from the Q/DQ model, which carries the quantization of everything before the layer;
-2. ``seqmse``: per-channel clipping ranges that minimize ``||(W - Q(W)) X_q||`` (:mod:`qlinear.ptq.seqmse`);
+2. ``seqmse``: per-channel clipping ranges that minimize ``||(W - Q(W)) X_q||``
+   (:mod:`qlinear.ptq.algorithms.seqmse`);
 3. ``adaround``: on those ranges, the learned rounding that minimizes ``||W X_f - Q(W) X_q||``
-   (:mod:`qlinear.ptq.adaround`), kept only where it lowers that error; the float model's weights are replaced by
-   the rounded grid values, so the Q/DQ model stores the learned integers;
+   (:mod:`qlinear.ptq.algorithms.adaround`), kept only where it lowers that error; the float model's weights are
+   replaced by the rounded grid values, so the Q/DQ model stores the learned integers;
 4. with bias correction on, the layer's bias absorbs the mean of ``W X_f - Q(W) X_q`` over the samples (empirical
    bias correction with the real quantized inputs);
 5. the Q/DQ model continues with the refined weight and bias.
@@ -52,9 +53,9 @@ def refine_weights(es: EncodingSet, m: onnx.ModelProto, plan: Plan, ds: Any, n_c
     or ``adaround`` (module docstring). ``m`` (the float model being quantized) receives the rewritten weights and
     the corrected biases."""
     from qlinear.graph import apply
-    from qlinear.ptq.adaround import AdaRoundOptions, adaround
+    from qlinear.ptq.algorithms.adaround import AdaRoundOptions, adaround
+    from qlinear.ptq.algorithms.seqmse import gains, regrid, seqmse
     from qlinear.ptq.layers import layers_of
-    from qlinear.ptq.seqmse import gains, regrid, seqmse
     from qlinear.ptq.staged import Staged
 
     encs = {e.name: e for e in es}

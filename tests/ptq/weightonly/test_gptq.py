@@ -4,7 +4,7 @@ on the inputs themselves, not on the Hessian formula), act-order and fixed (LPBQ
 import numpy as np
 import pytest
 
-from qlinear.ptq.weightonly.gptq import gptq, hessian_error
+from qlinear.ptq.algorithms.gptq import gptq, hessian_error
 from qlinear.ptq.weightonly.grids import quantize_rtn
 
 

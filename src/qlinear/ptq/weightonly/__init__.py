@@ -1,8 +1,8 @@
 """Weight-only quantization of MatMul/Gemm weights (W4A16, W8A16): blocked, per-channel or LPBQ grids, round to
 nearest, MSE clipping or GPTQ, written as Q/DQ ONNX or ONNX Runtime's MatMulNBits, streamed one tensor at a time."""
 
+from qlinear.ptq.algorithms.gptq import gptq
 from qlinear.ptq.weightonly.api import WeightOnlyModel, quantize_weights
-from qlinear.ptq.weightonly.gptq import gptq
 from qlinear.ptq.weightonly.grids import BlockQuant, quantize_rtn
 from qlinear.ptq.weightonly.plan import Linear, find_linears
 

@@ -8,7 +8,7 @@ model and one ``K x K`` Hessian per distinct linear input):
    weights;
 2. ``minmax`` / ``mse``: round to nearest on each block's grid (:mod:`.grids`); ``gptq``: the Hessians of the
    linears' inputs from one ONNX Runtime pass over the calibration samples (:mod:`.hessian`), then GPTQ per weight
-   (:mod:`.gptq`), whose integers are kept (int8 storage, a quarter of the float weights);
+   (:mod:`qlinear.ptq.algorithms.gptq`), whose integers are kept (int8 storage, a quarter of the float weights);
 3. :meth:`WeightOnlyModel.save` writes ``model.qdq.onnx`` (or ``model.matmulnbits.onnx``) with external data when
    the input had it or the output would pass 2 GB (:mod:`.writer`), the AIMET encodings of the weights (LPBQ for
    ``lpbq``), and with data a report comparing the outputs with the float model on held-out samples (cosine, SQNR,
@@ -463,7 +463,7 @@ def _quantize_one(w: np.ndarray, r: WeightResult, bits: int, grid: str, method: 
     sd = np.dtype(np.float16) if r.weight_dtype == np.float16 else np.dtype(np.float32)
     lpbq = r.lpbq
     if method == "gptq" and h is not None:
-        from qlinear.ptq.weightonly.gptq import gptq
+        from qlinear.ptq.algorithms.gptq import gptq
 
         fixed = None
         if lpbq:
