@@ -22,15 +22,16 @@ def needs_external(nbytes: int) -> bool:
     return nbytes > EXTERNAL_ABOVE
 
 
-def save_model(m: onnx.ModelProto, path: str | os.PathLike) -> None:
+def save_model(m: onnx.ModelProto, path: str | os.PathLike) -> list[str]:
     """Serialize ``m`` to ``path`` via a temp file + rename; models past :data:`EXTERNAL_ABOVE` get external data
-    (``<name>.data`` next to it, tensors over :data:`INLINE_MAX` bytes)."""
+    (``<name>.data`` next to it, tensors over :data:`INLINE_MAX` bytes). Returns the file names written."""
     p = Path(path)
     if not needs_external(m.ByteSize()):
         data = m.SerializeToString()
         with atomic_open(p, "wb") as f:
             f.write(data)
-        return
+        return [p.name]
     tmp = p.with_name(f".{p.name}.tmp")
     onnx.save_model(m, str(tmp), save_as_external_data=True, location=p.name + ".data", size_threshold=INLINE_MAX)
     os.replace(tmp, p)
+    return [p.name, f"{p.name}.data"]

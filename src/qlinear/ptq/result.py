@@ -59,8 +59,10 @@ class QuantizedModel:
         corrected, weights moved onto their grid)."""
         return self.encoded_model.graph.SerializeToString() != self.float_model.graph.SerializeToString()
 
-    def save_onnx(self, path: str | Path | BinaryIO) -> None:
-        """Write the Q/DQ model to ``path`` (a file path, atomically, or a binary file object)."""
+    def save_onnx(self, path: str | Path | BinaryIO) -> list[str]:
+        """Write the Q/DQ model to ``path`` (a file path, atomically, or a binary file object). Returns the file
+        names written (with ``<name>.data`` when :func:`qlinear.graph.save.needs_external`; none for a file
+        object)."""
         from qlinear.graph.save import save_model
 
         if is_file(path):
@@ -68,8 +70,8 @@ class QuantizedModel:
                 raise OutputError(f"save_onnx: {type(path).__name__} is a text file object; open the file in binary "
                                   "mode ('wb') or pass a path")
             path.write(self.model.SerializeToString())
-            return
-        save_model(self.model, path_of(path, "save_onnx"))
+            return []
+        return save_model(self.model, path_of(path, "save_onnx"))
 
     def save_encodings(self, path: str | Path | IO, version: str | None = None) -> None:
         """Write the AIMET encodings (``version``, default 2.0.0) to ``path`` (a file path or a file object)."""
@@ -114,10 +116,7 @@ class QuantizedModel:
     def report(self, *, samples: int | None = None, progress: Callable[[int], None] | None = None):  # noqa: ANN201
         """Accuracy report on the held-out samples (computed once): per-tensor SQNR, sensitivity ranking, output
         agreement; see :mod:`qlinear.ptq.evaluate`."""
-        if samples is not None and (isinstance(samples, bool) or not isinstance(samples, (int, np.integer))
-                                    or samples < 1):
-            raise ConfigError(f"samples: expected a positive integer (how many held-out samples to evaluate), got "
-                              f"{samples!r}")
+        check_samples(samples)
         if self._report is None:
             from qlinear.ptq.evaluate import evaluate
 
@@ -160,6 +159,14 @@ class QuantizedModel:
         return written
 
 
+def check_samples(samples: Any) -> None:
+    """``report(samples=...)``: None or a positive integer."""
+    if samples is not None and (isinstance(samples, bool) or not isinstance(samples, (int, np.integer))
+                                or samples < 1):
+        raise ConfigError(f"samples: expected a positive integer (how many held-out samples to evaluate), got "
+                          f"{samples!r}")
+
+
 def is_file(x: Any) -> bool:
     return callable(getattr(x, "write", None))
 
@@ -175,4 +182,4 @@ def path_of(x: Any, what: str) -> Path:
     return Path(x)
 
 
-__all__ = ["QuantizedModel", "is_binary", "is_file", "path_of"]
+__all__ = ["QuantizedModel", "check_samples", "is_binary", "is_file", "path_of"]

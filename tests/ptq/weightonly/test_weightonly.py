@@ -250,8 +250,8 @@ def test_one_result_type_with_the_full_integer_protocol(tmp_path):
     wm = qlinear.quantize(m, d, {**WO, "calibration_samples": 8, "evaluation_samples": 4})
     assert isinstance(wm, QuantizedModel) and not wm.rewritten
     buf = io.BytesIO()
-    assert wm.save_onnx(buf) == ["model.qdq.onnx"]
-    wm.save_onnx(tmp_path / "p.onnx")
+    assert wm.save_onnx(buf) == []
+    assert wm.save_onnx(tmp_path / "p.onnx") == ["p.onnx"]
     assert buf.getvalue() == (tmp_path / "p.onnx").read_bytes()
     with pytest.raises(OutputError, match="binary"):
         wm.save_onnx(io.StringIO())
@@ -268,8 +268,29 @@ def test_one_result_type_with_the_full_integer_protocol(tmp_path):
         wm.save_tflite(tmp_path / "m.tflite")
     assert not (tmp_path / "m.tflite").exists()
     assert wm.held_out() == (0, 4)  # round to nearest fits nothing: the first samples are held out
+    with pytest.raises(ConfigError, match="samples: expected a positive integer"):
+        wm.report(samples=0)
     rep = wm.report()
     assert rep.samples == 4 and 0.9 < rep.outputs["logits"]["cosine_mean"] <= 1.0
+
+
+def test_both_modes_save_onnx_alike(tmp_path):
+    """The full-integer and the weight-only result answer save_onnx the same way: the file names written for a
+    path, none for a binary file object, and a model ONNX Runtime loads."""
+    import io
+
+    from qlinear.examples import DATA, MODEL
+    from qlinear.ptq import QuantizedModel
+
+    runs = {"w8a8": qlinear.quantize(MODEL, DATA, {"calibration_samples": 8, "evaluation_samples": 4}),
+            "w4a16": qlinear.quantize(tiny_lm(), None, WO)}
+    for key, qm in runs.items():
+        assert isinstance(qm, QuantizedModel)
+        assert qm.save_onnx(tmp_path / f"{key}.onnx") == [f"{key}.onnx"]
+        buf = io.BytesIO()
+        assert qm.save_onnx(buf) == []
+        assert buf.getvalue() == (tmp_path / f"{key}.onnx").read_bytes()
+        _sess(tmp_path / f"{key}.onnx")
 
 
 @pytest.mark.parametrize("cfg", [{"weights": "lpbq", "block_size": 16}, {"weight_type": "int2", "block_size": 16},

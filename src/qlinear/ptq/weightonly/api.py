@@ -34,7 +34,7 @@ from qlinear.errors import ConfigError, GraphError, OutputError, UnsupportedErro
 from qlinear.graph.ops import spec
 from qlinear.graph.save import needs_external
 from qlinear.ptq.config import QuantizeConfig
-from qlinear.ptq.result import QuantizedModel, is_binary, is_file, path_of
+from qlinear.ptq.result import QuantizedModel, check_samples, is_binary, is_file, path_of
 from qlinear.ptq.weightonly.grids import BlockQuant, padded, quantize_blocks, quantize_rtn
 from qlinear.ptq.weightonly.plan import Linear, find_linears
 from qlinear.ptq.weightonly.tensors import Tensors
@@ -117,7 +117,7 @@ class WeightOnlyModel(QuantizedModel):
     def save_onnx(self, path: str | Path | BinaryIO, *, output_format: str | None = None,
                   external: bool | None = None) -> list[str]:
         """Write the quantized model to ``path`` (a file path, or a binary file object: then without external
-        data) and ``path.data`` with external data (by default when the input had external data or the tensors pass
+        data, and no file name is returned) and ``path.data`` with external data (by default when the input had external data or the tensors pass
         :func:`qlinear.graph.save.needs_external`); ``output_format`` ``qdq`` or ``matmulnbits`` (default: the
         config's). Returns the file names written."""
         if is_file(path):
@@ -130,7 +130,7 @@ class WeightOnlyModel(QuantizedModel):
             with tempfile.TemporaryDirectory() as d:
                 names = self.save_onnx(Path(d) / self.model_file, output_format=output_format, external=False)
                 path.write((Path(d) / names[0]).read_bytes())
-            return names
+            return []
         p = path_of(path, "save_onnx")
         if external is None:
             total = sum(self.tensors.nbytes(t.name) for t in self.graph.graph.initializer)
@@ -164,6 +164,7 @@ class WeightOnlyModel(QuantizedModel):
     def report(self, *, samples: int | None = None, progress: Callable[[int], None] | None = None,
                model_path: Path | None = None):  # noqa: ANN201
         """Output agreement with the float model on the held-out samples (cosine, SQNR, top-1 agreement)."""
+        check_samples(samples)
         if self._report is None:
             if self.dataset is None:
                 raise ConfigError("report: no data was given; pass --data (or --no-report)")
