@@ -118,8 +118,7 @@ def _run(model, data, cfg, folder, con, *, report, encodings_version, image_mean
         qm = qlinear.quantize(model, data, cfg, progress=bar,
                               preprocess=ImagePreprocess(mean=image_mean, std=image_std))
         start, stop = qm.held_out()
-        fitted = not (cfg.weight_only and cfg.w_method != "gptq")  # round to nearest never sees the data
-        if report and start == 0 and fitted:
+        if report and start == 0 and qm.fitted:  # weight-only round to nearest never sees the data
             qm.notes.append("no held-out samples: the report evaluates on the calibration samples")
         files = qm.save(folder, encodings_version=encodings_version, report=report,
                         progress=bar("evaluating", stop - start) if report else None)

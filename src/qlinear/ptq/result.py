@@ -103,11 +103,17 @@ class QuantizedModel:
                              + "; quantize with target tflite")
         write_bytes(p, export(self.model, float_io=float_io))
 
+    @property
+    def fitted(self) -> bool:
+        """Whether the run fitted anything on the data (its calibration samples are then not held out)."""
+        return True
+
     def held_out(self) -> tuple[int, int]:
-        """``(start, stop)`` of the samples the report evaluates: the ones after the calibration samples, or the
-        calibration samples themselves when none are left (the report then says so)."""
-        n = len(self.dataset)
-        start = min(self.config.calibration_samples, n)
+        """``(start, stop)`` of the samples the report evaluates: the ones after the calibration samples (all of them
+        when the run fitted nothing on the data, :attr:`fitted`), or the calibration samples themselves when none are
+        left (the report then says so)."""
+        n = 0 if self.dataset is None else len(self.dataset)
+        start = min(self.config.calibration_samples, n) if self.fitted else 0
         stop = min(n, start + self.config.evaluation_samples)
         if stop <= start:
             return 0, min(n, self.config.evaluation_samples or n)

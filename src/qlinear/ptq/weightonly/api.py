@@ -153,13 +153,9 @@ class WeightOnlyModel(QuantizedModel):
             self.save_onnx(p, external=False)
             return onnx.load(str(p))
 
-    def held_out(self) -> tuple[int, int]:
-        n = 0 if self.dataset is None else len(self.dataset)
-        start = min(self.config.calibration_samples, n) if self.config.w_method == "gptq" else 0
-        stop = min(n, start + self.config.evaluation_samples)
-        if stop <= start:
-            return 0, min(n, self.config.evaluation_samples or n)
-        return start, stop
+    @property
+    def fitted(self) -> bool:
+        return self.config.w_method == "gptq"  # round to nearest never sees the data: every sample is held out
 
     def report(self, *, samples: int | None = None, progress: Callable[[int], None] | None = None,
                model_path: Path | None = None):  # noqa: ANN201
