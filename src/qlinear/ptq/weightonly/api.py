@@ -9,10 +9,12 @@ model and one ``K x K`` Hessian per distinct linear input):
 2. ``minmax`` / ``mse``: round to nearest on each block's grid (:mod:`.grids`); ``gptq``: the Hessians of the
    linears' inputs from one ONNX Runtime pass over the calibration samples (:mod:`.hessian`), then GPTQ per weight
    (:mod:`qlinear.ptq.algorithms.gptq`), whose integers are kept (int8 storage, a quarter of the float weights);
-3. :meth:`WeightOnlyModel.save` writes ``model.qdq.onnx`` (or ``model.matmulnbits.onnx``) with external data when
-   the input had it or the output would pass 2 GB (:mod:`.writer`), the AIMET encodings of the weights (LPBQ for
-   ``lpbq``), and with data a report comparing the outputs with the float model on held-out samples (cosine, SQNR,
-   top-1 agreement for classifiers).
+3. the result is a :class:`~qlinear.ptq.QuantizedModel` (:class:`WeightOnlyModel`, the same protocol as a
+   full-integer run's): :meth:`~WeightOnlyModel.save` writes ``model.qdq.onnx`` (or ``model.matmulnbits.onnx``) with
+   external data when the input had it or the tensors pass :func:`qlinear.graph.save.needs_external` (:mod:`.writer`,
+   tensor names and int2 storage by :mod:`qlinear.graph.storage`, as :func:`qlinear.graph.apply` writes them), the
+   AIMET encodings of the weights (LPBQ for ``lpbq``), and with data a report comparing the outputs with the float
+   model on held-out samples (cosine, SQNR, top-1 agreement for classifiers).
 
 Grids: symmetric weights use the full-range grid of ONNX Runtime's MatMulNBits quantizer on target ``ort`` and
 AIMET's symmetric grid (zero offset) on target ``qnn`` and for ``lpbq``; see :mod:`.grids`.
