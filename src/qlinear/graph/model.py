@@ -106,6 +106,7 @@ class GraphIndex:
     producer: dict[str, onnx.NodeProto] = field(default_factory=dict)
     consumers: dict[str, list[tuple[onnx.NodeProto, int]]] = field(default_factory=dict)
     shapes: dict[str, tuple[Any, ...] | None] = field(default_factory=dict)
+    elem_types: dict[str, int] = field(default_factory=dict)  # TensorProto data types where known
     inputs: set[str] = field(default_factory=set)
     outputs: set[str] = field(default_factory=set)
 
@@ -132,11 +133,14 @@ class GraphIndex:
                 pass
         for v in vis:
             tt = v.type.tensor_type
+            if tt.elem_type:
+                g.elem_types[v.name] = tt.elem_type
             if tt.HasField("shape"):
                 g.shapes[v.name] = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
                                          for d in tt.shape.dim)
         for name, t in g.initializers.items():
             g.shapes[name] = tuple(t.dims)
+            g.elem_types[name] = t.data_type
         return g
 
     def exists(self, name: str) -> bool:
