@@ -131,7 +131,7 @@ def profile(model: Path, data: Path, outdir: Path, top: int) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--nodes", type=int, nargs="+", default=[960, 1920, 3840, 15360])
+    ap.add_argument("--nodes", type=int, nargs="*", default=[960, 1920, 3840, 15360])
     ap.add_argument("--samples", type=int, default=16)
     ap.add_argument("--no-ort", action="store_true", help="time qlinear only")
     ap.add_argument("--profile", type=int, nargs="*", default=[], help="node counts to profile qlinear at")
