@@ -74,19 +74,18 @@ class Report:
 def validate(es: EncodingSet, model: Any) -> Report:
     if not isinstance(es, EncodingSet):
         raise EncodingError(f"expected an EncodingSet, got {type(es).__name__}")
-    return _validate(es, load_model(model))[0]
+    return _validate(es, GraphIndex.build(load_model(model)))
 
 
-def _validate(es: EncodingSet, m: onnx.ModelProto) -> tuple[Report, GraphIndex]:
-    """The report and the shape-inferred index it was checked on (apply reads element types from it)."""
-    g = GraphIndex.build(m)
+def _validate(es: EncodingSet, g: GraphIndex) -> Report:
+    """:func:`validate` on a shape-inferred index of the model."""
     rep = Report(checked=len(es))
     for e in es:
         try:
             _validate_one(e, g, rep)
         except EncodingError as err:
             rep.problems.append(Problem(e.name, str(err).removeprefix(f"{e.name}: ")))
-    return rep, g
+    return rep
 
 
 def _validate_one(e: Encoding, g: GraphIndex, rep: Report) -> None:
@@ -192,16 +191,15 @@ def apply(es: EncodingSet, model: Any, *, opset_version: int | None = None, keep
     if not isinstance(es, EncodingSet):
         raise EncodingError(f"expected an EncodingSet, got {type(es).__name__}")
     m = load_model(model)
-    g0 = GraphIndex.build(m, infer_shapes=False)
+    g = GraphIndex.build(m)  # one index (shape inference included) for the checks, validation and axes
     for e in es:
-        p = g0.producer.get(e.name)
+        p = g.producer.get(e.name)
         if p is not None and p.op_type in ("DequantizeLinear", "QuantizeLinear"):
             raise EncodingError(f"{e.name}: the model is already quantized here (this tensor is the output of "
                                 f"{p.op_type} {p.name or ''!s}); apply encodings to the float model (qlinear quantize "
                                 "writes it as model.float.onnx)")
-    rep, g = _validate(es, m)
-    rep.raise_if_failed()
-    es = es.with_encodings(resolve_encoding(e, g0) for e in es)
+    _validate(es, g).raise_if_failed()
+    es = es.with_encodings(resolve_encoding(e, g) for e in es)
     for e in es:
         if e.shifted and e.role != "param":
             raise UnsupportedError(f"{e.name}: the shifted {e.dtype} grid on an activation has no ONNX "
