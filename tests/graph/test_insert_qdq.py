@@ -194,6 +194,17 @@ def test_validate_and_apply_refuse_encodings_on_integer_tensors():
         apply(es, m)
 
 
+def test_validate_reports_what_apply_refuses():
+    m = mlp()
+    m.graph.output.append(helper.make_tensor_value_info("x", T.FLOAT, [2, 4]))
+    es = EncodingSet((Encoding("x", "uint8", scale=np.float64(0.1), zero_point=np.int64(0)),
+                      Encoding("r", "int2", scale=np.float64(0.1), zero_point=np.float64(-0.5))))
+    rep = validate(es, m)
+    assert [p.tensor for p in rep.problems] == ["x", "r"], str(rep)
+    with pytest.raises(EncodingError, match="graph input that is also a graph output"):
+        apply(es, m)
+
+
 def test_apply_round_trips_golden_encodings_through_extract(shared_dir):
     d = shared_dir / "aimet-golden"
     model = d / "tiny_model.onnx"

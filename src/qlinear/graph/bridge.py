@@ -108,6 +108,13 @@ def _validate_one(e: Encoding, g: GraphIndex, rep: Report) -> None:
         bad(f"the tensor is {onnx.TensorProto.DataType.Name(et)}; only float32, float16, bfloat16 and float64 "
             "tensors can carry an encoding (drop this encoding)")
         return
+    if not is_param and e.name in g.inputs and e.name in g.outputs:
+        bad("a graph input that is also a graph output cannot carry Q/DQ (no node produces it)")
+        return
+    if not is_param and e.shifted:
+        bad(f"the shifted {e.dtype} grid on an activation has no ONNX QuantizeLinear equivalent (zero points are "
+            "integers)")
+        return
     if e.name in g.initializers:
         e = resolve_encoding(e, g)
     for f in ("scale", "int_scale"):
