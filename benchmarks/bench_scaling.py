@@ -107,7 +107,7 @@ def timed(cmd: list[str], env: dict[str, str], timeout: float | None = None) -> 
     """Wall time of ``cmd`` in its own process; ``inf`` when it runs past ``timeout`` seconds (then killed)."""
     t0 = time.perf_counter()
     try:
-        r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+        r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
         return float("inf")
     t = time.perf_counter() - t0

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, numpy_helper
 
 from qlinear.core.types import Kind, qtype
 from qlinear.encodings.model import Encoding, EncodingSet, Style

@@ -15,7 +15,6 @@ import onnx
 import onnx_ir as ir
 from onnx import numpy_helper
 
-
 _VALUE_INFO = "qlinear.value_info"
 
 

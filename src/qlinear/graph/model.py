@@ -107,12 +107,12 @@ def _without_weights(m: onnx.ModelProto) -> onnx.ModelProto:
     light = onnx.ModelProto()
     light.CopyFrom(m)
     inits = light.graph.initializer
-    for i, t in enumerate(inits):
+    for t in inits:
         if t.data_location != onnx.TensorProto.EXTERNAL and t.ByteSize() > _SHAPE_DATA_LIMIT:
             stub = onnx.TensorProto(name=t.name, dims=t.dims, data_type=t.data_type,
                                     data_location=onnx.TensorProto.EXTERNAL)
             stub.external_data.add(key="location", value="")
-            inits[i].CopyFrom(stub)
+            t.CopyFrom(stub)
     return light
 
 
