@@ -13,7 +13,6 @@ from typing import Any
 import numpy as np
 import onnx
 import onnx_ir as ir
-from onnx import numpy_helper
 
 _VALUE_INFO = "qlinear.value_info"
 
@@ -60,9 +59,10 @@ class Names:
 
 
 def add_initializer(graph: ir.Graph, name: str, arr: np.ndarray) -> ir.Value:
-    """Register ``arr`` as the initializer ``name`` (stored as ``numpy_helper.from_array`` writes it)."""
-    t = ir.serde.TensorProtoTensor(numpy_helper.from_array(np.asarray(arr), name))
-    v = ir.Value(name=name, const_value=t, type=ir.TensorType(t.dtype), shape=ir.Shape(t.shape))
+    """Register ``arr`` as the initializer ``name`` (serialized to the same bytes as ``numpy_helper.from_array``)."""
+    arr = np.asarray(arr)
+    t = ir.Tensor(arr, name=name)
+    v = ir.Value(name=name, const_value=t, type=ir.TensorType(t.dtype), shape=ir.Shape(arr.shape))
     graph.register_initializer(v)
     return v
 
