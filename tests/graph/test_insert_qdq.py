@@ -3,6 +3,7 @@ Q/DQ semantics written out in NumPy here (not qlinear's kernels)."""
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import onnx
 import onnx_ir as ir
@@ -239,3 +240,17 @@ def test_insertion_walks_the_graph_a_constant_number_of_times(monkeypatch):
         topological_sort(out.graph)
         x = np.array([0.26], np.float32)
         assert ReferenceEvaluator(out).run(None, {"t0": x})[0] == np.float32(0.3)
+
+
+def test_float_encoding_on_float16_activation_casts_back_to_float16():
+    m = mlp(T.FLOAT16)
+    es = EncodingSet((Encoding("r", "bfloat16"),))
+    q = apply(es, m)
+    casts = [n for n in q.graph.node if n.op_type == "Cast"]
+    assert [helper.get_attribute_value(n.attribute[0]) for n in casts] == [T.BFLOAT16, T.FLOAT16]
+    x16 = X.astype(np.float16)
+    y = ort_run(q, x16, level=None)
+    h = (x16.astype(np.float32) @ W.astype(np.float16).astype(np.float32)).astype(np.float16) + B.astype(np.float16)
+    r = np.maximum(h, 0).astype(ml_dtypes.bfloat16).astype(np.float16)
+    np.testing.assert_allclose(y.astype(np.float32), ((r + r) * h).astype(np.float32), rtol=2e-3, atol=2e-3)
+    assert extract(q) == es
