@@ -116,6 +116,14 @@ def timed(cmd: list[str], env: dict[str, str], timeout: float | None = None) -> 
     return t
 
 
+def fmt(t: float, timeout: float) -> str:
+    return f"> {timeout:.0f}" if t == float("inf") else f"{t:.2f}"
+
+
+def ratio(tq: float, to: float, timeout: float) -> str:
+    return f"< {tq / timeout:.3f}" if to == float("inf") else f"{tq / to:.3f}"
+
+
 def profile(model: Path, data: Path, outdir: Path, top: int) -> None:
     from qlinear.cli.main import main as cli  # the same code path as the command line
 
@@ -168,11 +176,13 @@ def main() -> None:
                                                str(d / f"ort{n}.onnx")], env, a.ort_timeout)
             rows[n] = (len(m.graph.node), tq, to)
             print(f"{len(m.graph.node):>6} nodes  qlinear {tq:7.2f} s" +
-                  (f"  ORT quantize_static {to:7.2f} s  qlinear/ORT {tq / to:5.3f}" if to else ""), flush=True)
+                  (f"  ORT quantize_static {fmt(to, a.ort_timeout)} s  qlinear/ORT {ratio(tq, to, a.ort_timeout)}"
+                   if to else ""), flush=True)
     print("\n| nodes | qlinear s | ORT s | qlinear/ORT | qlinear t(4n)/t(n) |\n|---|---|---|---|---|")
     for n, (k, tq, to) in rows.items():
         r4 = f"{tq / rows[n // 4][1]:.2f}" if n // 4 in rows else ""
-        print(f"| {k} | {tq:.2f} | {f'{to:.2f}' if to else ''} | {f'{tq / to:.3f}' if to else ''} | {r4} |")
+        print(f"| {k} | {tq:.2f} | {fmt(to, a.ort_timeout) if to else ''} | "
+              f"{ratio(tq, to, a.ort_timeout) if to else ''} | {r4} |")
 
 
 if __name__ == "__main__":
