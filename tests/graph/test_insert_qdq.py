@@ -80,6 +80,21 @@ def test_ir_round_trip_is_byte_identical():
     assert to_proto(to_ir(m)).SerializeToString() == m.SerializeToString()
 
 
+def test_ir_round_trip_keeps_sparse_initializers():
+    sp = helper.make_sparse_tensor(numpy_helper.from_array(np.array([1.5], np.float32), "v"),
+                                   numpy_helper.from_array(np.array([1], np.int64), "i"), [3])
+    sp.values.name = "sp"
+    g = helper.make_graph([helper.make_node("Add", ["x", "sp"], ["y"], name="add")], "g",
+                          [helper.make_tensor_value_info("x", T.FLOAT, [3])],
+                          [helper.make_tensor_value_info("y", T.FLOAT, [3])], sparse_initializer=[sp])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
+    m.ir_version = 10
+    q = run_pass(m, [Encoding("y", "uint8", scale=np.float64(0.5), zero_point=np.int64(0))])
+    assert list(q.graph.sparse_initializer) == [sp]
+    y = ort_run(q, np.array([1, 1, 1], np.float32))  # onnx.reference does not read sparse initializers
+    np.testing.assert_array_equal(y, [1, 2.5, 1])  # 2.5 / 0.5 = 5: exact on the grid
+
+
 def test_param_per_channel_and_shared_activation_consumers():
     sw = np.abs(W).max(0) / 127
     ew = Encoding("W", "int8", scale=sw.astype(np.float64), zero_point=np.zeros(3, np.int64), axis=1, role="param")

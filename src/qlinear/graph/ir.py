@@ -3,7 +3,8 @@
 Graph rewrites run as ``onnx_ir`` passes (``qlinear.graph.passes``) on an :class:`onnx_ir.Model`; protos are made
 only where a proto is needed (ONNX Runtime, ``onnx.checker``, files). ``to_ir(m)`` then ``to_proto`` gives back the
 same bytes: ``value_info`` keeps the entries of ``m`` that still name a value, in their order (``onnx_ir`` would
-write one per typed value, initializers included, in node order), and new values get none.
+write one per typed value, initializers included, in node order), new values get none, and sparse initializers
+(which ``onnx_ir`` 1.1 does not read) are carried over as they were.
 """
 
 from __future__ import annotations
@@ -14,13 +15,14 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-_VALUE_INFO = "qlinear.value_info"
+_VALUE_INFO, _SPARSE = "qlinear.value_info", "qlinear.sparse_initializer"
 
 
 def to_ir(m: onnx.ModelProto) -> ir.Model:
     """The IR of ``m`` (tensors are shared with ``m``, not copied: do not change ``m`` afterwards)."""
     model = ir.serde.deserialize_model(m)
     model.meta[_VALUE_INFO] = [v.name for v in m.graph.value_info]
+    model.meta[_SPARSE] = list(m.graph.sparse_initializer)  # onnx_ir 1.1 drops them: put back by to_proto
     return model
 
 
@@ -33,6 +35,7 @@ def to_proto(model: ir.Model) -> onnx.ModelProto:
         kept = [by_name[n] for n in names if n in by_name]
         del m.graph.value_info[:]
         m.graph.value_info.extend(kept)
+    m.graph.sparse_initializer.extend(model.meta.get(_SPARSE, ()))
     return m
 
 
