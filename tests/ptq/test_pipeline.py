@@ -11,7 +11,6 @@ import pytest
 from onnx import numpy_helper
 
 import qlinear
-from qlinear import encodings as E
 from qlinear import graph as G
 from qlinear.errors import ConfigError, DataError, GraphError
 from qlinear.examples import DATA, MODEL
