@@ -32,6 +32,7 @@ import onnx
 from qlinear.calibration.policies import lpbq as lpbq_decompose
 from qlinear.encodings import Encoding, EncodingSet
 from qlinear.errors import ConfigError, GraphError
+from qlinear.graph.ops import WEIGHT_BEARING
 from qlinear.ptq.config import QuantizeConfig
 from qlinear.ptq.weightonly.grids import BlockQuant, padded, quantize_blocks, quantize_rtn
 from qlinear.ptq.weightonly.plan import Linear, find_linears
@@ -39,7 +40,7 @@ from qlinear.ptq.weightonly.tensors import Tensors
 from qlinear.ptq.weightonly.writer import WeightResult, Writer
 
 #: operators with a weight (input 1) that full-integer quantization would quantize
-WEIGHT_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm", "LSTM", "GRU", "RNN", "Attention")
+WEIGHT_OPS = WEIGHT_BEARING
 Progress = Callable[[str, int], Callable[[int], None]]
 EXTERNAL_ABOVE = 1 << 30   # write external data when the output's tensors exceed 1 GiB (protobuf's limit is 2 GiB)
 
