@@ -42,9 +42,12 @@ Progress = Callable[[str, int], Callable[[int], None]]
 EXTERNAL_ABOVE = 1 << 30   # write external data when the output's tensors exceed 1 GiB (protobuf's limit is 2 GiB)
 
 
-def load_graph(model: Any) -> tuple[onnx.ModelProto, Path | None, str]:
-    """The model's graph without external data, its folder, a label; checked with ``onnx.checker``."""
-    from qlinear.graph.model import load_model
+def load_graph(model: Any, notes: list[str] | None = None) -> tuple[onnx.ModelProto, Path | None, str]:
+    """The model's graph without external data, its folder, a label; checked with ``onnx.checker`` (opset 7..25)
+    and normalized (:func:`qlinear.graph.passes.normalize.normalize`: opset below 13 upgraded, Constant weights
+    made initializers); what normalizing changed is appended to ``notes``."""
+    from qlinear.graph.model import load_model, opset
+    from qlinear.graph.passes.normalize import normalize
 
     if isinstance(model, (str, Path)):
         p = Path(model)
@@ -53,13 +56,21 @@ def load_graph(model: Any) -> tuple[onnx.ModelProto, Path | None, str]:
             onnx.checker.check_model(str(p))
         except Exception as e:  # noqa: BLE001
             raise GraphError(f"{p}: not a valid ONNX model: {str(e).splitlines()[0]}") from None
-        return m, p.parent, str(p)
-    m = load_model(model)
-    try:
-        onnx.checker.check_model(m)
-    except Exception as e:  # noqa: BLE001
-        raise GraphError(f"model: not a valid ONNX model: {str(e).splitlines()[0]}") from None
-    return m, None, "model"
+        base, label = p.parent, str(p)
+    else:
+        m = load_model(model)
+        try:
+            onnx.checker.check_model(m)
+        except Exception as e:  # noqa: BLE001
+            raise GraphError(f"model: not a valid ONNX model: {str(e).splitlines()[0]}") from None
+        base, label = None, "model"
+    if not 7 <= opset(m) <= 25:
+        raise GraphError(f"{label}: opset {opset(m)} is outside the supported range 7..25; re-export the model at "
+                         "opset 13 or newer")
+    m, changed = normalize(m, label)
+    if notes is not None:
+        notes += changed
+    return m, base, label
 
 
 def grid_for(cfg: QuantizeConfig) -> str:
@@ -274,10 +285,10 @@ def quantize_weights(model: Any, data: Any, cfg: QuantizeConfig, *, progress: Pr
     from qlinear.ptq.data import load_dataset, model_inputs
 
     t_all = time.perf_counter()
-    m, base, label = load_graph(model)
+    notes: list[str] = []
+    m, base, label = load_graph(model, notes)
     tensors = Tensors(m, base, label)
     linears, skipped = find_linears(m, exclude_nodes=cfg.exclude_nodes, exclude_op_types=cfg.exclude_op_types)
-    notes: list[str] = []
     by_weight: dict[str, list[Linear]] = {}
     for lin in linears:
         same = by_weight.setdefault(lin.weight, [])
@@ -294,6 +305,7 @@ def quantize_weights(model: Any, data: Any, cfg: QuantizeConfig, *, progress: Pr
         ds = load_dataset(data, model_inputs(m), preprocess=preprocess)
         ds.validate(min(len(ds), cfg.calibration_samples + cfg.evaluation_samples))
         notes += ds.notes
+        _check_upgrade(model, m, tensors, ds, label, notes)
     method = cfg.weight_method or "minmax"
     if method == "gptq" and ds is None:
         raise ConfigError("weight_method gptq needs calibration data (--data); round to nearest (minmax, mse) "
@@ -359,6 +371,23 @@ def quantize_weights(model: Any, data: Any, cfg: QuantizeConfig, *, progress: Pr
         notes.append(f"{len(results)} weights quantized; left in float: "
                      + ", ".join(f"{v} MatMul/Gemm ({k})" for k, v in list(reasons.items())[:4]))
     return WeightOnlyModel(m, tensors, results, found, cfg, label, model, ds, timings, notes, skipped=skipped)
+
+
+def _check_upgrade(model: Any, m: onnx.ModelProto, tensors: Tensors, ds: Any, label: str, notes: list[str]) -> None:
+    """An opset upgrade by :func:`load_graph` computes what the model as given does on the first samples (models
+    without external data; with it, a note says the upgrade was not checked)."""
+    from qlinear.graph.model import load_model, opset
+    from qlinear.graph.passes.normalize import check_upgrade
+
+    if opset(m) < 13 or len(ds) == 0:
+        return
+    given = load_model(model, load_external=False) if isinstance(model, (str, Path)) else load_model(model)
+    if opset(given) >= 13:
+        return
+    if tensors.external:
+        notes.append("the opset upgrade was not checked against the original (the model has external data)")
+        return
+    check_upgrade(given, m, [ds.sample(i) for i in range(min(4, len(ds)))], label)
 
 
 def _recompute(tensors: Tensors, r: WeightResult, bits: int, grid: str, method: str,

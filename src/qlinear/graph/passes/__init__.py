@@ -1,0 +1,1 @@
+"""Graph passes: whole-model rewrites run before planning (:mod:`.normalize`)."""

@@ -1,0 +1,356 @@
+"""Normalize an ONNX model before planning, as one pass: the model every later step sees is the one it expects.
+
+:func:`normalize` (in this order):
+
+1. **opset 7..12 upgraded** to 13 with ``onnx.version_converter`` (Clip min/max, Split and ReduceSum attributes
+   become inputs, Upsample becomes Resize, ...); a conversion the converter cannot do, or whose result
+   ``onnx.checker`` refuses, is a :class:`~qlinear.errors.GraphError` naming the node. :func:`check_upgrade` runs
+   the original and the upgraded model in ONNX Runtime on the first calibration samples and names the first tensor
+   (and the node computing it) that differs beyond float tolerance;
+2. **every ``Constant`` node of the main graph** holding a tensor (``value``, ``value_float(s)``, ``value_int(s)``)
+   becomes an initializer of the same name (all of them, not only weights: a weight, a bias, a Reshape's shape or an
+   Add's operand are all constants to the plan); ``sparse_value`` and string constants and a constant that is itself
+   a graph output stay nodes;
+3. **constant folding of layout chains**: ``Identity`` of an initializer is removed (its readers read the
+   initializer: one tensor, one encoding, however many nodes read it); ``Cast``, ``Transpose``, ``Squeeze``,
+   ``Unsqueeze``, ``Reshape`` and ``Flatten`` of initializers become an initializer of the result (computed with
+   ``onnx.reference``, the ONNX definition); the inputs nothing reads any more are dropped;
+4. **subgraphs** (``If``/``Loop``/``Scan`` bodies) are left float: a note names every node holding one and the
+   Conv/ConvTranspose/Gemm/MatMul inside it.
+
+The notes say what changed (one line each); nothing is changed silently, and a model that needs none of this comes
+back with an identical graph. Shapes are not stored: the plan infers them (symbolic dimensions kept) on the
+normalized model, and :func:`infer_shapes` stores them for a caller that wants them in the file.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from qlinear.errors import GraphError
+from qlinear.graph.model import opset
+
+TARGET_OPSET = 13
+MIN_OPSET = 7
+FOLDABLE = ("Cast", "Transpose", "Squeeze", "Unsqueeze", "Reshape", "Flatten")
+WEIGHTED = ("Conv", "ConvTranspose", "Gemm", "MatMul")
+SUBGRAPH_OPS = ("If", "Loop", "Scan")
+_TENSOR_ATTRS = ("value", "value_float", "value_floats", "value_int", "value_ints")
+
+
+def normalize(model: onnx.ModelProto, label: str = "model") -> tuple[onnx.ModelProto, list[str]]:
+    """The normalized copy of ``model`` (see the module docstring) and the notes saying what changed."""
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    notes: list[str] = []
+    m = upgrade(m, label, notes)
+    n_const = constants_to_initializers(m.graph)
+    n_fold = fold_constant_chains(m.graph)
+    if n_const or n_fold:
+        notes.append(f"{n_const} Constant nodes became initializers"
+                     + (f", {n_fold} Identity/Cast/Transpose/Reshape nodes of constants were folded" if n_fold else "")
+                     + " (weights stored as Constant nodes are quantized like initializers)")
+    notes += subgraph_notes(m)
+    return m, notes
+
+
+def upgrade(m: onnx.ModelProto, label: str = "model", notes: list[str] | None = None) -> onnx.ModelProto:
+    """``m`` at opset 13 when it is at 7..12 (``onnx.version_converter``), else ``m`` itself."""
+    ops = opset(m)
+    if ops >= TARGET_OPSET:
+        return m
+    if ops < MIN_OPSET:
+        raise GraphError(f"{label}: opset {ops} is older than the oldest supported, {MIN_OPSET}; re-export the "
+                         "model at opset 13 or newer")
+    from onnx import version_converter
+
+    try:
+        up = version_converter.convert_version(m, TARGET_OPSET)
+    except Exception as e:  # noqa: BLE001 - the converter raises RuntimeError/ConvertError with the op named
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise GraphError(f"{label}: cannot upgrade opset {ops} to {TARGET_OPSET} with onnx.version_converter "
+                         f"({first}); re-export the model at opset 13 or newer") from None
+    if up.ir_version < 4:  # IR 3 listed every initializer as a graph input too: they are constants, not inputs
+        inits = {t.name for t in up.graph.initializer}
+        ins = [v for v in up.graph.input if v.name not in inits]
+        del up.graph.input[:]
+        up.graph.input.extend(ins)
+    up.ir_version = max(up.ir_version, 7)  # opset 13 needs IR 7
+    try:
+        onnx.checker.check_model(up)
+    except Exception as e:  # noqa: BLE001
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise GraphError(f"{label}: the opset {ops} -> {TARGET_OPSET} upgrade by onnx.version_converter is not "
+                         f"valid ONNX ({first}); re-export the model at opset 13 or newer") from None
+    if notes is not None:
+        notes.append(f"opset {ops} upgraded to {TARGET_OPSET} with onnx.version_converter"
+                     " (checked against the original on the first calibration samples when data is given)")
+    return up
+
+
+def constant_value(node: onnx.NodeProto) -> np.ndarray | None:
+    """The tensor a ``Constant`` node holds, or ``None`` (sparse or string constants, a malformed node)."""
+    for a in node.attribute:
+        if a.name not in _TENSOR_ATTRS:
+            continue
+        if a.name == "value":
+            if a.t.data_type == onnx.TensorProto.STRING:
+                return None
+            return numpy_helper.to_array(a.t)
+        v = helper.get_attribute_value(a)
+        return np.asarray(v, dtype=np.float32 if "float" in a.name else np.int64)
+    return None
+
+
+def constants_to_initializers(graph: onnx.GraphProto) -> int:
+    """Replace the ``Constant`` nodes of ``graph`` (not of its subgraphs) by initializers of the same name, keeping
+    an external-data ``value`` as it is stored. Returns how many."""
+    outputs = {o.name for o in graph.output}
+    keep, done = [], 0
+    for n in graph.node:
+        if n.op_type != "Constant" or n.domain not in ("", "ai.onnx") or n.output[0] in outputs:
+            keep.append(n)
+            continue
+        vals = [a for a in n.attribute if a.name in _TENSOR_ATTRS]
+        if len(vals) != 1:
+            keep.append(n)
+            continue
+        if vals[0].name == "value" and vals[0].t.data_type != onnx.TensorProto.STRING:
+            t = onnx.TensorProto()
+            t.CopyFrom(vals[0].t)  # as stored (raw or external data)
+        else:
+            arr = constant_value(n)
+            if arr is None:
+                keep.append(n)
+                continue
+            t = numpy_helper.from_array(arr)
+        t.name = n.output[0]
+        graph.initializer.append(t)
+        done += 1
+    if done:
+        del graph.node[:]
+        graph.node.extend(keep)
+    return done
+
+
+def _eval_node(node: onnx.NodeProto, args: list[np.ndarray]) -> np.ndarray:
+    """``node`` on constant ``args``, by the ONNX reference implementation."""
+    from onnx.reference import ReferenceEvaluator
+
+    names = [f"x{i}" for i in range(len(args))]
+    n = helper.make_node(node.op_type, [names[i] if x else "" for i, x in enumerate(node.input)], ["y"])
+    n.attribute.extend(node.attribute)
+    ins = [helper.make_tensor_value_info(nm, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
+           for nm, a in zip(names, args)]
+    g = helper.make_graph([n], "fold", [i for i, x in zip(ins, node.input) if x],
+                          [helper.make_tensor_value_info("y", onnx.TensorProto.UNDEFINED, None)])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", TARGET_OPSET)])
+    feeds = {nm: a for nm, a, x in zip(names, args, node.input) if x}
+    return np.asarray(ReferenceEvaluator(model).run(None, feeds)[0])
+
+
+def fold_constant_chains(graph: onnx.GraphProto) -> int:
+    """Remove ``Identity`` of initializers (readers rewired) and fold :data:`FOLDABLE` nodes of initializers into
+    initializers; drop the initializers nothing reads any more. Returns the number of nodes removed."""
+    inits = {t.name: t for t in graph.initializer}
+    outputs = {o.name for o in graph.output}
+    rename: dict[str, str] = {}
+    seen: dict[bytes, str] = {}  # the same fold of the same constants (two Casts of one weight): one initializer
+    keep, folded = [], 0
+    for n in graph.node:
+        for i, x in enumerate(n.input):
+            if x in rename:
+                n.input[i] = rename[x]
+        ins = [x for x in n.input if x]
+        pure = n.domain in ("", "ai.onnx") and len(n.output) == 1 and n.output[0] not in outputs \
+            and ins and all(x in inits for x in ins)
+        if pure and n.op_type == "Identity":
+            rename[n.output[0]] = n.input[0]
+            folded += 1
+            continue
+        key = n.op_type.encode() + b"|" + "|".join(n.input).encode() + b"|" + \
+            b"".join(a.SerializeToString() for a in n.attribute)
+        if pure and n.op_type in FOLDABLE and key in seen:
+            rename[n.output[0]] = seen[key]
+            folded += 1
+            continue
+        if pure and n.op_type in FOLDABLE:
+            try:
+                y = _eval_node(n, [numpy_helper.to_array(inits[x]) if x else None for x in n.input])
+            except Exception:  # noqa: BLE001 - a node the reference cannot fold stays as it is
+                keep.append(n)
+                continue
+            t = numpy_helper.from_array(y, n.output[0])
+            graph.initializer.append(t)
+            inits[t.name] = t
+            seen[key] = t.name
+            folded += 1
+            continue
+        keep.append(n)
+    if not folded:
+        return 0
+    del graph.node[:]
+    graph.node.extend(keep)
+    _rename_in_subgraphs(graph, rename)
+    for o in graph.output:  # an Identity's output is never a graph output here; kept for safety
+        o.name = rename.get(o.name, o.name)
+    used = _used_names(graph)
+    kept = [t for t in graph.initializer if t.name in used]
+    del graph.initializer[:]
+    graph.initializer.extend(kept)
+    inputs = [v for v in graph.input if v.name in used or v.name not in inits]
+    del graph.input[:]
+    graph.input.extend(inputs)
+    return folded
+
+
+def _subgraphs(node: onnx.NodeProto) -> Iterable[onnx.GraphProto]:
+    for a in node.attribute:
+        if a.type == onnx.AttributeProto.GRAPH:
+            yield a.g
+        elif a.type == onnx.AttributeProto.GRAPHS:
+            yield from a.graphs
+
+
+def _rename_in_subgraphs(graph: onnx.GraphProto, rename: Mapping[str, str]) -> None:
+    """Outer-scope names a subgraph reads, renamed (a name the subgraph defines itself shadows the outer one)."""
+    if not rename:
+        return
+    for n in graph.node:
+        for sg in _subgraphs(n):
+            local = {v.name for v in sg.input} | {t.name for t in sg.initializer} | \
+                {o for sn in sg.node for o in sn.output}
+            inner = {k: v for k, v in rename.items() if k not in local}
+            for sn in sg.node:
+                for i, x in enumerate(sn.input):
+                    if x in inner:
+                        sn.input[i] = inner[x]
+            for o in sg.output:
+                if o.name in inner:  # a subgraph output that was an outer Identity: read through an Identity
+                    sg.node.append(helper.make_node("Identity", [inner[o.name]], [o.name]))
+            _rename_in_subgraphs(sg, inner)
+
+
+def _used_names(graph: onnx.GraphProto) -> set[str]:
+    """Every name read by a node of ``graph`` or of its subgraphs, and the graph outputs."""
+    used = {o.name for o in graph.output}
+    for n in graph.node:
+        used.update(n.input)
+        for sg in _subgraphs(n):
+            used |= _used_names(sg)
+    return used
+
+
+def infer_shapes(m: onnx.ModelProto) -> None:
+    """Store ``onnx.shape_inference``'s value infos (symbolic dimensions kept, data propagated through shape
+    computations) in ``m``; best effort: a model the inference cannot follow keeps the value infos it had."""
+    try:
+        inferred = onnx.shape_inference.infer_shapes(m, strict_mode=False, data_prop=True)
+    except Exception:  # noqa: BLE001 - inference is best effort (custom ops, large models)
+        return
+    have = {v.name for v in m.graph.value_info} | {v.name for v in m.graph.input} | {v.name for v in m.graph.output}
+    inits = {t.name for t in m.graph.initializer}
+    m.graph.value_info.extend(v for v in inferred.graph.value_info if v.name not in have and v.name not in inits)
+
+
+def subgraph_notes(m: onnx.ModelProto) -> list[str]:
+    """A note for every ``If``/``Loop``/``Scan`` (any node holding a subgraph) of the main graph: its subgraphs are
+    left float, with the weighted layers inside named."""
+    notes = []
+    for n in m.graph.node:
+        subs = list(_subgraphs(n))
+        if not subs:
+            continue
+        inner = [f"{s.op_type} {s.name or s.output[0]!r}" for sg in subs for s in _walk(sg) if s.op_type in WEIGHTED]
+        what = (f"; the {len(inner)} weighted layer(s) inside stay float: " + ", ".join(inner[:6])
+                + (" ..." if len(inner) > 6 else "")) if inner else ""
+        notes.append(f"{n.op_type} node {n.name or n.output[0]!r}: its subgraph(s) are left in float "
+                     f"(qlinear does not quantize inside If/Loop/Scan bodies yet){what}")
+    return notes
+
+
+def _walk(graph: onnx.GraphProto) -> Iterable[onnx.NodeProto]:
+    for n in graph.node:
+        yield n
+        for sg in _subgraphs(n):
+            yield from _walk(sg)
+
+
+def check_upgrade(original: onnx.ModelProto, upgraded: onnx.ModelProto, samples: Sequence[Mapping[str, Any]],
+                  label: str = "model", *, rtol: float = 1e-3, atol: float = 1e-4) -> None:
+    """Run ``original`` and ``upgraded`` in ONNX Runtime on ``samples`` (feed dicts) and raise a
+    :class:`GraphError` naming the first tensor, in the upgraded graph's order, and its node, that differs beyond
+    ``|a - b| <= atol * max(1, max|b|) + rtol * |b|``."""
+    outs = [o.name for o in upgraded.graph.output]
+    bad = _first_difference(original, upgraded, samples, outs, rtol, atol)
+    if bad is None:
+        return
+    prod = {o: n for n in upgraded.graph.node for o in n.output}
+    inner = [o for n in upgraded.graph.node for o in n.output if o]
+    where = _first_difference(original, upgraded, samples, inner, rtol, atol) or bad
+    n = prod.get(where[0])
+    node = f"{n.op_type} node {n.name or n.output[0]!r}" if n is not None else "a graph input"
+    raise GraphError(f"{label}: the opset upgrade by onnx.version_converter changed the results: tensor "
+                     f"{where[0]!r} ({node}) differs from the original by up to {where[1]:.3g} on the first "
+                     f"calibration samples (output {bad[0]!r}: {bad[1]:.3g}); re-export the model at opset 13 or "
+                     "newer")
+
+
+def _first_difference(a: onnx.ModelProto, b: onnx.ModelProto, samples: Sequence[Mapping[str, Any]],
+                      names: list[str], rtol: float, atol: float) -> tuple[str, float] | None:
+    """The first of ``names`` whose float values differ between models ``a`` and ``b`` (name, max difference)."""
+    have_a = {o for n in a.graph.node for o in n.output} | {v.name for v in a.graph.input}
+    names = [x for x in names if x in have_a]
+    ra, rb = _run(a, samples, names), _run(b, samples, names)
+    for x in names:
+        worst = 0.0
+        for va, vb in zip(ra[x], rb[x]):
+            if va is None or vb is None or va.dtype.kind != "f" or vb.dtype.kind != "f" or va.shape != vb.shape:
+                continue
+            va64, vb64 = va.astype(np.float64), vb.astype(np.float64)
+            fin = np.isfinite(vb64)
+            if not np.array_equal(fin, np.isfinite(va64)):
+                return x, float("inf")
+            if not fin.any():
+                continue
+            tol = atol * max(1.0, float(np.abs(vb64[fin]).max())) + rtol * np.abs(vb64[fin])
+            d = np.abs(va64[fin] - vb64[fin])
+            if np.any(d > tol):
+                worst = max(worst, float(d.max()))
+        if worst:
+            return x, worst
+    return None
+
+
+def _run(m: onnx.ModelProto, samples: Sequence[Mapping[str, Any]], names: list[str]) -> dict[str, list]:
+    """``names`` (exposed as extra outputs) computed by ONNX Runtime for each sample; ``None`` where ORT cannot."""
+    import onnxruntime as ort
+
+    mm = onnx.ModelProto()
+    mm.CopyFrom(m)
+    have = {o.name for o in mm.graph.output}
+    mm.graph.output.extend(onnx.ValueInfoProto(name=x) for x in names if x not in have)
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.log_severity_level = 4
+    try:
+        sess = ort.InferenceSession(mm.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    except Exception as e:  # noqa: BLE001
+        raise GraphError(f"ONNX Runtime cannot load the model to check the opset upgrade: "
+                         f"{str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}") from None
+    out_names = [o.name for o in sess.get_outputs()]
+    res: dict[str, list] = {x: [] for x in names}
+    for feed in samples:
+        vals = dict(zip(out_names, sess.run(None, dict(feed))))
+        for x in names:
+            v = vals.get(x)
+            res[x].append(np.asarray(v) if isinstance(v, np.ndarray) else None)
+    return res
+
+
+__all__ = ["check_upgrade", "constants_to_initializers", "fold_constant_chains", "infer_shapes", "normalize",
+           "subgraph_notes", "upgrade"]
