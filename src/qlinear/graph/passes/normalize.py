@@ -25,7 +25,8 @@ normalized model, and :func:`infer_shapes` stores them for a caller that wants t
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import onnx
