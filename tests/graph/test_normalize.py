@@ -188,6 +188,7 @@ def test_old_opset_is_upgraded_and_quantized_end_to_end(make, weights):
     data = _data(m)
     check_upgrade(m, n, [{"x": data["x"][i:i + 1]} for i in range(4)])  # equal to the original
     qm = qlinear.quantize(m, data, CAL)
+    assert any("the opset upgrade computes the original's outputs on the first 4" in s for s in qm.notes)
     assert {s.name for s in qm.plan.weights} == weights and len(_int_weight_dqs(qm.model)) == len(weights)
     _close_to_peer(m, qm.model, data, 0.98)
 

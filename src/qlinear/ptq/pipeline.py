@@ -168,12 +168,12 @@ def load_checked(model: Any, notes: list[str] | None = None) -> tuple[onnx.Model
 
 
 def check_normalized(given: onnx.ModelProto, m: onnx.ModelProto, ds: Dataset, n_cal: int, label: str,
-                     count: int = 4) -> None:
+                     notes: list[str], count: int = 4) -> None:
     """When normalizing upgraded the opset of the model as ``given``: the upgraded ``m`` computes what it does on the
     first ``count`` calibration samples (:func:`~qlinear.graph.passes.normalize.check_upgrade`)."""
     if opset(given) >= 13 or n_cal < 1:
         return
-    check_upgrade(given, m, [ds.sample(i) for i in range(min(count, n_cal))], label)
+    notes.append(check_upgrade(given, m, [ds.sample(i) for i in range(min(count, n_cal))], label))
 
 
 def quantize(model: Any, data: Any, config: QuantizeConfig | dict | None = None, *,
@@ -205,7 +205,7 @@ def quantize(model: Any, data: Any, config: QuantizeConfig | dict | None = None,
     ds = load_dataset(data, model_inputs(m), preprocess=preprocess)
     n_cal = min(cfg.calibration_samples, len(ds))
     ds.validate(min(len(ds), cfg.calibration_samples + cfg.evaluation_samples))
-    check_normalized(float_model, m, ds, n_cal, label)
+    check_normalized(float_model, m, ds, n_cal, label, norm_notes)
     notes: list[str] = norm_notes + list(ds.notes)
     if n_cal < cfg.calibration_samples:
         notes.append(f"only {len(ds)} samples: calibrating on {n_cal}")

@@ -387,7 +387,7 @@ def _check_upgrade(model: Any, m: onnx.ModelProto, tensors: Tensors, ds: Any, la
     if tensors.external:
         notes.append("the opset upgrade was not checked against the original (the model has external data)")
         return
-    check_upgrade(given, m, [ds.sample(i) for i in range(min(4, len(ds)))], label)
+    notes.append(check_upgrade(given, m, [ds.sample(i) for i in range(min(4, len(ds)))], label))
 
 
 def _recompute(tensors: Tensors, r: WeightResult, bits: int, grid: str, method: str,
