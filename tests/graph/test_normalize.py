@@ -237,3 +237,19 @@ def test_if_with_a_conv_inside_is_left_float_with_a_note():
     assert any("If node 'branchy'" in s for s in qm.notes)
     assert [s.name for s in qm.plan.weights] == ["w"]  # the outer Conv is quantized
     _close_to_peer(m, qm.model, data, 0.98)
+
+
+def test_transpose_of_a_constant_weight_folds_but_a_tied_embedding_is_not_stored_twice():
+    from tiny_models import tiny_lm
+
+    w = _f32(8, 16)  # stored [N, K], read through Transpose (paddle2onnx's MatMul weights)
+    nodes = [_const("wt", w), helper.make_node("Transpose", ["wt"], ["w"], name="tr", perm=[1, 0]),
+             helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")]
+    m = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 16])],
+               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8])])
+    n, _ = normalize(m)
+    assert [x.op_type for x in n.graph.node] == ["MatMul"] and [t.name for t in n.graph.initializer] == ["w"]
+    np.testing.assert_array_equal(numpy_helper.to_array(n.graph.initializer[0]), w.T)
+    lm = tiny_lm()
+    n, notes = normalize(lm)
+    assert n.graph == lm.graph and notes == []  # Transpose(embed.weight) kept: the embedding is also gathered

@@ -14,7 +14,9 @@
 3. **constant folding of layout chains**: ``Identity`` of an initializer is removed (its readers read the
    initializer: one tensor, one encoding, however many nodes read it); ``Cast``, ``Transpose``, ``Squeeze``,
    ``Unsqueeze``, ``Reshape`` and ``Flatten`` of initializers become an initializer of the result (computed with
-   ``onnx.reference``, the ONNX definition); the inputs nothing reads any more are dropped;
+   ``onnx.reference``, the ONNX definition) when that stores nothing twice: the constant is read by that node only
+   (or is small, a shape), and is not external data (a tied embedding's ``Transpose`` stays: the weight-only
+   planner reads through it); the inputs nothing reads any more are dropped;
 4. **subgraphs** (``If``/``Loop``/``Scan`` bodies) are left float: a note names every node holding one and the
    Conv/ConvTranspose/Gemm/MatMul inside it.
 
@@ -158,6 +160,7 @@ def fold_constant_chains(graph: onnx.GraphProto) -> int:
     initializers; drop the initializers nothing reads any more. Returns the number of nodes removed."""
     inits = {t.name: t for t in graph.initializer}
     outputs = {o.name for o in graph.output}
+    readers = _reader_counts(graph)
     rename: dict[str, str] = {}
     seen: dict[bytes, str] = {}  # the same fold of the same constants (two Casts of one weight): one initializer
     keep, folded = [], 0
@@ -170,8 +173,12 @@ def fold_constant_chains(graph: onnx.GraphProto) -> int:
             and ins and all(x in inits for x in ins)
         if pure and n.op_type == "Identity":
             rename[n.output[0]] = n.input[0]
+            readers[n.input[0]] = readers.get(n.input[0], 1) - 1 + readers.get(n.output[0], 0)
             folded += 1
             continue
+        # a constant also read elsewhere (a tied embedding and its Transpose) would be stored twice: not folded
+        pure = pure and all(readers.get(x, 0) <= 1 or _small(inits[x]) for x in ins) \
+            and not any(inits[x].data_location == onnx.TensorProto.EXTERNAL for x in ins)
         key = n.op_type.encode() + b"|" + "|".join(n.input).encode() + b"|" + \
             b"".join(a.SerializeToString() for a in n.attribute)
         if pure and n.op_type in FOLDABLE and key in seen:
@@ -206,6 +213,34 @@ def fold_constant_chains(graph: onnx.GraphProto) -> int:
     del graph.input[:]
     graph.input.extend(inputs)
     return folded
+
+
+def _small(t: onnx.TensorProto, limit: int = 64) -> bool:
+    """At most ``limit`` elements (a shape or a scalar, not a weight: copying it costs nothing)."""
+    n = 1
+    for d in t.dims:
+        n *= d
+    return n <= limit
+
+
+def _reader_counts(graph: onnx.GraphProto) -> dict[str, int]:
+    """How many node inputs (in subgraphs too) and graph outputs read each name."""
+    counts: dict[str, int] = {}
+    for o in graph.output:
+        counts[o.name] = counts.get(o.name, 0) + 1
+
+    def visit(g: onnx.GraphProto) -> None:
+        for n in g.node:
+            for x in n.input:
+                if x:
+                    counts[x] = counts.get(x, 0) + 1
+            for sg in _subgraphs(n):
+                visit(sg)
+                for o in sg.output:
+                    counts[o.name] = counts.get(o.name, 0) + 1
+
+    visit(graph)
+    return counts
 
 
 def _subgraphs(node: onnx.NodeProto) -> Iterable[onnx.GraphProto]:
