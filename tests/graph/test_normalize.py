@@ -95,16 +95,25 @@ def test_constant_weights_become_initializers_and_are_quantized():
     _close_to_peer(m, qm.model, data, 0.99)
 
 
-def test_weight_only_finds_constant_weights():
+@pytest.mark.parametrize(("opset", "with_data"), [(13, False), (11, False), (11, True)])
+def test_weight_only_finds_constant_weights(opset, with_data):
     nodes = [_const("w1", _f32(64, 64)), helper.make_node("MatMul", ["x", "w1"], ["h"], name="mm1"),
              _const("w2", _f32(64, 32)), helper.make_node("MatMul", ["h", "w2"], ["y"], name="mm2")]
     m = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 64])],
-               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 32])])
-    wm = qlinear.quantize(m, None, {"activation_type": "float", "weight_type": "int8", "weights": "per-block",
-                                    "block_size": 32})
+               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 32])], opset=opset)
+    wm = qlinear.quantize(m, _data(m) if with_data else None,
+                          {"activation_type": "float", "weight_type": "int8", "weights": "per-block",
+                           "block_size": 32})
     assert sorted(e.name for e in wm.encodings) == ["w1", "w2"]
     assert len(_int_weight_dqs(wm.model)) == 2
     assert any("Constant nodes became initializers" in s for s in wm.notes)
+    checked = [s for s in wm.notes if "opset upgrade" in s]
+    if opset == 13:
+        assert not checked
+    else:
+        assert checked == ["the opset upgrade computes the original's outputs on the first 4 calibration sample(s) "
+                           "(ONNX Runtime, within rtol 0.001)" if with_data else
+                           "the opset upgrade was not checked against the original model (no data given)"]
     x = _data(m, 4)
     ref, got = run_ort(m, x)[0], run_ort(wm.model, x)[0]
     assert np.abs(got - ref).max() < 0.05 * np.abs(ref).max()

@@ -42,10 +42,12 @@ Progress = Callable[[str, int], Callable[[int], None]]
 EXTERNAL_ABOVE = 1 << 30   # write external data when the output's tensors exceed 1 GiB (protobuf's limit is 2 GiB)
 
 
-def load_graph(model: Any, notes: list[str] | None = None) -> tuple[onnx.ModelProto, Path | None, str]:
+def load_graph(model: Any, notes: list[str] | None = None,
+               upgraded_from: list[onnx.ModelProto] | None = None) -> tuple[onnx.ModelProto, Path | None, str]:
     """The model's graph without external data, its folder, a label; checked with ``onnx.checker`` (opset 7..25)
     and normalized (:func:`qlinear.graph.passes.normalize.normalize`: opset below 13 upgraded, Constant weights
-    made initializers); what normalizing changed is appended to ``notes``."""
+    made initializers); what normalizing changed is appended to ``notes``, the graph as given to ``upgraded_from``
+    when its opset was upgraded."""
     from qlinear.graph.model import load_model, opset
     from qlinear.graph.passes.normalize import normalize
 
@@ -67,6 +69,8 @@ def load_graph(model: Any, notes: list[str] | None = None) -> tuple[onnx.ModelPr
     if not 7 <= opset(m) <= 25:
         raise GraphError(f"{label}: opset {opset(m)} is outside the supported range 7..25; re-export the model at "
                          "opset 13 or newer")
+    if upgraded_from is not None and opset(m) < 13:
+        upgraded_from.append(m)
     m, changed = normalize(m, label)
     if notes is not None:
         notes += changed
@@ -286,7 +290,8 @@ def quantize_weights(model: Any, data: Any, cfg: QuantizeConfig, *, progress: Pr
 
     t_all = time.perf_counter()
     notes: list[str] = []
-    m, base, label = load_graph(model, notes)
+    given: list[onnx.ModelProto] = []
+    m, base, label = load_graph(model, notes, given)
     tensors = Tensors(m, base, label)
     linears, skipped = find_linears(m, exclude_nodes=cfg.exclude_nodes, exclude_op_types=cfg.exclude_op_types)
     by_weight: dict[str, list[Linear]] = {}
@@ -305,7 +310,8 @@ def quantize_weights(model: Any, data: Any, cfg: QuantizeConfig, *, progress: Pr
         ds = load_dataset(data, model_inputs(m), preprocess=preprocess)
         ds.validate(min(len(ds), cfg.calibration_samples + cfg.evaluation_samples))
         notes += ds.notes
-        _check_upgrade(model, m, tensors, ds, label, notes)
+    if given:
+        _check_upgrade(given[0], m, tensors, ds, label, notes)
     method = cfg.weight_method or "minmax"
     if method == "gptq" and ds is None:
         raise ConfigError("weight_method gptq needs calibration data (--data); round to nearest (minmax, mse) "
@@ -373,19 +379,15 @@ def quantize_weights(model: Any, data: Any, cfg: QuantizeConfig, *, progress: Pr
     return WeightOnlyModel(m, tensors, results, found, cfg, label, model, ds, timings, notes, skipped=skipped)
 
 
-def _check_upgrade(model: Any, m: onnx.ModelProto, tensors: Tensors, ds: Any, label: str, notes: list[str]) -> None:
-    """An opset upgrade by :func:`load_graph` computes what the model as given does on the first samples (models
-    without external data; with it, a note says the upgrade was not checked)."""
-    from qlinear.graph.model import load_model, opset
+def _check_upgrade(given: onnx.ModelProto, m: onnx.ModelProto, tensors: Tensors, ds: Any, label: str,
+                   notes: list[str]) -> None:
+    """The opset upgrade by :func:`load_graph` computes what the model as ``given`` does on the first samples
+    (models without external data, with data given; else a note says the upgrade was not checked)."""
     from qlinear.graph.passes.normalize import check_upgrade
 
-    if opset(m) < 13 or len(ds) == 0:
-        return
-    given = load_model(model, load_external=False) if isinstance(model, (str, Path)) else load_model(model)
-    if opset(given) >= 13:
-        return
-    if tensors.external:
-        notes.append("the opset upgrade was not checked against the original (the model has external data)")
+    if ds is None or len(ds) == 0 or tensors.external:
+        notes.append("the opset upgrade was not checked against the original model ("
+                     + ("the model has external data)" if tensors.external else "no data given)"))
         return
     notes.append(check_upgrade(given, m, [ds.sample(i) for i in range(min(4, len(ds)))], label))
 
