@@ -262,3 +262,21 @@ def test_transpose_of_a_constant_weight_folds_but_a_tied_embedding_is_not_stored
     lm = tiny_lm()
     n, notes = normalize(lm)
     assert n.graph == lm.graph and notes == []  # Transpose(embed.weight) kept: the embedding is also gathered
+
+
+def test_transformer_with_constant_weights_gets_the_transformer_placement():
+    from tiny_models import encoder_data, tiny_encoder
+
+    m = tiny_encoder()
+    consts = [_const(t.name, numpy_helper.to_array(t)) for t in m.graph.initializer]  # paddle2onnx's layout
+    nodes = consts + list(m.graph.node)
+    del m.graph.initializer[:]
+    del m.graph.node[:]
+    m.graph.node.extend(nodes)
+    onnx.checker.check_model(m)
+    data = encoder_data(16)
+    qm = qlinear.quantize(m, data, CAL)
+    assert any("transformer placement" in s for s in qm.notes)
+    ref = qlinear.quantize(tiny_encoder(), data, CAL)  # the same model with initializers: the same plan
+    assert sorted(s.name for s in qm.plan.weights) == sorted(s.name for s in ref.plan.weights)
+    assert len(qm.plan.weights) >= 4

@@ -161,7 +161,7 @@ def load_checked(model: Any, notes: list[str] | None = None) -> tuple[onnx.Model
         raise GraphError(f"{label}: opset {ops} is outside the supported range 7..25; re-export the model at "
                          "opset 13 or newer")
     check_model(m, label)
-    m, changed = normalize(m, label)
+    m, changed = normalize(m, label, copy=False)
     if notes is not None:
         notes += changed
     return m, label

@@ -45,10 +45,14 @@ SUBGRAPH_OPS = ("If", "Loop", "Scan")
 _TENSOR_ATTRS = ("value", "value_float", "value_floats", "value_int", "value_ints")
 
 
-def normalize(model: onnx.ModelProto, label: str = "model") -> tuple[onnx.ModelProto, list[str]]:
-    """The normalized copy of ``model`` (see the module docstring) and the notes saying what changed."""
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
+def normalize(model: onnx.ModelProto, label: str = "model", *, copy: bool = True) -> tuple[onnx.ModelProto, list[str]]:
+    """The normalized ``model`` (see the module docstring) and the notes saying what changed; ``copy=False``
+    rewrites ``model`` itself (a model the caller loaded: no second copy of its weights) when the opset needs no
+    upgrade."""
+    m = model
+    if copy:
+        m = onnx.ModelProto()
+        m.CopyFrom(model)
     notes: list[str] = []
     m = upgrade(m, label, notes)
     n_const = constants_to_initializers(m.graph)

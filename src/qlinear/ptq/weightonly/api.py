@@ -71,7 +71,7 @@ def load_graph(model: Any, notes: list[str] | None = None,
                          "opset 13 or newer")
     if upgraded_from is not None and opset(m) < 13:
         upgraded_from.append(m)
-    m, changed = normalize(m, label)
+    m, changed = normalize(m, label, copy=False)
     if notes is not None:
         notes += changed
     return m, base, label
