@@ -280,3 +280,22 @@ def test_transformer_with_constant_weights_gets_the_transformer_placement():
     ref = qlinear.quantize(tiny_encoder(), data, CAL)  # the same model with initializers: the same plan
     assert sorted(s.name for s in qm.plan.weights) == sorted(s.name for s in ref.plan.weights)
     assert len(qm.plan.weights) >= 4
+
+
+def test_two_casts_of_one_float16_weight_become_one_initializer():
+    w = _f32(16, 16).astype(np.float16)
+    nodes = [_const("w16", w),
+             helper.make_node("Cast", ["w16"], ["wa"], name="cast_a", to=TensorProto.FLOAT),
+             helper.make_node("Cast", ["w16"], ["wb"], name="cast_b", to=TensorProto.FLOAT),
+             helper.make_node("MatMul", ["x", "wa"], ["h"], name="mm_a"),
+             helper.make_node("Relu", ["h"], ["hr"], name="relu"),
+             helper.make_node("MatMul", ["hr", "wb"], ["y"], name="mm_b")]
+    m = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 16])],
+               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 16])])
+    n, _ = normalize(m)
+    assert [t.name for t in n.graph.initializer] == ["wa"]
+    assert [x.input[1] for x in n.graph.node if x.op_type == "MatMul"] == ["wa", "wa"]
+    data = _data(m)
+    qm = qlinear.quantize(m, data, CAL)
+    assert [e.name for e in qm.encodings.params] == ["wa"] and len(_int_weight_dqs(qm.model)) == 1
+    _close_to_peer(m, qm.model, data, 0.99)

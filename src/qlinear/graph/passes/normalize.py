@@ -165,10 +165,14 @@ def fold_constant_chains(graph: onnx.GraphProto) -> int:
     inits = {t.name: t for t in graph.initializer}
     outputs = {o.name for o in graph.output}
     readers = _reader_counts(graph)
+    twins: dict[bytes, int] = {}  # nodes computing the same thing from the same inputs (two Casts of one weight)
+    for n in graph.node:
+        twins[_fold_key(n)] = twins.get(_fold_key(n), 0) + 1
     rename: dict[str, str] = {}
-    seen: dict[bytes, str] = {}  # the same fold of the same constants (two Casts of one weight): one initializer
+    seen: dict[bytes, str] = {}  # the same fold of the same constants: one initializer
     keep, folded = [], 0
     for n in graph.node:
+        key0 = _fold_key(n)
         for i, x in enumerate(n.input):
             if x in rename:
                 n.input[i] = rename[x]
@@ -181,10 +185,9 @@ def fold_constant_chains(graph: onnx.GraphProto) -> int:
             folded += 1
             continue
         # a constant also read elsewhere (a tied embedding and its Transpose) would be stored twice: not folded
-        pure = pure and all(readers.get(x, 0) <= 1 or _small(inits[x]) for x in ins) \
+        pure = pure and all(readers.get(x, 0) <= max(1, twins[key0]) or _small(inits[x]) for x in ins) \
             and not any(inits[x].data_location == onnx.TensorProto.EXTERNAL for x in ins)
-        key = n.op_type.encode() + b"|" + "|".join(n.input).encode() + b"|" + \
-            b"".join(a.SerializeToString() for a in n.attribute)
+        key = _fold_key(n)
         if pure and n.op_type in FOLDABLE and key in seen:
             rename[n.output[0]] = seen[key]
             folded += 1
@@ -217,6 +220,11 @@ def fold_constant_chains(graph: onnx.GraphProto) -> int:
     del graph.input[:]
     graph.input.extend(inputs)
     return folded
+
+
+def _fold_key(n: onnx.NodeProto) -> bytes:
+    return n.op_type.encode() + b"|" + "|".join(n.input).encode() + b"|" + \
+        b"".join(a.SerializeToString() for a in n.attribute)
 
 
 def _small(t: onnx.TensorProto, limit: int = 64) -> bool:
