@@ -299,3 +299,18 @@ def test_two_casts_of_one_float16_weight_become_one_initializer():
     qm = qlinear.quantize(m, data, CAL)
     assert [e.name for e in qm.encodings.params] == ["wa"] and len(_int_weight_dqs(qm.model)) == 1
     _close_to_peer(m, qm.model, data, 0.99)
+
+
+def test_a_weight_computed_by_an_unfolded_node_is_named():
+    nodes = [helper.make_node("DequantizeLinear", ["wq", "ws"], ["w"], name="dq"),
+             helper.make_node("Mul", ["w2a", "w2b"], ["w2"], name="mul"),
+             helper.make_node("MatMul", ["x", "w"], ["h"], name="mm1"),
+             helper.make_node("MatMul", ["h", "w2"], ["y"], name="mm2")]
+    m = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8])],
+               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8])],
+               [numpy_helper.from_array(np.ones((8, 8), np.int8), "wq"),
+                numpy_helper.from_array(np.array(0.1, np.float32), "ws"),
+                numpy_helper.from_array(_f32(8, 8), "w2a"), numpy_helper.from_array(_f32(8, 8), "w2b")])
+    _, notes = normalize(m)
+    assert notes == [("2 layer(s) whose weight is computed from constants by nodes qlinear does not fold stay "
+                      "float: MatMul 'mm1', MatMul 'mm2'")]

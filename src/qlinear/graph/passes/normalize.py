@@ -17,7 +17,11 @@
    ``onnx.reference``, the ONNX definition) when that stores nothing twice: the constant is read by that node only
    (or is small, a shape), and is not external data (a tied embedding's ``Transpose`` stays: the weight-only
    planner reads through it); the inputs nothing reads any more are dropped;
-4. **subgraphs** (``If``/``Loop``/``Scan`` bodies) are left float: a note names every node holding one and the
+4. **weights left float are named**: a Conv/ConvTranspose/Gemm/MatMul whose weight is still computed from
+   constants by a node not folded (a ``DequantizeLinear``, a ``Mul`` of constants, a sparse ``Constant``) is named
+   in a note (:func:`unfolded_weight_notes`; a ``Transpose`` of a tied weight is not: weight-only quantization
+   reads through it);
+5. **subgraphs** (``If``/``Loop``/``Scan`` bodies) are left float: a note names every node holding one and the
    Conv/ConvTranspose/Gemm/MatMul inside it.
 
 The notes say what changed (one line each); nothing is changed silently, and a model that needs none of this comes
@@ -61,8 +65,30 @@ def normalize(model: onnx.ModelProto, label: str = "model", *, copy: bool = True
         notes.append(f"{n_const} Constant nodes became initializers"
                      + (f", {n_fold} Identity/Cast/Transpose/Reshape nodes of constants were folded" if n_fold else "")
                      + " (weights stored as Constant nodes are quantized like initializers)")
+    notes += unfolded_weight_notes(m)
     notes += subgraph_notes(m)
     return m, notes
+
+
+def unfolded_weight_notes(m: onnx.ModelProto) -> list[str]:
+    """A note naming the Conv/ConvTranspose/Gemm/MatMul of the main graph whose weight is computed from constants
+    alone by nodes this pass does not fold (a DequantizeLinear, a Mul of two constants, a sparse Constant): their
+    weights stay float."""
+    const = {t.name for t in m.graph.initializer}
+    for n in m.graph.node:
+        if n.op_type in ("Constant", "Identity", *FOLDABLE, "Mul", "Add", "Sub", "Div", "DequantizeLinear", "Concat",
+                         "Slice", "Gather", "Expand", "Tile", "Neg", "Sqrt", "Pow") \
+                and not list(_subgraphs(n)) and all(x in const for x in n.input if x):
+            const.update(o for o in n.output if o)
+    inits = {t.name for t in m.graph.initializer}
+    prod = {o: n for n in m.graph.node for o in n.output}
+    tied = {x for x, p in prod.items() if p.op_type == "Transpose" and p.input[0] in inits}  # weight-only reads it
+    bad = [f"{n.op_type} {n.name or n.output[0]!r}" for n in m.graph.node
+           if n.op_type in WEIGHTED and len(n.input) > 1 and n.input[1] in const and n.input[1] not in inits | tied]
+    if not bad:
+        return []
+    return [f"{len(bad)} layer(s) whose weight is computed from constants by nodes qlinear does not fold stay float: "
+            + ", ".join(bad[:6]) + (" ..." if len(bad) > 6 else "")]
 
 
 def upgrade(m: onnx.ModelProto, label: str = "model", notes: list[str] | None = None) -> onnx.ModelProto:
@@ -401,4 +427,4 @@ def _run(m: onnx.ModelProto, samples: Sequence[Mapping[str, Any]], names: list[s
 
 
 __all__ = ["check_upgrade", "constants_to_initializers", "fold_constant_chains", "infer_shapes", "normalize",
-           "subgraph_notes", "upgrade"]
+           "subgraph_notes", "unfolded_weight_notes", "upgrade"]
