@@ -54,9 +54,9 @@ def test_columns_reproduce_the_convolution(c, o, k, group, stride, pad, dil, hw)
         np.testing.assert_allclose(np.matmul(ly.to_matrix(w), cols), ref, rtol=1e-4, atol=1e-4)
 
 
-def _fc_layer(K=12, O=5, transposed=False):
+def _fc_layer(K=12, n_out=5, transposed=False):
     node = helper.make_node("Gemm", ["x", "w"], ["y"], name="fc", transB=0 if transposed else 1)
-    shape = (K, O) if transposed else (O, K)
+    shape = (K, n_out) if transposed else (n_out, K)
     return Layer(WeightSpec("w", "Gemm", "fc", 1 if transposed else 0, None), node, "fc", shape,
                  transposed=transposed)
 
@@ -108,11 +108,11 @@ def test_staged_run_equals_one_session_and_takes_new_constants():
     assert "relu_out" not in st.cache  # tensors no later piece reads are dropped
 
 
-def _layer_with_data(seed=0, K=16, O=6, n=200, noise=0.05):
+def _layer_with_data(seed=0, K=16, n_out=6, n=200, noise=0.05):
     """An FC layer with correlated inputs (with independent inputs nearest rounding is already optimal)."""
     rng = np.random.default_rng(seed)
-    ly = _fc_layer(K, O)
-    w = (rng.normal(size=(O, K)) * np.linspace(0.2, 2, K)).astype(np.float32)
+    ly = _fc_layer(K, n_out)
+    w = (rng.normal(size=(n_out, K)) * np.linspace(0.2, 2, K)).astype(np.float32)
     x = (rng.normal(size=(n, K)) @ rng.normal(size=(K, K))).astype(np.float32)
     xq = x + noise * rng.normal(size=x.shape).astype(np.float32)
     ly.accumulate(x, xq)
@@ -195,7 +195,7 @@ def test_adaround_gradient_is_exact(n):
 
 
 def test_adaround_lowers_the_layer_error_and_stays_on_the_grid():
-    ly, w, e, _, _ = _layer_with_data(5, K=32, O=8, n=400, noise=0.02)
+    ly, w, e, _, _ = _layer_with_data(5, K=32, n_out=8, n=400, noise=0.02)
     w2 = adaround(ly, w, e, AdaRoundOptions(iterations=400))
     np.testing.assert_array_equal(e.fake_quantize(w2), w2)
     q0, q2 = e.quantize(w).astype(int), e.quantize(w2).astype(int)

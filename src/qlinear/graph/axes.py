@@ -23,7 +23,8 @@ import numpy as np
 
 from qlinear.encodings.model import Encoding, EncodingSet
 from qlinear.errors import EncodingError
-from qlinear.graph.model import GraphIndex, attr, load_model
+from qlinear.graph.model import GraphIndex, load_model
+from qlinear.graph.ops import input_axes
 
 
 def param_axes(g: GraphIndex, name: str) -> tuple[int, int | None] | None:
@@ -35,16 +36,9 @@ def param_axes(g: GraphIndex, name: str) -> tuple[int, int | None] | None:
     if rank <= 1:
         return (0, None)
     for node, idx in g.consumers.get(name, []):
-        op = node.op_type
-        if op == "Conv" and idx == 1:
-            return (0, 1)
-        if op == "ConvTranspose" and idx == 1:
-            return (1, 0)
-        if op == "Gemm":
-            tb = attr(node, "transB", 0) if idx == 1 else attr(node, "transA", 0)
-            return (0, 1) if (tb if idx == 1 else not tb) else (1, 0)
-        if op == "MatMul":
-            return (rank - 1, rank - 2) if idx == 1 else (rank - 2, rank - 1)
+        axes = input_axes(node, idx, rank)  # the table above, held by the operator registry
+        if axes is not None:
+            return axes
     return (0, 1)
 
 

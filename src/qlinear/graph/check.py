@@ -27,8 +27,7 @@ from onnx import numpy_helper
 from qlinear.calibration.bias import accumulator_bound
 from qlinear.core import granularity as gr
 from qlinear.graph.model import GraphIndex, attr, load_model
-
-WEIGHTED = ("Conv", "ConvTranspose", "Gemm", "MatMul")
+from qlinear.graph.ops import WEIGHTED, weight_channel_axis
 
 
 @dataclass
@@ -117,16 +116,6 @@ def _centered_weight(g: GraphIndex, const: dict, dq: onnx.NodeProto) -> tuple[np
     return qi - gr.expand(z.astype(np.int64), q.shape, gran), t.name
 
 
-def _channel_axis(node: onnx.NodeProto, rank: int) -> int:
-    if node.op_type == "Conv":
-        return 0
-    if node.op_type == "ConvTranspose":
-        return 1
-    if node.op_type == "Gemm":
-        return 0 if attr(node, "transB", 0) else 1
-    return rank - 1
-
-
 def check_integer(model: Any) -> IntegerCheck:
     """Check every weighted layer of a Q/DQ model (module docstring)."""
     m = load_model(model)
@@ -170,7 +159,7 @@ def check_integer(model: Any) -> IntegerCheck:
             continue
         z = int(np.asarray(xz).reshape(-1)[0]) if xz is not None else 0
         w, _ = cw
-        ax = _channel_axis(node, w.ndim)
+        ax = weight_channel_axis(node, w.ndim)
         bq = None
         if len(node.input) > 2 and node.input[2]:
             bdq = _dq_of(g, node.input[2])

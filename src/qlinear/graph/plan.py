@@ -22,17 +22,17 @@ from dataclasses import dataclass, field
 
 import onnx
 
+from qlinear.graph import ops
 from qlinear.graph.axes import param_axes
 from qlinear.graph.model import GraphIndex
 
-WEIGHTED = ("Conv", "ConvTranspose", "Gemm", "MatMul")
-FUSABLE_ACT = ("Relu", "Clip", "LeakyRelu")
-FUSING_PRODUCERS = ("Conv", "ConvTranspose", "Gemm", "MatMul", "Add")
-DATA_MOVEMENT = ("Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "MaxPool", "Identity", "Slice", "Gather",
-                 "Pad", "SpaceToDepth", "DepthToSpace", "Expand", "Tile", "Split")
-# outputs that are not float activations to quantize
-NON_FLOAT_OPS = ("Shape", "Size", "NonZero", "ArgMax", "ArgMin", "TopK", "Constant", "ConstantOfShape", "Range",
-                 "Equal", "Less", "Greater", "Not", "And", "Or", "Cast")
+# the operator tables live in the registry (qlinear.graph.ops); these names are its views
+WEIGHTED = ops.WEIGHTED
+FUSABLE_ACT = ops.FUSABLE_ACT
+FUSING_PRODUCERS = ops.FUSING_PRODUCERS
+DATA_MOVEMENT = ops.DATA_MOVEMENT
+NON_FLOAT_OPS = ops.NON_FLOAT_OPS  # outputs that are not float activations to quantize
+ACTIVATION_FNS = ops.ACTIVATION_FNS
 
 
 @dataclass
@@ -71,9 +71,9 @@ PLACEMENTS = ("all", "matmul")
 def is_transformer(m: onnx.ModelProto) -> bool:
     """Attention (Softmax) with a normalization (LayerNormalization, or its decomposed ReduceMean form) and MatMuls
     with constant weights: the graphs :func:`make_plan`'s ``matmul`` placement is for."""
-    ops = {n.op_type for n in m.graph.node}
+    present = {n.op_type for n in m.graph.node}
     inits = {t.name for t in m.graph.initializer}
-    return "Softmax" in ops and bool(ops & {"LayerNormalization", "ReduceMean", "SimplifiedLayerNormalization"}) \
+    return "Softmax" in present and bool(present & set(ops.TRANSFORMER_NORMS)) \
         and any(n.op_type == "MatMul" and len(n.input) > 1 and n.input[1] in inits for n in m.graph.node)
 
 
@@ -139,7 +139,8 @@ def _make_plan(m: onnx.ModelProto, exclude_nodes: tuple[str, ...], exclude_op_ty
             w = n.input[1] if len(n.input) > 1 else ""
             if w in g.initializers and len(g.shape(w) or ()) >= 2:
                 axes = param_axes(g, w)
-                b = n.input[2] if len(n.input) > 2 and n.op_type in ("Conv", "ConvTranspose", "Gemm") else ""
+                bi = ops.bias_input(n.op_type)
+                b = n.input[bi] if bi is not None and len(n.input) > bi else ""
                 b = b if b and b in g.initializers else ""
                 plan.weights.append(WeightSpec(w, n.op_type, n.name, axes[0], axes[1], n.input[0], b))
                 if b:
@@ -179,9 +180,6 @@ def _make_plan(m: onnx.ModelProto, exclude_nodes: tuple[str, ...], exclude_op_ty
     return plan
 
 
-ACTIVATION_FNS = ("Gelu", "FastGelu", "BiasGelu", "QuickGelu", "Erf", "Tanh", "Sigmoid", "HardSigmoid", "Softplus")
-
-
 def activation_fn_output(g: GraphIndex, t: str, depth: int = 3) -> bool:
     """``t`` is the output of a smooth activation function (Gelu, or its Erf/Tanh form, SiLU/SwiGLU's Sigmoid), found
     within ``depth`` producer steps without crossing a MatMul/Gemm/normalization: the heavy-tailed MatMul inputs of
@@ -195,7 +193,7 @@ def activation_fn_output(g: GraphIndex, t: str, depth: int = 3) -> bool:
         seen.add(x)
         if p.op_type in ACTIVATION_FNS:
             return True
-        if p.op_type in ("MatMul", "Gemm", "LayerNormalization", "Softmax", "Conv"):
+        if p.op_type in ops.MLP_BOUNDARY:
             continue
         stack.extend((i, d + 1) for i in p.input if i and i not in g.initializers)
     return False
@@ -206,7 +204,7 @@ def _float_data(m: onnx.ModelProto, g: GraphIndex, floats: set[str]) -> set[str]
     depends on them (nodes in topological order, as ONNX requires)."""
     data = {i.name for i in m.graph.input if i.name not in g.initializers and i.name in floats}
     for n in m.graph.node:
-        lookup = n.op_type in ("Gather", "GatherElements", "GatherND") and n.input and n.input[0] in g.initializers \
+        lookup = n.op_type in ops.LOOKUPS and n.input and n.input[0] in g.initializers \
             and g.initializers[n.input[0]].data_type in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16)
         if n.op_type in ("Shape", "Size"):  # a shape is not data: masks built from it stay masks
             continue
@@ -228,7 +226,7 @@ def _is_act(n: onnx.NodeProto, g: GraphIndex) -> bool:
     constant (the per-channel clip that cross-layer equalization writes)."""
     if n.op_type in FUSABLE_ACT:
         return True
-    return n.op_type in ("Max", "Min") and len(n.input) == 2 and n.input[1] in g.initializers
+    return ops.is_constant_clamp(n, g.initializers)
 
 
 def _float_tensors(m: onnx.ModelProto, g: GraphIndex) -> set[str]:

@@ -25,8 +25,10 @@ from onnx import numpy_helper
 
 from qlinear.core.types import QType, qtype
 from qlinear.graph.model import GraphIndex, attr, load_model
+from qlinear.graph.ops import QDQ_FUSED_ACTIVATIONS, QDQ_STRUCTURE
 
-ACTIVATIONS = ("Relu", "Clip")
+#: the clamps :func:`parse` fuses into the operator before them (the registry's ``qdq_fused_activation`` role)
+ACTIVATIONS = QDQ_FUSED_ACTIVATIONS
 
 
 @dataclass(frozen=True)
@@ -120,7 +122,9 @@ def _params(node: onnx.NodeProto, consts: dict[str, np.ndarray], rank: int | Non
     return QParams(t, np.asarray(s, np.float32), zp, axis, int(attr(node, "block_size", 0)))
 
 
-def _clip_bounds(node: onnx.NodeProto, consts: dict[str, np.ndarray]) -> tuple[float, float] | None:
+def clip_bounds(node: onnx.NodeProto, consts: dict[str, np.ndarray]) -> tuple[float, float] | None:
+    """The clamp ``(lo, hi)`` of a Relu or Clip node (Clip bounds from its inputs 1, 2 looked up in ``consts``, or
+    its opset < 11 attributes; a missing bound is infinite), or None when a bound is not a scalar constant."""
     if node.op_type == "Relu":
         return 0.0, math.inf
     lo, hi = -math.inf, math.inf
@@ -217,7 +221,7 @@ def parse(model: Any) -> QdqGraph:
             qg.values[src] = QValue(src, p, const=c, float_name=n.output[0])
             qg.dq[n.output[0]] = src
     for n in m.graph.node:
-        if n.op_type in ("QuantizeLinear", "DequantizeLinear", "Constant"):
+        if n.op_type in QDQ_STRUCTURE:
             continue
         ins = [qg.value_of_dq(i) if i else None for i in n.input]
         if not any(v is not None for v in ins) or not n.output:
@@ -227,7 +231,7 @@ def parse(model: Any) -> QdqGraph:
         cons = g.consumers.get(cur, [])
         if len(cons) == 1 and cur not in g.outputs and cons[0][0].op_type in ACTIVATIONS and \
                 n.op_type not in ACTIVATIONS:
-            b = _clip_bounds(cons[0][0], consts)
+            b = clip_bounds(cons[0][0], consts)
             nxt = cons[0][0].output[0]
             nc = g.consumers.get(nxt, [])
             if b is not None and len(nc) == 1 and nxt not in g.outputs and nc[0][0].op_type == "QuantizeLinear":
@@ -243,4 +247,4 @@ def parse(model: Any) -> QdqGraph:
 
 
 
-__all__ = ["ACTIVATIONS", "QOp", "QParams", "QValue", "QdqGraph", "activation_name", "parse"]
+__all__ = ["ACTIVATIONS", "QOp", "QParams", "QValue", "QdqGraph", "activation_name", "clip_bounds", "parse"]

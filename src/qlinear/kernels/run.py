@@ -9,6 +9,10 @@ runtime fuses run as integer kernels:
   ``DQ -> Concat -> Q``; ``DQ -> Softmax | Sigmoid | Tanh -> Q``; ``DQ -> Relu | Clip -> Q`` (requantize + clamp);
 * data movement (Reshape, Flatten, Transpose, Squeeze, Unsqueeze, Identity) moves the integers.
 
+Which kernel runs an operator is the operator registry's (:mod:`qlinear.graph.ops`, ``OpSpec.kernel``);
+:data:`qlinear.kernels.steps.KERNELS` holds one kernel per family (:mod:`qlinear.kernels.layer` the Conv/Gemm/MatMul
+layer) and this module only executes the steps they prepare.
+
 Graph inputs are quantized by their QuantizeLinear and outputs dequantized, so the result is ``{output name: array}``
 as ONNX Runtime returns it. Any other node runs in float on the dequantized values (the ONNX reference evaluator), as
 a Q/DQ runtime without that kernel would.
@@ -34,277 +38,20 @@ Every mode checks the accumulators: one outside int32 raises :class:`~qlinear.er
 accumulate in int64, as TFLite does).
 """
 
-from __future__ import annotations
-
-from dataclasses import dataclass
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import onnx
 
-from qlinear.core import dequantize_linear, quantize_linear
-from qlinear.errors import KernelError, OverflowRiskError
-from qlinear.graph.model import attr
-from qlinear.graph.qdq import QOp, QParams, QdqGraph, parse
-from qlinear.kernels import activation as A
-from qlinear.kernels import elementwise as EW
-from qlinear.kernels import native as NK
-from qlinear.kernels import pool as P
-from qlinear.kernels.requant import FIXED_MODES, MODES, round_half_away
-
-MOVE = ("Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Identity")
-EXACT32 = float(2**24)
-
-
-@dataclass(frozen=True)
-class Profile:
-    """Which formula each operator family uses (see the module docstring)."""
-
-    name: str
-    conv: str                 # requantization mode of Conv / depthwise
-    fc: str                   # requantization mode of Gemm / MatMul (FULLY_CONNECTED)
-    elementwise: str          # mode of Add/Sub/Mul/Mean/pool/requantize kernels (fixed modes: TFLite reference)
-    quantize: str = "onnx"    # graph-input QuantizeLinear: "onnx" (true division, ties even) or "tflite"
-    clamp: str = "away"       # rounding of fused-activation bounds: "away" (TFLite) or "even"
-    mean: str = ""            # Mean / GlobalAveragePool formula (default: ``elementwise``; "xnnpack")
-    add: str = ""             # Add / Sub formula (default: ``elementwise``; "xnnpack")
-
-    @property
-    def mean_mode(self) -> str:
-        return self.mean or self.elementwise
-
-    @property
-    def add_mode(self) -> str:
-        return self.add or self.elementwise
-
-
-def _uniform(mode: str) -> Profile:
-    return Profile(mode, mode, mode, mode, "onnx", "away" if mode in FIXED_MODES else "even")
-
-
-PROFILES: dict[str, Profile] = {m: _uniform(m) for m in MODES}
-PROFILES["litert_ref"] = Profile("litert_ref", "fixed_double", "f64_round_away", "fixed_double", "tflite", "away")
-PROFILES["litert_xnnpack"] = Profile("litert_xnnpack", "f32_rne", "f32_rne", "f32_rne", "onnx", "away", "xnnpack",
-                                     "xnnpack")
-PROFILES["ort"] = Profile("ort", "f32_rne", "f32_rne", "f32_rne", "onnx", "even")
-PROFILES["ort_fused"] = Profile("ort_fused", "f32_rne", "f32_rne", "f32_rne", "onnx", "even", "float", "mlas")
-
-
-def profile(mode: str) -> Profile:
-    if mode not in PROFILES:
-        raise KernelError(f"unknown mode {mode!r}; expected one of {', '.join(PROFILES)}")
-    return PROFILES[mode]
-
-
-def _range(p: QParams) -> tuple[int, int]:
-    return int(p.dtype.qmin), int(p.dtype.qmax)
-
-
-class _Env:
-    """Values during a run: integer tensors by name, float tensors by name (DQ outputs made on demand)."""
-
-    def __init__(self, qg: QdqGraph, inputs: dict[str, np.ndarray]) -> None:
-        self.qg = qg
-        self.ints: dict[str, np.ndarray] = {}
-        self.floats: dict[str, Any] = dict(qg.consts)
-        self.floats.update(inputs)
-
-    def int_of(self, v: Any) -> np.ndarray:
-        if v.const is not None:
-            return v.const
-        if v.name not in self.ints:
-            raise KernelError(f"integer tensor {v.name!r} has no value yet (unsupported graph order)")
-        return self.ints[v.name]
-
-    def float_of(self, name: str) -> Any:
-        if name in self.floats:
-            return self.floats[name]
-        v = self.qg.value_of_dq(name)
-        if v is not None:
-            p = v.params
-            z = p.zero_point.astype(p.dtype.storage) if p.dtype.is_int else None
-            y = dequantize_linear(self.int_of(v), p.scale, z, axis=1 if p.axis is None else p.axis,
-                                  block_size=p.block_size)
-            self.floats[name] = y
-            return y
-        raise KernelError(f"tensor {name!r} has no value (unsupported graph structure)")
-
-
-class _Conv:
-    """A prepared Conv / Gemm / MatMul layer: centered float32 weights, int64 bias, multipliers, clamp."""
-
-    def __init__(self, op: QOp, prof: Profile) -> None:
-        node = op.node
-        self.op = op
-        x, w = op.inputs[0], op.inputs[1]
-        out = op.output
-        if x is None or w is None or w.const is None or not x.params.per_tensor or w.params.block_size \
-                or not x.params.dtype.is_int or not w.params.dtype.is_int:
-            raise _NotInteger
-        if out is not None and (not out.params.per_tensor or not out.params.dtype.is_int):
-            raise _NotInteger
-        # no QuantizeLinear after it: integer accumulation, float output (ORT's MatMulIntegerToFloat)
-        self.float_out = out is None
-        self.wide = x.params.dtype.bits > 8  # 16x8: int64 accumulators (TFLite)
-        self.kind = node.op_type
-        wq = np.asarray(w.const).astype(np.int64)
-        wz = w.params.zero_point.astype(np.int64)
-        ws = w.params.scale.astype(np.float32)
-        if self.kind == "Conv":
-            if wq.ndim != 4 or attr(node, "auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET"):
-                raise _NotInteger
-            ch_axis = 0
-        elif self.kind == "Gemm":
-            if attr(node, "transA", 0) or attr(node, "alpha", 1.0) != 1.0 or attr(node, "beta", 1.0) != 1.0:
-                raise _NotInteger
-            ch_axis = 0 if attr(node, "transB", 0) else 1
-        else:
-            if wq.ndim != 2:
-                raise _NotInteger
-            ch_axis = 1
-        if not w.params.per_tensor and w.params.axis != ch_axis:
-            raise _NotInteger
-        n_out = wq.shape[ch_axis]
-        if wz.size > 1:
-            shape = [1] * wq.ndim
-            shape[ch_axis] = n_out
-            wc = wq - wz.reshape(shape)
-        else:
-            wc = wq - int(wz.reshape(-1)[0])
-        if self.kind == "Conv":
-            self.w = wc  # OIHW, centered
-        else:
-            self.w = wc if ch_axis == 0 else wc.T  # [N_out, K]
-        self.groups = attr(node, "group", 1) if self.kind == "Conv" else 1
-        self.stride = tuple(attr(node, "strides", [1, 1])) if self.kind == "Conv" else (1, 1)
-        pads = list(attr(node, "pads", [0, 0, 0, 0])) if self.kind == "Conv" else [0, 0, 0, 0]
-        self.pads = (pads[0], pads[1], pads[2], pads[3])
-        self.dil = tuple(attr(node, "dilations", [1, 1])) if self.kind == "Conv" else (1, 1)
-        b = op.inputs[2] if len(op.inputs) > 2 else None
-        self.float_bias = None
-        if len(node.input) > 2 and node.input[2] and (b is None or b.const is None):
-            if not self.float_out:
-                raise _NotInteger  # float bias: not an integer kernel
-            self.float_bias = node.input[2]
-        self.bias = None if b is None else np.broadcast_to(np.asarray(b.const).astype(np.int64).reshape(-1),
-                                                           (n_out,)).copy()
-        self.zx = x.params.z
-        self.x_dtype = x.params.dtype
-        mode = prof.conv if self.kind == "Conv" else prof.fc
-        self.mode = "int64_reduced" if self.wide and mode in FIXED_MODES else mode
-        s_x = np.float32(x.params.s)
-        self.scale_out = np.broadcast_to(s_x * ws, (n_out,)).astype(np.float32)  # float output: acc * s_x * s_w
-        if not self.float_out:
-            s_o = np.float32(out.params.s)
-            if mode in ("f32_rne", "onednn"):
-                m = (s_x * ws / s_o).astype(np.float64)
-            else:
-                m = np.float64(s_x) * ws.astype(np.float64) / np.float64(s_o)
-            self.mult = NK.Multiplier(np.broadcast_to(m, (n_out,)) if m.size > 1 else m.reshape(-1))
-            self.zo = out.params.z
-            self.out_dtype = out.params.dtype.storage
-            self.lo, self.hi = _clamp(op, out.params, prof)
-        xr = max(self.zx - int(self.x_dtype.qmin), int(self.x_dtype.qmax) - self.zx)
-        wmax = float(np.abs(self.w).max(initial=1))
-        self.chunk = max(1, int((EXACT32 - 1) // max(1.0, xr * wmax)))
-        self.w32 = self.w.astype(np.float32)
-        self.depthwise = self.kind == "Conv" and self.w.shape[1] == 1 and self.groups > 1
-        if self.kind == "Conv" and not self.depthwise:
-            o, cg, kh, kw = self.w.shape
-            self.w2 = self.w32.reshape(o, cg * kh * kw)
-
-    def accumulate(self, xq: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-        """Accumulators (integers, possibly held in float32/float64) and the bias still to add (or None)."""
-        if self.kind != "Conv":
-            xc = np.subtract(xq.reshape(-1, xq.shape[-1]), np.float32(self.zx), dtype=np.float32)
-            acc = _exact_matmul(xc, self.w32.T, self.chunk)  # [M, N_out]
-            return acc.reshape(xq.shape[:-1] + (self.w.shape[0],)), self.bias
-        if self.depthwise:
-            o, _, kh, kw = self.w.shape
-            return NK.dwconv(xq, self.zx, self.w.reshape(o, kh, kw), o // xq.shape[1], self.bias, self.stride,
-                             self.pads, self.dil), None
-        return self._conv(xq), self.bias
-
-    def _conv(self, xq: np.ndarray) -> np.ndarray:
-        n, c, h, wd = xq.shape
-        o, cg, kh, kw = self.w.shape
-        xc = np.subtract(xq, np.float32(self.zx), dtype=np.float32)  # zero-point padding = real 0 = centered 0
-        t, l, b, r = self.pads
-        if kh == kw == 1 and self.stride == (1, 1) and not any(self.pads) and self.groups == 1:
-            cols = xc.reshape(n, c, h * wd)
-            oh, ow = h, wd
-        else:
-            xp = np.pad(xc, ((0, 0), (0, 0), (t, b), (l, r))) if any(self.pads) else xc
-            eh, ew = (kh - 1) * self.dil[0] + 1, (kw - 1) * self.dil[1] + 1
-            win = np.lib.stride_tricks.sliding_window_view(xp, (eh, ew), axis=(2, 3))
-            win = win[:, :, ::self.stride[0], ::self.stride[1], ::self.dil[0], ::self.dil[1]]
-            oh, ow = win.shape[2], win.shape[3]
-            cols = None
-        og = o // self.groups
-        if self.groups == 1:
-            cg_cols = cols if cols is not None else np.ascontiguousarray(win.transpose(0, 1, 4, 5, 2, 3)).reshape(
-                n, cg * kh * kw, oh * ow)
-            return _exact_matmul(self.w2, cg_cols, self.chunk).reshape(n, o, oh, ow)
-        acc = np.empty((n, o, oh * ow), np.float64)
-        for g in range(self.groups):
-            if cols is None:
-                cg_cols = np.ascontiguousarray(win[:, g * cg:(g + 1) * cg].transpose(0, 1, 4, 5, 2, 3)).reshape(
-                    n, cg * kh * kw, oh * ow)
-            else:
-                cg_cols = cols
-            wg = self.w2[g * og:(g + 1) * og]
-            acc[:, g * og:(g + 1) * og] = _exact_matmul(wg, cg_cols, self.chunk)
-        return acc.reshape(n, o, oh, ow)
-
-    def __call__(self, xq: np.ndarray) -> np.ndarray:
-        acc, bias = self.accumulate(xq)
-        axis = 1 if self.kind == "Conv" else -1
-        try:
-            if self.float_out:
-                from qlinear.kernels.requant import check_accumulator
-
-                acc = acc.astype(np.int64)
-                shape = [1] * acc.ndim
-                shape[axis] = self.scale_out.size
-                if bias is not None:
-                    acc = acc + bias.reshape(shape)
-                check_accumulator(acc, 64 if self.wide else 32)
-                return acc.astype(np.float32) * self.scale_out.reshape(shape)
-            return NK.requant(acc, self.mult, self.mode, self.zo, self.lo, self.hi, self.out_dtype,
-                              channel_axis=axis, acc_bits=64 if self.wide else 32, bias=bias)
-        except OverflowRiskError as e:
-            raise OverflowRiskError(f"node {self.op.name} ({self.kind}): {e}") from None
-
-
-class _NotInteger(Exception):
-    """The pattern is not one the integer kernels run: the node falls back to float."""
-
-
-def _exact_matmul(a: np.ndarray, b: np.ndarray, chunk: int) -> np.ndarray:
-    """``a @ b`` of integer-valued float32 arrays, exactly: one float32 GEMM when every partial sum stays below 2^24
-    (float32 result), else float32 GEMMs over chunks of the reduction that do, added in float64 (float64 result).
-    ``a``: [..., M, K], ``b``: [..., K, N]."""
-    k = a.shape[-1]
-    if k <= chunk:
-        return np.matmul(a, b)  # float32, every value an exact integer
-    acc = None
-    for s in range(0, k, chunk):
-        part = np.matmul(a[..., s:s + chunk], b[..., s:s + chunk, :]).astype(np.float64)
-        acc = part if acc is None else acc + part
-    return acc  # float64, exact
-
-
-def _clamp(op: QOp, p: QParams, prof: Profile) -> tuple[int, int]:
-    qmin, qmax = _range(p)
-    lo, hi = op.act_bounds
-    if op.act is None:
-        return qmin, qmax
-    rnd = round_half_away if prof.clamp == "away" else np.rint
-
-    def q(f: float) -> int:
-        return p.z + int(rnd(np.float32(f) / np.float32(p.s)))
-
-    return (max(qmin, q(lo)) if np.isfinite(lo) else qmin, min(qmax, q(hi)) if np.isfinite(hi) else qmax)
+from qlinear.core import quantize_linear
+from qlinear.errors import KernelError
+from qlinear.graph import ops
+from qlinear.graph.qdq import QOp, parse
+from qlinear.kernels.layer import NotInteger
+from qlinear.kernels.profiles import PROFILES, Profile, profile
+from qlinear.kernels.requant import round_half_away
+from qlinear.kernels.steps import KERNELS, Env, FloatNode, Step
 
 
 class IntegerModel:
@@ -314,7 +61,7 @@ class IntegerModel:
         self.profile = profile(mode)
         self.mode = mode
         self.qg = parse(model)
-        self.steps: list[Callable[[_Env], None]] = []
+        self.steps: list[Callable[[Env], None]] = []
         self._compile()
 
     # ------------------------------------------------------------------------------------------ compile
@@ -346,12 +93,12 @@ class IntegerModel:
             self.steps.append(self._float_step(n))
         del prof
 
-    def _quantize_step(self, n: onnx.NodeProto) -> Callable[[_Env], None]:
+    def _quantize_step(self, n: onnx.NodeProto) -> Callable[[Env], None]:
         qv = self.qg.values.get(n.output[0])
         src, out = n.input[0], n.output[0]
         tfl = self.profile.quantize == "tflite"
 
-        def run(env: _Env) -> None:
+        def run(env: Env) -> None:
             x = env.float_of(src)
             if qv is None:
                 raise KernelError(f"QuantizeLinear {n.name or out}: non-constant parameters")
@@ -372,10 +119,10 @@ class IntegerModel:
 
         return run
 
-    def _float_step(self, n: onnx.NodeProto) -> Callable[[_Env], None]:
-        ev = _FloatNode(n, self.qg.model)
+    def _float_step(self, n: onnx.NodeProto) -> Callable[[Env], None]:
+        ev = FloatNode(n, self.qg.model)
 
-        def run(env: _Env) -> None:
+        def run(env: Env) -> None:
             vals = [env.float_of(i) if i else None for i in n.input]
             res = ev(vals)
             for o, v in zip(n.output, res):
@@ -383,192 +130,16 @@ class IntegerModel:
 
         return run
 
-    def _integer_step(self, op: QOp) -> Callable[[_Env], None] | None:
-        try:
-            if op.op in ("Conv", "Gemm", "MatMul"):
-                return self._conv_step(op)
-            return self._other_step(op)
-        except _NotInteger:
+    def _integer_step(self, op: QOp) -> Step | None:
+        """The integer kernel of ``op`` (the registry's kernel family, :data:`KERNELS`), or None: it runs in
+        float."""
+        kernel = KERNELS.get(ops.kernel_of(op.op) or "")
+        if kernel is None:
             return None
-
-    def _conv_step(self, op: QOp) -> Callable[[_Env], None]:
-        layer = _Conv(op, self.profile)
-        x = op.inputs[0]
-        out = op.output.name if op.output is not None else ""
-
-        def run(env: _Env) -> None:
-            xq = env.int_of(x)
-            if layer.kind == "Conv" and xq.ndim != 4:
-                raise KernelError(f"node {op.name}: only 2-D convolutions run on integers")
-            y = layer(xq)
-            if layer.float_out:
-                if layer.float_bias:
-                    y = y + np.asarray(env.float_of(layer.float_bias), np.float32).reshape(
-                        (-1,) + (1,) * (y.ndim - 2) if layer.kind == "Conv" else -1)
-                env.floats[op.node.output[0]] = y
-            else:
-                env.ints[out] = y
-
-        return run
-
-    def _other_step(self, op: QOp) -> Callable[[_Env], None]:
-        node, prof, out = op.node, self.profile, op.output
-        ins = op.inputs
-        if out is None or not out.params.per_tensor or not out.params.dtype.is_int:
-            raise _NotInteger
-        if any(v is not None and not v.params.per_tensor for v in ins):
-            raise _NotInteger
-        mode = prof.elementwise
-        s_o, z_o, dt = out.params.s, out.params.z, out.params.dtype.storage
-        qmin, qmax = _range(out.params)
-        lo, hi = _clamp(op, out.params, prof)
-        name = op.op
-
-        def emit(env: _Env, y: np.ndarray) -> None:
-            env.ints[out.name] = np.asarray(y).astype(dt)
-
-        if name in ("Add", "Sub", "Mul"):
-            if len(ins) != 2 or ins[0] is None or ins[1] is None:
-                raise _NotInteger
-            a, b = ins
-            wide = a.params.dtype.bits > 8 or b.params.dtype.bits > 8
-            if wide and (a.params.dtype.bits != 16 or b.params.dtype.bits != 16):
-                raise _NotInteger
-            shift = 15 if wide else 20  # TFLite ADD/SUB: left_shift 20 (int8), 15 (general int16)
-
-            def run(env: _Env) -> None:
-                aq, bq = env.int_of(a), env.int_of(b)
-                if aq.shape != bq.shape:
-                    aq, bq = np.broadcast_arrays(aq, bq)
-                if name == "Mul":
-                    y = EW.mul(aq, bq, s_a=a.params.s, zp_a=a.params.z, s_b=b.params.s, zp_b=b.params.z, s_out=s_o,
-                               zp_out=z_o, mode=mode, qmin=lo, qmax=hi)
-                else:
-                    y = EW.add(aq, bq, s_a=a.params.s, zp_a=a.params.z, s_b=b.params.s, zp_b=b.params.z, s_out=s_o,
-                               zp_out=z_o, mode=prof.add_mode if not wide else mode, sub=name == "Sub", qmin=lo,
-                               qmax=hi, left_shift=shift)
-                emit(env, y)
-
-            return run
-        x = ins[0] if ins else None
-        if x is None:
-            raise _NotInteger
-        if name in MOVE:
-            if x.params.s != s_o or x.params.z != z_o or x.params.dtype != out.params.dtype:
-                raise _NotInteger
-            ev = _FloatNode(node, self.qg.model)
-            rest = list(node.input[1:])
-
-            def run(env: _Env) -> None:
-                res = ev([env.int_of(x)] + [env.float_of(i) if i else None for i in rest])
-                emit(env, res[0])
-
-            return run
-        if name in ("MaxPool", "AveragePool", "GlobalAveragePool"):
-            if name != "GlobalAveragePool" and (attr(node, "count_include_pad", 0) or attr(node, "ceil_mode", 0)
-                                                or attr(node, "auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET")):
-                raise _NotInteger
-
-            def run(env: _Env) -> None:
-                xq = env.int_of(x)
-                if xq.ndim != 4:
-                    raise KernelError(f"node {op.name}: pools run on 4-D tensors")
-                if name == "GlobalAveragePool":
-                    y = P.mean(xq, (2, 3), s_in=x.params.s, zp_in=x.params.z, s_out=s_o, zp_out=z_o,
-                               mode=prof.mean_mode, qmin=lo, qmax=hi)
-                else:
-                    k = tuple(attr(node, "kernel_shape"))
-                    pads = tuple(attr(node, "pads", [0, 0, 0, 0]))
-                    st = tuple(attr(node, "strides", [1, 1]))
-                    if name == "MaxPool":
-                        y = P.max_pool2d(xq, k, stride=st, pads=pads)
-                    else:
-                        y = P.avg_pool2d(xq, k, stride=st, pads=pads, qmin=qmin, qmax=qmax)
-                    if np.float32(x.params.s) != np.float32(s_o) or x.params.z != z_o:
-                        y = EW.requantize_tensor(y, s_in=x.params.s, zp_in=x.params.z, s_out=s_o, zp_out=z_o,
-                                                 mode=mode, qmin=lo, qmax=hi)
-                    else:
-                        y = np.clip(y, lo, hi)
-                emit(env, y)
-
-            return run
-        if name == "ReduceMean":
-            if prof.mean_mode == "float":  # the runtime does not fuse it: DQ -> ReduceMean -> Q in float
-                raise _NotInteger
-            axes = attr(node, "axes")
-            if axes is None and len(node.input) > 1 and node.input[1]:
-                if node.input[1] not in self.qg.consts:
-                    raise _NotInteger
-                axes = [int(a) for a in np.asarray(self.qg.consts[node.input[1]]).reshape(-1)]
-            if axes is None:
-                raise _NotInteger
-            keep = bool(attr(node, "keepdims", 1))
-
-            def run(env: _Env) -> None:
-                xq = env.int_of(x)
-                ax = tuple(a % xq.ndim for a in axes)
-                emit(env, P.mean(xq, ax, s_in=x.params.s, zp_in=x.params.z, s_out=s_o, zp_out=z_o,
-                                 mode=prof.mean_mode, keepdims=keep, qmin=lo, qmax=hi))
-
-            return run
-        if name == "Concat":
-            if any(v is None for v in ins):
-                raise _NotInteger
-            axis = attr(node, "axis")
-
-            def run(env: _Env) -> None:
-                xs = [env.int_of(v) for v in ins]
-                emit(env, P.concat(xs, [(v.params.s, v.params.z) for v in ins], s_out=s_o, zp_out=z_o,
-                                   axis=axis % xs[0].ndim, mode=mode, qmin=lo, qmax=hi))
-
-            return run
-        if name in ("Relu", "Clip") and op.act is None:
-            from qlinear.graph.qdq import _clip_bounds
-
-            b = _clip_bounds(node, self.qg.consts)
-            if b is None:
-                raise _NotInteger
-            fake = QOp(node, ins, out, "CLIP", b)
-            lo2, hi2 = _clamp(fake, out.params, prof)
-
-            def run(env: _Env) -> None:
-                emit(env, EW.requantize_tensor(env.int_of(x), s_in=x.params.s, zp_in=x.params.z, s_out=s_o,
-                                               zp_out=z_o, mode=mode, qmin=lo2, qmax=hi2))
-
-            return run
-        if name in ("Sigmoid", "Tanh", "Softmax") and dt == np.int16 and x.params.dtype.storage == np.int16 \
-                and x.params.z == 0 and z_o == 0 and np.float32(s_o) == np.float32(1 / 32768):
-            # TFLite reference 16-bit kernels (fixed output scale 1/32768, zero points 0)
-            s_x = x.params.s
-            axis = attr(node, "axis", -1)
-
-            def run(env: _Env) -> None:
-                xq = env.int_of(x)
-                if name == "Sigmoid":
-                    y = A.logistic16(xq, s_in=s_x)
-                elif name == "Tanh":
-                    y = A.tanh16(xq, s_in=s_x)
-                else:
-                    y = A.softmax16(xq, s_in=s_x, axis=axis)
-                emit(env, np.clip(y, lo, hi))
-
-            return run
-        if name in ("Sigmoid", "Tanh") and dt == np.int8 and x.params.dtype.storage == np.int8:
-            fn = A.logistic if name == "Sigmoid" else A.tanh
-
-            def run(env: _Env) -> None:
-                emit(env, np.clip(fn(env.int_of(x), s_in=x.params.s, zp_in=x.params.z, s_out=s_o, zp_out=z_o),
-                                  lo, hi))
-
-            return run
-        if name == "Softmax" and dt == np.int8 and x.params.dtype.storage == np.int8:
-            axis = attr(node, "axis", -1)
-
-            def run(env: _Env) -> None:
-                emit(env, A.softmax(env.int_of(x), s_in=x.params.s, s_out=s_o, zp_out=z_o, axis=axis))
-
-            return run
-        raise _NotInteger
+        try:
+            return kernel(op, self.profile, self.qg)
+        except NotInteger:
+            return None
 
     # ------------------------------------------------------------------------------------------ run
     def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -581,7 +152,7 @@ class IntegerModel:
             if v.name not in inputs:
                 raise KernelError(f"missing model input {v.name!r}")
             feed[v.name] = np.asarray(inputs[v.name])
-        env = _Env(qg, feed)
+        env = Env(qg, feed)
         for step in self.steps:
             step(env)
         out = {}
@@ -590,40 +161,10 @@ class IntegerModel:
         return out
 
 
-class _FloatNode:
-    """One ONNX node evaluated on NumPy values by the reference evaluator (built once, run many times)."""
-
-    def __init__(self, node: onnx.NodeProto, model: onnx.ModelProto) -> None:
-        self.node = node
-        self.opsets = list(model.opset_import)
-        self._ev: dict[tuple, Any] = {}
-
-    def __call__(self, values: list) -> list:
-        from onnx import helper
-        from onnx.reference import ReferenceEvaluator
-
-        node = self.node
-        key = tuple((np.asarray(v).dtype.str, np.asarray(v).ndim) if v is not None else None for v in values)
-        ev = self._ev.get(key)
-        names = [f"i{k}" if v is not None else "" for k, v in enumerate(values)]
-        if ev is None:
-            n2 = helper.make_node(node.op_type, names, [f"o{k}" for k in range(len(node.output))],
-                                  domain=node.domain)
-            n2.attribute.extend(node.attribute)
-            g = helper.make_graph(
-                [n2], "g", [helper.make_tensor_value_info(nm, helper.np_dtype_to_tensor_dtype(np.asarray(v).dtype),
-                                                          None) for nm, v in zip(names, values) if nm],
-                [helper.make_tensor_value_info(f"o{k}", 0, None) for k in range(len(node.output))])
-            ev = ReferenceEvaluator(helper.make_model(g, opset_imports=self.opsets))
-            self._ev[key] = ev
-        res = ev.run(None, {nm: np.asarray(v) for nm, v in zip(names, values) if nm})
-        return list(res)
-
-
 def run_integer(model: Any, inputs: dict[str, np.ndarray], *, mode: str = "f32_rne") -> dict[str, np.ndarray]:
     """Run a Q/DQ model with the integer kernels in ``mode`` (a requantization mode or a runtime profile, module
     docstring). For many runs, build an :class:`IntegerModel` once."""
     return IntegerModel(model, mode).run(inputs)
 
 
-__all__ = ["IntegerModel", "PROFILES", "Profile", "profile", "run_integer"]
+__all__ = ["PROFILES", "IntegerModel", "Profile", "profile", "run_integer"]

@@ -18,24 +18,14 @@ import onnx
 from onnx import helper, numpy_helper
 
 from qlinear.graph.model import GraphIndex, attr
-
-
-def _init(g: GraphIndex, name: str) -> np.ndarray | None:
-    return g.array(name) if name in g.initializers else None
+from qlinear.graph.ops import CONSTANT_CLAMPS, is_constant_clamp
+from qlinear.graph.qdq import clip_bounds
 
 
 def _clip_bounds(g: GraphIndex, node: onnx.NodeProto) -> tuple[float, float] | None:
-    """Clip's (min, max): inputs 1 and 2 (opset >= 11) or the attributes; None if a bound is not a constant."""
-    out = []
-    for idx, name, default in ((1, "min", -np.inf), (2, "max", np.inf)):
-        if len(node.input) > idx and node.input[idx]:
-            v = _init(g, node.input[idx])
-            if v is None:
-                return None
-            out.append(float(v))
-        else:
-            out.append(attr(node, name, default))
-    return out[0], out[1]
+    """Clip's (min, max): inputs 1 and 2 (opset >= 11) or the attributes; None if a bound is not a constant
+    initializer (:func:`qlinear.graph.qdq.clip_bounds` over the initializers)."""
+    return clip_bounds(node, {i: g.array(i) for i in node.input[1:] if i in g.initializers})
 
 
 def _pairs(m: onnx.ModelProto) -> list[tuple[onnx.NodeProto, list[onnx.NodeProto], onnx.NodeProto]]:
@@ -55,8 +45,8 @@ def _pairs(m: onnx.ModelProto) -> list[tuple[onnx.NodeProto, list[onnx.NodeProto
             nxt, idx = cons[0]
             if nxt.op_type == "Conv" and idx == 0:
                 break
-            if nxt.op_type == "Relu" or (nxt.op_type == "Clip" and _clip_bounds(g, nxt) is not None) or (
-                    nxt.op_type in ("Max", "Min") and len(nxt.input) == 2 and nxt.input[1] in g.initializers):
+            if nxt.op_type == "Relu" or (nxt.op_type == "Clip" and _clip_bounds(g, nxt) is not None) or \
+                    is_constant_clamp(nxt, g.initializers):
                 chain.append(nxt)
                 t = nxt.output[0]
                 continue
@@ -104,7 +94,7 @@ def equalize(m: onnx.ModelProto, *, passes: int = 4) -> int:
             else:
                 _set(inits, n2.input[1], w2 * s.reshape((1, c) + (1,) * (w2.ndim - 2)))
             for a in chain:
-                if a.op_type in ("Max", "Min"):
+                if a.op_type in CONSTANT_CLAMPS:
                     bound = numpy_helper.to_array(inits[a.input[1]]).astype(np.float64)
                     _set(inits, a.input[1], bound / s.reshape(bound.shape))
     return n

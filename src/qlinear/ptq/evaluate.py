@@ -137,10 +137,7 @@ def float_stats_session(qm: Any, names: list[str]) -> Any:
 
 def evaluate(qm: Any, *, samples: int | None = None, progress: Callable[[int], None] | None = None,
              worst_histograms: int = 4, stat_samples: int = 16) -> Report:
-    from qlinear.ptq.session import Session
-
     ds = qm.dataset
-    cfg = qm.config
     start, stop = qm.held_out()
     if samples is not None:
         stop = min(len(ds), start + samples)
@@ -149,41 +146,104 @@ def evaluate(qm: Any, *, samples: int | None = None, progress: Callable[[int], N
         raise DataError(f"{ds.source}: no samples to evaluate")
     ref = qm.reference_model  # float model after exact rewrites (BN folding, CLE): same outputs, same tensors
     outputs = [o.name for o in ref.graph.output]
+    encs = _stat_encodings(qm)
+    n_stat = min(n, stat_samples)
+    seen = _activation_stats(qm, encs, start, n_stat)
+    engine = output_engine(qm)
+    out_f, out_q = _outputs(qm, engine, outputs, start, stop, progress)
+    stats = []
+    for e in encs:
+        lo, hi = _range(e)
+        stats.append(TensorStat(e.name, e.dtype, float(np.asarray(e.scale).reshape(-1)[0]),
+                                int(np.asarray(e.zero_point_or_zeros).reshape(-1)[0]) if e.qtype.is_int else 0,
+                                lo, hi, _sqnr(seen[e.name].sig, seen[e.name].noise)))
+    ranking = [s.name for s in sorted(stats, key=lambda s: s.sqnr_db)]
+    labels = None if ds.labels is None else ds.labels[start:stop]
+    res = {o: output_metrics(np.concatenate(out_f[o]), np.concatenate(out_q[o]), labels, o, ds.source)
+           for o in outputs}
+    by_name = {s.name: s for s in stats}
+    hists = {}
+    for name in ranking[:worst_histograms]:
+        h = seen[name].histogram(by_name[name])
+        if h is not None:
+            hists[name] = h
+    return Report(n, stats, res, ranking, hists, stat_samples=n_stat, engine=engine)
+
+
+def _stat_encodings(qm: Any) -> list[Any]:
+    """The activation encodings whose float values the statistics pass can fetch (those that only move data, a
+    Reshape's output, share their source's encoding and statistics and are left out)."""
+    ref = qm.reference_model
     ref_inputs = {v.name for v in ref.graph.input}
     warm, exposed = getattr(qm, "_float_session", None) or (None, [])
-    known = (set(exposed) | set(outputs) | ref_inputs) if warm is not None else \
+    known = (set(exposed) | {o.name for o in ref.graph.output} | ref_inputs) if warm is not None else \
         ref_inputs | {o for nd in ref.graph.node for o in nd.output}
-    # activations that only move data (a Reshape's output) share their source's encoding and statistics
-    encs = [e for e in qm.encodings.activations if e.scale is not None and e.name in known
+    return [e for e in qm.encodings.activations if e.scale is not None and e.name in known
             and e.name not in qm.plan.inherit]
-    n_stat = min(n, stat_samples)
-    sig = {e.name: 0.0 for e in encs}
-    noise = dict(sig)
-    lo_seen = {e.name: np.inf for e in encs}
-    hi_seen = {e.name: -np.inf for e in encs}
+
+
+@dataclass
+class _Seen:
+    """One activation over the statistics samples: its signal and quantization noise, range, histogram sample."""
+
+    hist: _Sample
+    sig: float = 0.0
+    noise: float = 0.0
+    lo: float = np.inf
+    hi: float = -np.inf
+
+    def add(self, e: Any, x: np.ndarray) -> None:
+        x = np.ascontiguousarray(x, np.float32)
+        y = e.fake_quantize(x).reshape(-1)
+        x = x.reshape(-1)
+        self.sig += _sumsq(x)
+        self.noise += _sumsq(x - y)
+        if x.size:
+            self.lo = min(self.lo, float(x.min()))
+            self.hi = max(self.hi, float(x.max()))
+        self.hist.add(x)
+
+    def histogram(self, st: TensorStat) -> dict | None:
+        """64 bins over a span covering both the data and the chosen range ``st.lo..st.hi``."""
+        x = self.hist.values()
+        if not x.size:
+            return None
+        span_lo, span_hi = min(st.lo, self.lo), max(st.hi, self.hi)
+        if not span_hi > span_lo:
+            span_hi = span_lo + 1.0
+        h, edges = np.histogram(x.astype(np.float64), bins=64, range=(span_lo, span_hi))
+        return {"counts": h.tolist(), "edges": edges.tolist(), "lo": st.lo, "hi": st.hi,
+                "data_lo": self.lo, "data_hi": self.hi, "values": int(x.size)}
+
+
+def _activation_stats(qm: Any, encs: list[Any], start: int, n_stat: int) -> dict[str, _Seen]:
+    """One float pass over the first ``n_stat`` held-out samples: each activation against its own quantization."""
+    ds, cfg = qm.dataset, qm.config
+    ref_inputs = {v.name for v in qm.reference_model.graph.input}
     per_batch = max(1, HIST_CAP * cfg.batch_size // max(n_stat, 1))
-    hist = {e.name: _Sample(per_batch) for e in encs}
-    if n_stat and encs:
-        fetch = [e.name for e in encs if e.name not in ref_inputs]
-        fs_stats = float_stats_session(qm, fetch)
-        done = start
-        for feed in ds.batches(start, start + n_stat, cfg.batch_size):
-            b = len(next(iter(feed.values())))
-            fv = dict(zip(fetch, fs_stats.run(fetch, feed, where=f"{ds.source}, samples {done}..{done + b - 1}")))
-            fv.update(feed)
-            for e in encs:
-                x = np.ascontiguousarray(fv[e.name], np.float32)
-                y = e.fake_quantize(x).reshape(-1)
-                x = x.reshape(-1)
-                sig[e.name] += _sumsq(x)
-                noise[e.name] += _sumsq(x - y)
-                if x.size:
-                    lo_seen[e.name] = min(lo_seen[e.name], float(x.min()))
-                    hi_seen[e.name] = max(hi_seen[e.name], float(x.max()))
-                hist[e.name].add(x)
-            done += b
-    engine = output_engine(qm)
-    fs = Session(ref, (), level="all", label="the float model")
+    seen = {e.name: _Seen(_Sample(per_batch)) for e in encs}
+    if not (n_stat and encs):
+        return seen
+    fetch = [e.name for e in encs if e.name not in ref_inputs]
+    fs_stats = float_stats_session(qm, fetch)
+    done = start
+    for feed in ds.batches(start, start + n_stat, cfg.batch_size):
+        b = len(next(iter(feed.values())))
+        fv = dict(zip(fetch, fs_stats.run(fetch, feed, where=f"{ds.source}, samples {done}..{done + b - 1}")))
+        fv.update(feed)
+        for e in encs:
+            seen[e.name].add(e, fv[e.name])
+        done += b
+    return seen
+
+
+def _outputs(qm: Any, engine: str, outputs: list[str], start: int, stop: int,
+             progress: Callable[[int], None] | None) -> tuple[dict[str, list[np.ndarray]], dict[str, list[np.ndarray]]]:
+    """The float and the quantized model's outputs on samples ``start..stop - 1``, batch by batch."""
+    from qlinear.ptq.session import Session
+
+    ds = qm.dataset
+    fs = Session(qm.reference_model, (), level="all", label="the float model")
     qs = Session(qm.model, (), level="all", label="the quantized model", disable_qdq_fusion=engine != "ort-int8")
     out_f: dict[str, list[np.ndarray]] = {o: [] for o in outputs}
     out_q: dict[str, list[np.ndarray]] = {o: [] for o in outputs}
@@ -200,7 +260,7 @@ def evaluate(qm: Any, *, samples: int | None = None, progress: Callable[[int], N
         chunk.clear()
 
     done = start
-    for feed in ds.batches(start, stop, cfg.batch_size):
+    for feed in ds.batches(start, stop, qm.config.batch_size):
         b = len(next(iter(feed.values())))
         chunk.append((f"{ds.source}, samples {done}..{done + b - 1}", feed))
         done += b
@@ -208,30 +268,7 @@ def evaluate(qm: Any, *, samples: int | None = None, progress: Callable[[int], N
             flush()
     if chunk:
         flush()
-    stats = []
-    for e in encs:
-        lo, hi = _range(e)
-        stats.append(TensorStat(e.name, e.dtype, float(np.asarray(e.scale).reshape(-1)[0]),
-                                int(np.asarray(e.zero_point_or_zeros).reshape(-1)[0]) if e.qtype.is_int else 0,
-                                lo, hi, _sqnr(sig[e.name], noise[e.name])))
-    ranking = [s.name for s in sorted(stats, key=lambda s: s.sqnr_db)]
-    labels = None if ds.labels is None else ds.labels[start:stop]
-    res = {o: output_metrics(np.concatenate(out_f[o]), np.concatenate(out_q[o]), labels, o, ds.source)
-           for o in outputs}
-    hists = {}
-    by_name = {s.name: s for s in stats}
-    for name in ranking[:worst_histograms]:
-        x = hist[name].values()
-        if not x.size:
-            continue
-        st = by_name[name]
-        span_lo, span_hi = min(st.lo, lo_seen[name]), max(st.hi, hi_seen[name])
-        if not span_hi > span_lo:
-            span_hi = span_lo + 1.0
-        h, edges = np.histogram(x.astype(np.float64), bins=64, range=(span_lo, span_hi))
-        hists[name] = {"counts": h.tolist(), "edges": edges.tolist(), "lo": st.lo, "hi": st.hi,
-                       "data_lo": lo_seen[name], "data_hi": hi_seen[name], "values": int(x.size)}
-    return Report(n, stats, res, ranking, hists, stat_samples=n_stat, engine=engine)
+    return out_f, out_q
 
 
 def output_metrics(a: np.ndarray, b: np.ndarray, labels: list[int] | None, name: str,

@@ -280,11 +280,11 @@ def quantize(model: Any, data: Any, config: QuantizeConfig | dict | None = None,
         correct_biases(m, plan, {e.name: e for e in es.params}, means, skip=done)
     decisions: list[dict] = []
     if cfg.accuracy_target:
-        from qlinear.ptq.repair import run_repair
+        from qlinear.ptq.repair import RepairInputs, run_repair
 
         t1 = time.perf_counter()
-        es, m, decisions = run_repair(es, m, reference, plan, obs, means, tcfg, ds, (n_fit, n_cal), keep, label=label,
-                                      progress=progress, notes=notes)
+        es, m, decisions = run_repair(RepairInputs(es, m, reference, plan, obs, means, tcfg, ds, (n_fit, n_cal), keep,
+                                                   label), progress=progress, notes=notes)
         timings["repair"] = time.perf_counter() - t1
     es = int32_biases(es, m, plan, notes)
     qm = _apply(es, m)

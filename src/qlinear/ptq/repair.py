@@ -24,7 +24,13 @@ from typing import Any, Callable
 import numpy as np
 import onnx
 
+from qlinear.encodings import EncodingSet
 from qlinear.errors import ConfigError
+from qlinear.graph.model import GraphIndex
+from qlinear.graph.plan import resolve_inherit
+from qlinear.ptq.bias import correct_biases
+from qlinear.ptq.evaluate import output_metrics
+from qlinear.ptq.session import Session
 
 METRICS = ("top1_agreement", "cosine_mean", "cosine_min", "sqnr_db")
 
@@ -164,124 +170,171 @@ def _sqnr(x: np.ndarray, xq: np.ndarray) -> float:
     return 10 * np.log10(max(sig, 1e-300) / noise)
 
 
-def run_repair(es: Any, m: onnx.ModelProto, reference: onnx.ModelProto, plan: Any, obs: dict, means: dict,
-               tcfg: Any, ds: Any, samples: tuple[int, int], keep: dict, *, label: str = "model",
-               progress: Callable[[str, int], Callable[[int], None]] | None = None,
+@dataclass
+class RepairInputs:
+    """What precision repair inside :func:`qlinear.quantize` works on."""
+
+    encodings: Any                 # EncodingSet of the run, before the int32 biases
+    model: onnx.ModelProto         # the float model the encodings apply to (folded, equalized, biases corrected)
+    reference: onnx.ModelProto     # the float model as loaded (its weights before any rounding)
+    plan: Any                      # qlinear.graph.plan.Plan
+    observers: dict                # activation name -> observer (recomputes an activation at a new type)
+    means: dict                    # input means for bias correction
+    tcfg: Any                      # per-tensor configs (qlinear.ptq.pipeline.TensorConfigs)
+    dataset: Any                   # qlinear.ptq.data.Dataset
+    samples: tuple[int, int]       # (start, stop): the calibration samples nothing was fitted on
+    keep: dict                     # the calibration pass's float session and the outputs it fetched, if kept
+    label: str = "model"
+
+
+def run_repair(inp: RepairInputs, *, progress: Callable[[str, int], Callable[[int], None]] | None = None,
                notes: list[str] | None = None) -> tuple[Any, onnx.ModelProto, list[dict]]:
     """Precision repair inside :func:`qlinear.quantize` (module docstring), judged on the calibration samples
-    ``samples = (start, stop)`` that nothing was fitted on: returns the encodings (before the int32 biases), the float
-    model they apply to, and the decisions."""
-    from qlinear.encodings import EncodingSet
-    from qlinear.graph.model import GraphIndex
-    from qlinear.graph.plan import resolve_inherit
-    from qlinear.ptq.bias import correct_biases
-    from qlinear.ptq.config import DATA_WEIGHT_METHODS
-    from qlinear.ptq.evaluate import output_metrics
-    from qlinear.ptq.pipeline import _apply, _weight_encoding, int32_biases
-    from qlinear.ptq.session import Session
-
-    cfg = tcfg.cfg
+    ``inp.samples = (start, stop)`` that nothing was fitted on: returns the encodings (before the int32 biases), the
+    float model they apply to, and the decisions."""
+    cfg = inp.tcfg.cfg
     target = Target.parse(cfg.accuracy_target)
-    allow_float = cfg.target == "ort"
-    n_rep = samples[1] - samples[0]
-    outputs = [o.name for o in m.graph.output]
-    fsess = keep.get("session")
+    outputs = [o.name for o in inp.model.graph.output]
+    fsess = inp.keep.get("session")
     if fsess is None:
-        fsess = Session(reference, outputs, level="all", label=f"the float {label}")
-    batches = list(ds.batches(samples[0], samples[1], cfg.batch_size))
+        fsess = Session(inp.reference, outputs, level="all", label=f"the float {inp.label}")
+    batches = list(inp.dataset.batches(inp.samples[0], inp.samples[1], cfg.batch_size))
     float_out = {o: np.concatenate([fsess.run([o], b)[0] for b in batches]) for o in outputs}
+    builder = _Builder(inp)
+    cands = builder.weight_candidates(cfg.target == "ort")
+    cands += _activation_candidates(inp, builder.encs, fsess, batches[:1], cfg.target == "ort")
+    cands.sort(key=lambda c: c.sqnr_db)
 
-    encs = {e.name: e for e in es}
-    g_ref = GraphIndex.build(reference, infer_shapes=False)
-    g_m = GraphIndex.build(m, infer_shapes=False)
-    specs = {s.name: s for s in plan.weights}
-    cands: list[Candidate] = []
-    for name, spec in specs.items():  # weights: their deployed values against the float ones
-        e = encs.get(name)
-        if e is None or not e.qtype.is_int:
-            continue
-        nxt = ladder("weight", e.dtype, allow_float=allow_float)
-        if nxt is None:
-            continue
-        w = g_ref.array(name).astype(np.float32)
-        cands.append(Candidate(name, "weight", e.dtype, nxt, _sqnr(w, e.fake_quantize(g_m.array(name)))))
-    acts = [t for t in plan.activations if t in encs and encs[t].qtype.is_int]
-    stat = batches[:1]
-    have = set(keep.get("outputs", [])) if keep.get("session") is not None else set()
+    def measure(raised: dict[str, str]) -> dict:
+        return _measure(inp, builder.build(raised), batches, float_out)
+
+    adv = progress("precision repair", 2 * max(1, int(np.ceil(np.log2(len(cands) + 1)))) + 1) if progress else None
+    res = repair(target, cands, measure, progress=adv)
+    es2, m2 = builder.build(res.raised)
+    if notes is not None:
+        notes += _notes(target, res, inp.samples, len(cands))
+    return es2, m2, res.decisions
+
+
+class _Builder:
+    """The encodings and float model of the run with some tensors raised (weights restored to float first)."""
+
+    def __init__(self, inp: RepairInputs) -> None:
+        self.inp = inp
+        self.encs = {e.name: e for e in inp.encodings}
+        self.g_ref = GraphIndex.build(inp.reference, infer_shapes=False)
+        self.g_m = GraphIndex.build(inp.model, infer_shapes=False)
+        self.specs = {s.name: s for s in inp.plan.weights}
+        self.inheritors: dict[str, list[str]] = {}
+        for t, src in inp.plan.inherit.items():
+            self.inheritors.setdefault(resolve_inherit(inp.plan, src), []).append(t)
+
+    def weight_candidates(self, allow_float: bool) -> list[Candidate]:
+        """Weights, ranked by their deployed values against the float ones."""
+        cands = []
+        for name in self.specs:
+            e = self.encs.get(name)
+            if e is None or not e.qtype.is_int:
+                continue
+            nxt = ladder("weight", e.dtype, allow_float=allow_float)
+            if nxt is None:
+                continue
+            w = self.g_ref.array(name).astype(np.float32)
+            cands.append(Candidate(name, "weight", e.dtype, nxt, _sqnr(w, e.fake_quantize(self.g_m.array(name)))))
+        return cands
+
+    def build(self, raised: dict[str, str]) -> tuple[Any, onnx.ModelProto]:
+        inp = self.inp
+        m2 = onnx.ModelProto()
+        m2.CopyFrom(inp.model)
+        inits = {t.name: t for t in m2.graph.initializer}
+        e2 = dict(self.encs)
+        restored = []
+        for t, new in raised.items():
+            if t in self.specs:
+                self._raise_weight(t, new, inits, e2)
+                if new != "float":
+                    restored.append(t)
+            else:
+                for name in [t] + self.inheritors.get(t, []):
+                    if new == "float":
+                        e2.pop(name, None)
+                    else:
+                        c = inp.tcfg.activation(t)
+                        e2[name] = inp.observers[t].compute(new, symmetric=c.activation_symmetric, policy=c.policy,
+                                                            name=t).replace(name=name)
+        if restored and inp.tcfg.cfg.bias_correction:
+            keep_only = {self.specs[t].bias for t in restored if self.specs[t].bias}
+            others = {b.name for b in inp.plan.biases} - keep_only
+            correct_biases(m2, inp.plan, {t: e2[t] for t in restored}, inp.means, skip=others)
+        return EncodingSet(tuple(e2.values()), producer=inp.encodings.producer, version=inp.encodings.version), m2
+
+    def _raise_weight(self, t: str, new: str, inits: dict[str, onnx.TensorProto], e2: dict[str, Any]) -> None:
+        """The float weight (not its 4-bit grid) and its bias back in ``inits``, and its encoding at ``new``."""
+        from qlinear.ptq.config import DATA_WEIGHT_METHODS
+        from qlinear.ptq.pipeline import _weight_encoding
+
+        spec = self.specs[t]
+        inits[t].CopyFrom(self.g_ref.initializers[t])
+        if spec.bias:
+            inits[spec.bias].CopyFrom(self.g_ref.initializers[spec.bias])
+        if new == "float":
+            e2.pop(t, None)
+            return
+        c = self.inp.tcfg.weight(t)
+        c = c.replace(weight_type=new, weight_method="minmax" if c.w_method in DATA_WEIGHT_METHODS
+                      else c.weight_method)
+        e2[t] = _weight_encoding(t, self.g_ref.array(t), spec, c)
+
+
+def _activation_candidates(inp: RepairInputs, encs: dict[str, Any], fsess: Any, stat: list[dict],
+                           allow_float: bool) -> list[Candidate]:
+    """Activations, ranked by their own quantization on the first batch of samples (``stat``)."""
+    acts = [t for t in inp.plan.activations if t in encs and encs[t].qtype.is_int]
+    have = set(inp.keep.get("outputs", [])) if inp.keep.get("session") is not None else set()
     fetch = [t for t in acts if t in have]
     vals = dict(zip(fetch, fsess.run(fetch, stat[0]))) if fetch and stat else {}
     vals.update({k: v for k, v in (stat[0] if stat else {}).items() if k in acts})
-    for t in acts:  # activations: their own quantization on the first batch of samples
+    cands = []
+    for t in acts:
         if t not in vals:
             continue
         nxt = ladder("activation", encs[t].dtype, allow_float=allow_float)
         if nxt is not None:
             x = np.asarray(vals[t], np.float32)
             cands.append(Candidate(t, "activation", encs[t].dtype, nxt, _sqnr(x, encs[t].fake_quantize(x))))
-    cands.sort(key=lambda c: c.sqnr_db)
-    inheritors: dict[str, list[str]] = {}
-    for t, src in plan.inherit.items():
-        inheritors.setdefault(resolve_inherit(plan, src), []).append(t)
-
-    def build(raised: dict[str, str]) -> tuple[Any, onnx.ModelProto]:
-        m2 = onnx.ModelProto()
-        m2.CopyFrom(m)
-        inits = {t.name: t for t in m2.graph.initializer}
-        e2 = dict(encs)
-        restored = []
-        for t, new in raised.items():
-            if t in specs:
-                spec = specs[t]
-                inits[t].CopyFrom(g_ref.initializers[t])  # the float weight (not its 4-bit grid) and its bias
-                if spec.bias:
-                    inits[spec.bias].CopyFrom(g_ref.initializers[spec.bias])
-                if new == "float":
-                    e2.pop(t, None)
-                    continue
-                c = tcfg.weight(t)
-                c = c.replace(weight_type=new, weight_method="minmax" if c.w_method in DATA_WEIGHT_METHODS
-                              else c.weight_method)
-                e2[t] = _weight_encoding(t, g_ref.array(t), spec, c)
-                restored.append(t)
-            else:
-                for name in [t] + inheritors.get(t, []):
-                    if new == "float":
-                        e2.pop(name, None)
-                    else:
-                        c = tcfg.activation(t)
-                        e2[name] = obs[t].compute(new, symmetric=c.activation_symmetric, policy=c.policy,
-                                                  name=t).replace(name=name)
-        if restored and cfg.bias_correction:
-            keep_only = {specs[t].bias for t in restored if specs[t].bias}
-            others = {b.name for b in plan.biases} - keep_only
-            correct_biases(m2, plan, {t: e2[t] for t in restored}, means, skip=others)
-        return EncodingSet(tuple(e2.values()), producer=es.producer, version=es.version), m2
-
-    def measure(raised: dict[str, str]) -> dict:
-        es2, m2 = build(raised)
-        q = _apply(int32_biases(es2, m2, plan), m2)
-        sess = Session(q, level="basic", label=f"the quantized {label}", disable_qdq_fusion=True)
-        got = {o: np.concatenate([sess.run([o], b)[0] for b in batches]) for o in outputs}
-        return {o: output_metrics(float_out[o], got[o], None, o, "repair samples") for o in outputs}
-
-    adv = progress("precision repair", 2 * max(1, int(np.ceil(np.log2(len(cands) + 1)))) + 1) if progress else None
-    res = repair(target, cands, measure, progress=adv)
-    es2, m2 = build(res.raised)
-    if notes is not None:
-        head = (f"precision repair ({target}, judged on calibration samples {samples[0]}..{samples[1] - 1}, which "
-                f"nothing was fitted on): "
-                f"{target.metric} {res.before:.4f} -> {res.value:.4f}")
-        if not res.raised:
-            notes.append(f"{head}; the target holds without changes")
-        else:
-            what = ", ".join(f"{d['tensor']} ({d['change'].split(' ', 1)[1]})" for d in res.decisions[:6])
-            more = f" and {len(res.decisions) - 6} more" if len(res.decisions) > 6 else ""
-            notes.append(f"{head} by raising {len(res.decisions)} of {len(cands)} tensors: {what}{more} "
-                         f"({res.evaluations} evaluations)")
-        if not res.met:
-            notes.append(f"WARNING: accuracy target {target} not met even with every candidate raised one step "
-                         f"(best {res.value:.4f}); leave more in float (overrides) or relax the target")
-    return es2, m2, res.decisions
+    return cands
 
 
-__all__ = ["Candidate", "METRICS", "Outcome", "Target", "ladder", "repair", "run_repair"]
+def _measure(inp: RepairInputs, built: tuple[Any, onnx.ModelProto], batches: list[dict],
+             float_out: dict[str, np.ndarray]) -> dict:
+    """Output metrics of the quantized model ``built`` on the repair samples."""
+    from qlinear.ptq.pipeline import _apply, int32_biases
+
+    es2, m2 = built
+    q = _apply(int32_biases(es2, m2, inp.plan), m2)
+    sess = Session(q, level="basic", label=f"the quantized {inp.label}", disable_qdq_fusion=True)
+    outputs = list(float_out)
+    got = {o: np.concatenate([sess.run([o], b)[0] for b in batches]) for o in outputs}
+    return {o: output_metrics(float_out[o], got[o], None, o, "repair samples") for o in outputs}
+
+
+def _notes(target: Target, res: Outcome, samples: tuple[int, int], n_cands: int) -> list[str]:
+    head = (f"precision repair ({target}, judged on calibration samples {samples[0]}..{samples[1] - 1}, which "
+            f"nothing was fitted on): "
+            f"{target.metric} {res.before:.4f} -> {res.value:.4f}")
+    out = []
+    if not res.raised:
+        out.append(f"{head}; the target holds without changes")
+    else:
+        what = ", ".join(f"{d['tensor']} ({d['change'].split(' ', 1)[1]})" for d in res.decisions[:6])
+        more = f" and {len(res.decisions) - 6} more" if len(res.decisions) > 6 else ""
+        out.append(f"{head} by raising {len(res.decisions)} of {n_cands} tensors: {what}{more} "
+                   f"({res.evaluations} evaluations)")
+    if not res.met:
+        out.append(f"WARNING: accuracy target {target} not met even with every candidate raised one step "
+                   f"(best {res.value:.4f}); leave more in float (overrides) or relax the target")
+    return out
+
+
+__all__ = ["Candidate", "METRICS", "Outcome", "RepairInputs", "Target", "ladder", "repair", "run_repair"]

@@ -52,7 +52,7 @@ def _order(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
         for x in node_inputs(n):
             consumer.setdefault(x, i)
     placed: dict[int, list[onnx.NodeProto]] = {}
-    for i, n in floating.items():  # a chain of constant nodes keeps its order: place at the first real consumer
+    for n in floating.values():  # a chain of constant nodes keeps its order: place at the first real consumer
         first = min((consumer[o] for o in n.output if o in consumer), default=len(nodes))
         j = first
         while j in floating:

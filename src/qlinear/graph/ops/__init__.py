@@ -1,0 +1,113 @@
+"""The operator registry: everything qlinear knows about an ONNX op type, in one place, one module per family.
+
+==================  ========================================================================================
+module              op types
+==================  ========================================================================================
+``linear``          Conv, ConvTranspose, Gemm, MatMul (weights, biases, fused activations, weight axes)
+``elementwise``     Add, Sub, Mul
+``pooling``         AveragePool, MaxPool, GlobalAveragePool, ReduceMean
+``movement``        Reshape, Flatten, Transpose, Squeeze, Unsqueeze, Identity, Concat, Pad, Slice, Gather...
+``activation``      Relu, Clip, LeakyRelu, Softmax, Sigmoid, Tanh, LogSoftmax, HardSwish, Gelu...
+``other``           non-float ops (Shape, ArgMax, Cast...), LayerNormalization, QuantizeLinear/DequantizeLinear
+==================  ========================================================================================
+
+Each op type has one :class:`OpSpec` (:mod:`qlinear.graph.ops.spec`). The plan (:mod:`qlinear.graph.plan`), the
+integer check, the Q/DQ parser, the TFLite target rules (:mod:`qlinear.ptq.targets`), the integer executor
+(:mod:`qlinear.kernels.run`, dispatching on ``OpSpec.kernel``) and the TFLite exporter (:mod:`qlinear.tflite.export`,
+dispatching on ``OpSpec.tflite_writer``) read it; the constants below are its views under the names those modules
+used to define themselves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Container
+
+import onnx
+
+from qlinear.graph.ops import activation, elementwise, linear, movement, other, pooling  # noqa: F401 - registers
+from qlinear.graph.ops.linear import input_axes, weight_channel_axis
+from qlinear.graph.ops.spec import REGISTRY, ROLES, OpSpec, with_role
+
+#: the families, in the order the views below list their op types
+FAMILIES = ("linear", "elementwise", "pooling", "movement", "activation", "other")
+REGISTRY.specs = dict(sorted(REGISTRY.specs.items(), key=lambda kv: FAMILIES.index(kv[1].family)))
+
+WEIGHTED = with_role("weighted")
+FUSING_PRODUCERS = with_role("fuses_activation")
+FUSABLE_ACT = with_role("fusable_activation")
+QDQ_FUSED_ACTIVATIONS = with_role("qdq_fused_activation")
+DATA_MOVEMENT = with_role("data_movement")
+NON_FLOAT_OPS = with_role("non_float")
+ACTIVATION_FNS = with_role("smooth_activation")
+MLP_BOUNDARY = with_role("mlp_boundary")
+TRANSFORMER_NORMS = with_role("transformer_norm")
+LOOKUPS = with_role("lookup")
+QDQ_STRUCTURE = with_role("qdq_structure")
+CONSTANT_CLAMPS = with_role("constant_clamp")
+SAME_SCALE_TFLITE = with_role("same_scale_tflite")
+FIXED_TFLITE = {t: s.fixed_tflite for t, s in REGISTRY.specs.items() if s.fixed_tflite is not None}
+FIXED_TFLITE16 = {t: s.fixed_tflite16 for t, s in REGISTRY.specs.items() if s.fixed_tflite16 is not None}
+TFLITE_EXPORTED = tuple(t for t, s in REGISTRY.specs.items() if s.tflite_writer is not None)
+INTEGER_KERNEL_OPS = tuple(t for t, s in REGISTRY.specs.items() if s.kernel is not None)
+
+
+def spec(op_type: str) -> OpSpec | None:
+    """The :class:`OpSpec` of ``op_type``, or None for an op type the registry does not know."""
+    return REGISTRY.specs.get(op_type)
+
+
+def kernel_of(op_type: str) -> str | None:
+    """The integer kernel family that runs ``op_type`` (``OpSpec.kernel``), or None (it runs in float)."""
+    s = REGISTRY.specs.get(op_type)
+    return None if s is None else s.kernel
+
+
+def tflite_writer_of(op_type: str) -> str | None:
+    """The TFLite writer that exports ``op_type`` (``OpSpec.tflite_writer``), or None (not exported)."""
+    s = REGISTRY.specs.get(op_type)
+    return None if s is None else s.tflite_writer
+
+
+def is_constant_clamp(node: onnx.NodeProto, constants: Container[str]) -> bool:
+    """``node`` is a Max/Min of a tensor and a constant (a name in ``constants``): a clamp, per channel when the
+    constant is (what cross-layer equalization writes for a Clip)."""
+    return node.op_type in CONSTANT_CLAMPS and len(node.input) == 2 and node.input[1] in constants
+
+
+def bias_input(op_type: str) -> int | None:
+    """The index of ``op_type``'s bias input (Conv, ConvTranspose, Gemm: 2), or None."""
+    s = REGISTRY.specs.get(op_type)
+    return None if s is None else s.bias_input
+
+
+__all__ = [
+    "ACTIVATION_FNS",
+    "CONSTANT_CLAMPS",
+    "DATA_MOVEMENT",
+    "FAMILIES",
+    "FIXED_TFLITE",
+    "FIXED_TFLITE16",
+    "FUSABLE_ACT",
+    "FUSING_PRODUCERS",
+    "INTEGER_KERNEL_OPS",
+    "LOOKUPS",
+    "MLP_BOUNDARY",
+    "NON_FLOAT_OPS",
+    "QDQ_FUSED_ACTIVATIONS",
+    "QDQ_STRUCTURE",
+    "REGISTRY",
+    "ROLES",
+    "SAME_SCALE_TFLITE",
+    "TFLITE_EXPORTED",
+    "TRANSFORMER_NORMS",
+    "WEIGHTED",
+    "OpSpec",
+    "bias_input",
+    "input_axes",
+    "is_constant_clamp",
+    "kernel_of",
+    "spec",
+    "tflite_writer_of",
+    "weight_channel_axis",
+    "with_role",
+]

@@ -1,0 +1,32 @@
+"""Activations.
+
+* Clamps (Relu, Clip; LeakyRelu for the plan): fused into the operator before them by the runtimes — no quantizer
+  in between; TFLite's fused activations RELU, RELU6, RELU_N1_TO_1. Alone they requantize and clamp.
+* Fixed-output functions: TFLite requires Softmax/Logistic outputs at ``1/256, -128``, Tanh at ``1/128, 0``
+  (LogSoftmax ``16/256, 127``), and with 16-bit activations (16x8) ``1/32768, 0`` (``GetFixedOutputRange``).
+* Smooth functions (Gelu and its Erf/Tanh forms, SiLU/SwiGLU's Sigmoid, ...) mark the heavy-tailed inputs of
+  transformer MLP MatMuls.
+"""
+
+from __future__ import annotations
+
+from qlinear.graph.ops.spec import REGISTRY
+
+FAMILY = "activation"
+_CLAMP = ("fusable_activation", "qdq_fused_activation")
+_RELUS = ("RELU", "RELU6", "RELU_N1_TO_1")
+_FIXED8 = (1 / 256, -128)
+_FIXED16 = (1 / 32768, 0)
+
+REGISTRY.add(FAMILY, ("Relu", "Clip"), _CLAMP, tflite_builtins=_RELUS, tflite_writer="clamp", kernel="clamp")
+REGISTRY.add(FAMILY, "LeakyRelu", ("fusable_activation",))
+REGISTRY.add(FAMILY, "Softmax", ("mlp_boundary",), fixed_tflite=_FIXED8, fixed_tflite16=_FIXED16,
+             tflite_builtins=("SOFTMAX",), tflite_writer="softmax", kernel="activation")
+REGISTRY.add(FAMILY, "Sigmoid", ("smooth_activation",), fixed_tflite=_FIXED8, fixed_tflite16=_FIXED16,
+             tflite_builtins=("LOGISTIC",), tflite_writer="unary", kernel="activation")
+REGISTRY.add(FAMILY, "Tanh", ("smooth_activation",), fixed_tflite=(1 / 128, 0), fixed_tflite16=_FIXED16,
+             tflite_builtins=("TANH",), tflite_writer="unary", kernel="activation")
+REGISTRY.add(FAMILY, "LogSoftmax", fixed_tflite=(16 / 256, 127))
+REGISTRY.add(FAMILY, "HardSwish", tflite_builtins=("HARD_SWISH",), tflite_writer="unary")
+REGISTRY.add(FAMILY, ("Gelu", "FastGelu", "BiasGelu", "QuickGelu", "Erf", "HardSigmoid", "Softplus"),
+             ("smooth_activation",))

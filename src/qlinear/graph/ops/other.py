@@ -1,0 +1,16 @@
+"""Operators whose outputs are not float data to quantize (shapes, indices, comparisons, logic, casts, constants),
+the normalizations that mark transformer graphs, and the nodes of the Q/DQ encoding itself."""
+
+from __future__ import annotations
+
+from qlinear.graph.ops.spec import REGISTRY
+
+FAMILY = "other"
+
+REGISTRY.add(FAMILY, ("Shape", "Size", "NonZero", "ArgMax", "ArgMin", "TopK"), ("non_float",))
+REGISTRY.add(FAMILY, "Constant", ("non_float", "qdq_structure"))
+REGISTRY.add(FAMILY, ("ConstantOfShape", "Range", "Equal", "Less", "Greater", "Not", "And", "Or", "Cast"),
+             ("non_float",))
+REGISTRY.add(FAMILY, "LayerNormalization", ("transformer_norm", "mlp_boundary"))
+REGISTRY.add(FAMILY, "SimplifiedLayerNormalization", ("transformer_norm",))
+REGISTRY.add(FAMILY, ("QuantizeLinear", "DequantizeLinear"), ("qdq_structure",))

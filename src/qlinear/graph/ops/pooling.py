@@ -1,0 +1,18 @@
+"""Pooling and reductions: MaxPool (moves values: same parameters in and out), AveragePool, GlobalAveragePool and
+ReduceMean (TFLite MEAN). TFLite requires the pools' output parameters to be their input's."""
+
+from __future__ import annotations
+
+from qlinear.graph.ops.spec import REGISTRY
+
+FAMILY = "pooling"
+
+REGISTRY.add(FAMILY, "AveragePool", ("same_scale_tflite",), tflite_builtins=("AVERAGE_POOL_2D",),
+             tflite_writer="pool", kernel="pool")
+REGISTRY.add(FAMILY, "MaxPool", ("same_scale_tflite", "data_movement"), tflite_builtins=("MAX_POOL_2D",),
+             tflite_writer="pool", kernel="pool")
+REGISTRY.add(FAMILY, "GlobalAveragePool", ("same_scale_tflite",), tflite_builtins=("MEAN",), tflite_writer="pool",
+             kernel="pool")
+# ReduceMean is the decomposed form of LayerNormalization in exported transformers
+REGISTRY.add(FAMILY, "ReduceMean", ("transformer_norm",), tflite_builtins=("MEAN",), tflite_writer="reduce_mean",
+             kernel="mean")
