@@ -310,8 +310,7 @@ def quantize_weights(model: Any, data: Any, cfg: QuantizeConfig, *, progress: Pr
         ds = load_dataset(data, model_inputs(m), preprocess=preprocess)
         ds.validate(min(len(ds), cfg.calibration_samples + cfg.evaluation_samples))
         notes += ds.notes
-    if given:
-        _check_upgrade(given[0], m, tensors, ds, label, notes)
+    _check_upgrade(given, m, tensors, ds, label, notes)
     method = cfg.weight_method or "minmax"
     if method == "gptq" and ds is None:
         raise ConfigError("weight_method gptq needs calibration data (--data); round to nearest (minmax, mse) "
@@ -379,17 +378,20 @@ def quantize_weights(model: Any, data: Any, cfg: QuantizeConfig, *, progress: Pr
     return WeightOnlyModel(m, tensors, results, found, cfg, label, model, ds, timings, notes, skipped=skipped)
 
 
-def _check_upgrade(given: onnx.ModelProto, m: onnx.ModelProto, tensors: Tensors, ds: Any, label: str,
+def _check_upgrade(given: list[onnx.ModelProto], m: onnx.ModelProto, tensors: Tensors, ds: Any, label: str,
                    notes: list[str]) -> None:
-    """The opset upgrade by :func:`load_graph` computes what the model as ``given`` does on the first samples
-    (models without external data, with data given; else a note says the upgrade was not checked)."""
+    """When :func:`load_graph` upgraded the opset of the model as ``given`` (``[model]``, else ``[]``): ``m``
+    computes what it does on the first samples (models without external data, with data given; else a note says
+    the upgrade was not checked)."""
     from qlinear.graph.passes.normalize import check_upgrade
 
+    if not given:
+        return
     if ds is None or len(ds) == 0 or tensors.external:
         notes.append("the opset upgrade was not checked against the original model ("
                      + ("the model has external data)" if tensors.external else "no data given)"))
         return
-    notes.append(check_upgrade(given, m, [ds.sample(i) for i in range(min(4, len(ds)))], label))
+    notes.append(check_upgrade(given[0], m, [ds.sample(i) for i in range(min(4, len(ds)))], label))
 
 
 def _recompute(tensors: Tensors, r: WeightResult, bits: int, grid: str, method: str,
