@@ -140,7 +140,7 @@ def test_identity_and_cast_of_constant_weights_fold_and_a_shared_weight_has_one_
     assert inits["w32"].data_type == TensorProto.FLOAT and "w16" not in inits
     np.testing.assert_array_equal(numpy_helper.to_array(inits["w32"]), w16.astype(np.float32))
     assert [x.input[1] for x in n.graph.node if x.op_type == "MatMul"] == ["wm", "wm"]  # one tensor, read twice
-    assert any("3 Identity/Cast/Transpose/Reshape nodes of constants were folded" in s for s in notes)
+    assert any("3 Identity/Cast/Transpose/Reshape/... nodes of constants were folded" in s for s in notes)
     data = _data(m)
     qm = qlinear.quantize(m, data, CAL)
     params = [e.name for e in qm.encodings.params]

@@ -12,10 +12,11 @@
    Add's operand are all constants to the plan); ``sparse_value`` and string constants and a constant that is itself
    a graph output stay nodes;
 3. **constant folding of layout chains**: ``Identity`` of an initializer is removed (its readers read the
-   initializer: one tensor, one encoding, however many nodes read it); ``Cast``, ``Transpose``, ``Squeeze``,
-   ``Unsqueeze``, ``Reshape`` and ``Flatten`` of initializers become an initializer of the result (computed with
-   ``onnx.reference``, the ONNX definition) when that stores nothing twice: the constant is read by that node only
-   (or is small, a shape), and is not external data (a tied embedding's ``Transpose`` stays: the weight-only
+   initializer: one tensor, one encoding, however many nodes read it); ``Cast`` and the registry's data-movement
+   ops (``Transpose``, ``Reshape``, ``Squeeze``, ``Unsqueeze``, ``Flatten``, ``Slice``, ...) of initializers become
+   an initializer of the result (computed with ``onnx.reference``, the ONNX definition) when that stores nothing
+   twice: the constant is read by that node only (or is small, a shape), is not external data, and the result is
+   not larger than its inputs (an ``Expand`` stays) (a tied embedding's ``Transpose`` stays: the weight-only
    planner reads through it); the inputs nothing reads any more are dropped;
 4. **weights left float are named**: a Conv/ConvTranspose/Gemm/MatMul whose weight is still computed from
    constants by a node not folded (a ``DequantizeLinear``, a ``Mul`` of constants, a sparse ``Constant``) is named
@@ -40,12 +41,12 @@ from onnx import helper, numpy_helper
 
 from qlinear.errors import GraphError
 from qlinear.graph.model import opset
+from qlinear.graph.ops import DATA_MOVEMENT, WEIGHTED
 
 TARGET_OPSET = 13
 MIN_OPSET = 7
-FOLDABLE = ("Cast", "Transpose", "Squeeze", "Unsqueeze", "Reshape", "Flatten")
-WEIGHTED = ("Conv", "ConvTranspose", "Gemm", "MatMul")
-SUBGRAPH_OPS = ("If", "Loop", "Scan")
+#: folded when all their inputs are constants: the registry's data-movement ops and Cast (when not growing the data)
+FOLDABLE = frozenset(DATA_MOVEMENT) | {"Cast"}
 _TENSOR_ATTRS = ("value", "value_float", "value_floats", "value_int", "value_ints")
 
 
@@ -63,7 +64,7 @@ def normalize(model: onnx.ModelProto, label: str = "model", *, copy: bool = True
     n_fold = fold_constant_chains(m.graph)
     if n_const or n_fold:
         notes.append(f"{n_const} Constant nodes became initializers"
-                     + (f", {n_fold} Identity/Cast/Transpose/Reshape nodes of constants were folded" if n_fold else "")
+                     + (f", {n_fold} Identity/Cast/Transpose/Reshape/... nodes of constants were folded" if n_fold else "")
                      + " (weights stored as Constant nodes are quantized like initializers)")
     notes += unfolded_weight_notes(m)
     notes += subgraph_notes(m)
@@ -75,10 +76,10 @@ def unfolded_weight_notes(m: onnx.ModelProto) -> list[str]:
     alone by nodes this pass does not fold (a DequantizeLinear, a Mul of two constants, a sparse Constant): their
     weights stay float."""
     const = {t.name for t in m.graph.initializer}
-    for n in m.graph.node:
-        if n.op_type in ("Constant", "Identity", *FOLDABLE, "Mul", "Add", "Sub", "Div", "DequantizeLinear", "Concat",
-                         "Slice", "Gather", "Expand", "Tile", "Neg", "Sqrt", "Pow") \
-                and not list(_subgraphs(n)) and all(x in const for x in n.input if x):
+    for n in m.graph.node:  # computed from constants alone: a deterministic node of constants (or a Constant)
+        random = n.op_type.startswith("Random") or n.op_type in ("Multinomial", "Bernoulli")
+        if (n.op_type == "Constant" or any(n.input)) and not random and not list(_subgraphs(n)) \
+                and all(x in const for x in n.input if x):
             const.update(o for o in n.output if o)
     inits = {t.name for t in m.graph.initializer}
     prod = {o: n for n in m.graph.node for o in n.output}
@@ -222,6 +223,8 @@ def fold_constant_chains(graph: onnx.GraphProto) -> int:
             try:
                 y = _eval_node(n, [numpy_helper.to_array(inits[x]) if x else None for x in n.input])
             except Exception:  # noqa: BLE001 - a node the reference cannot fold stays as it is
+                y = None
+            if y is None or y.size > sum(_numel(inits[x]) for x in ins):  # Expand/Tile: the file would grow
                 keep.append(n)
                 continue
             t = numpy_helper.from_array(y, n.output[0])
@@ -253,12 +256,16 @@ def _fold_key(n: onnx.NodeProto) -> bytes:
         b"".join(a.SerializeToString() for a in n.attribute)
 
 
-def _small(t: onnx.TensorProto, limit: int = 64) -> bool:
-    """At most ``limit`` elements (a shape or a scalar, not a weight: copying it costs nothing)."""
+def _numel(t: onnx.TensorProto) -> int:
     n = 1
     for d in t.dims:
         n *= d
-    return n <= limit
+    return n
+
+
+def _small(t: onnx.TensorProto, limit: int = 64) -> bool:
+    """At most ``limit`` elements (a shape or a scalar, not a weight: copying it costs nothing)."""
+    return _numel(t) <= limit
 
 
 def _reader_counts(graph: onnx.GraphProto) -> dict[str, int]:
