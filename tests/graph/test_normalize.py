@@ -314,3 +314,29 @@ def test_a_weight_computed_by_an_unfolded_node_is_named():
     _, notes = normalize(m)
     assert notes == [("2 layer(s) whose weight is computed from constants by nodes qlinear does not fold stay "
                       "float: MatMul 'mm1', MatMul 'mm2'")]
+
+
+def test_loop_with_a_conv_inside_is_left_float_with_a_note():
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"], name="keep_going"),
+         helper.make_node("Conv", ["s_in", "loop_w"], ["s_conv"], name="loop_conv", pads=[1, 1, 1, 1]),
+         helper.make_node("Relu", ["s_conv"], ["s_out"], name="loop_relu")],
+        "body", [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+                 helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+                 helper.make_tensor_value_info("s_in", TensorProto.FLOAT, [1, 4, 6, 6])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("s_out", TensorProto.FLOAT, [1, 4, 6, 6])],
+        [numpy_helper.from_array(_f32(4, 4, 3, 3, scale=0.2), "loop_w")])
+    nodes = [_const("w", _f32(4, 3, 3, 3)),
+             helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("Loop", ["trips", "yes", "c"], ["y"], name="looped", body=body)]
+    m = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 6, 6])],
+               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 6, 6])],
+               [numpy_helper.from_array(np.array(2, np.int64), "trips"),
+                numpy_helper.from_array(np.array(True), "yes")])
+    _, notes = normalize(m)
+    assert any("Loop node 'looped'" in s and "Conv 'loop_conv'" in s for s in notes)
+    data = {"x": _f32(8, 3, 6, 6, scale=1.0)}
+    qm = qlinear.quantize(m, data, CAL)
+    assert [s.name for s in qm.plan.weights] == ["w"]
+    _close_to_peer(m, qm.model, data, 0.98)
