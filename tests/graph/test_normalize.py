@@ -12,7 +12,7 @@ from onnx_peers import run_ort
 
 import qlinear
 from qlinear.errors import GraphError
-from qlinear.graph.passes.normalize import check_upgrade, normalize
+from qlinear.graph.passes.normalize import check_upgrade, normalize, upgrade
 
 RNG = np.random.default_rng(7)
 CAL = {"calibration_samples": 8, "evaluation_samples": 0}
@@ -340,3 +340,12 @@ def test_loop_with_a_conv_inside_is_left_float_with_a_note():
     qm = qlinear.quantize(m, data, CAL)
     assert [s.name for s in qm.plan.weights] == ["w"]
     _close_to_peer(m, qm.model, data, 0.98)
+
+
+def test_an_upgrade_the_converter_cannot_do_names_the_node():
+    node = helper.make_node("TopK", ["x"], ["v"], name="top", k=1)  # opset 10 moved k to an input
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                          [helper.make_tensor_value_info("v", TensorProto.FLOAT, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 9)])
+    with pytest.raises(GraphError, match=r"m.onnx: cannot upgrade opset 9 to 13 .*TopK, node name: top.*re-export"):
+        upgrade(m, "m.onnx")

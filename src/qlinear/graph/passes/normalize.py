@@ -26,8 +26,9 @@
    Conv/ConvTranspose/Gemm/MatMul inside it.
 
 The notes say what changed (one line each); nothing is changed silently, and a model that needs none of this comes
-back with an identical graph. Shapes are not stored: the plan infers them (symbolic dimensions kept) on the
-normalized model, and :func:`infer_shapes` stores them for a caller that wants them in the file.
+back with an identical graph. Shapes are not stored in the file: the plan's ``GraphIndex`` infers them
+(``onnx.shape_inference``, symbolic dimensions kept) on the normalized model, where every weight is now an
+initializer with its dims.
 """
 
 from __future__ import annotations
@@ -325,18 +326,6 @@ def _used_names(graph: onnx.GraphProto) -> set[str]:
     return used
 
 
-def infer_shapes(m: onnx.ModelProto) -> None:
-    """Store ``onnx.shape_inference``'s value infos (symbolic dimensions kept, data propagated through shape
-    computations) in ``m``; best effort: a model the inference cannot follow keeps the value infos it had."""
-    try:
-        inferred = onnx.shape_inference.infer_shapes(m, strict_mode=False, data_prop=True)
-    except Exception:  # noqa: BLE001 - inference is best effort (custom ops, large models)
-        return
-    have = {v.name for v in m.graph.value_info} | {v.name for v in m.graph.input} | {v.name for v in m.graph.output}
-    inits = {t.name for t in m.graph.initializer}
-    m.graph.value_info.extend(v for v in inferred.graph.value_info if v.name not in have and v.name not in inits)
-
-
 def subgraph_notes(m: onnx.ModelProto) -> list[str]:
     """A note for every ``If``/``Loop``/``Scan`` (any node holding a subgraph) of the main graph: its subgraphs are
     left float, with the weighted layers inside named."""
@@ -433,5 +422,5 @@ def _run(m: onnx.ModelProto, samples: Sequence[Mapping[str, Any]], names: list[s
     return res
 
 
-__all__ = ["check_upgrade", "constants_to_initializers", "fold_constant_chains", "infer_shapes", "normalize",
+__all__ = ["check_upgrade", "constants_to_initializers", "fold_constant_chains", "normalize",
            "subgraph_notes", "unfolded_weight_notes", "upgrade"]
