@@ -230,11 +230,16 @@ def test_saving_to_a_folder_and_bad_report_samples(tmp_path):
 
 
 def test_huge_block_size_is_one_block_and_per_block_works():
-    qm = qlinear.quantize(MODEL, DATA, dict(SMALL, weights="per-block", block_size=2**40))
+    # int4 blocks: 8-bit blocked Conv weights with 8-bit activations are quantized per channel (QLinearConv)
+    qm = qlinear.quantize(MODEL, DATA, dict(SMALL, weights="per-block", weight_type="int4", block_size=2**40))
     e = qm.encodings["stem.weight"]
     assert e.granularity == "per_block" and e.block_size == 3  # the whole axis (3 input channels) is one block
-    qm = qlinear.quantize(MODEL, DATA, dict(SMALL, weights="per-block"))  # issue: int32 bias from block scales
+    qm = qlinear.quantize(MODEL, DATA, dict(SMALL, weights="per-block", weight_type="int4"))  # int32 bias from blocks
     assert qm.encodings["dw.bias"].scale.shape == (16,)
+    assert G.validate(qm.encodings, qm.model).ok
+    qm = qlinear.quantize(MODEL, DATA, dict(SMALL, weights="per-block"))
+    assert qm.encodings["stem.weight"].granularity == "per_channel" and qm.encodings["fc.weight"].block_size
+    assert any("3 Conv weight(s) quantized per-channel instead" in n for n in qm.notes)
     assert G.validate(qm.encodings, qm.model).ok
 
 

@@ -204,8 +204,12 @@ def float8(lo: np.ndarray, hi: np.ndarray, dtype: str = "float8e4m3fn") -> Param
 
 def lpbq(block_scale: np.ndarray, block_axis: int, *, scale_bits: int = 4) -> tuple[np.ndarray, np.ndarray]:
     """LPBQ decomposition of per-block symmetric scales (AIMET ``lpbq_utils``, notes §2.9): returns the keepdims
-    per-channel float scale ``max over blocks / 2^sbits`` and the per-block integer scales in ``[1, 2^sbits]``."""
+    per-channel float scale ``max over blocks / 2^sbits`` and the per-block integer scales in ``[1, 2^sbits]``.
+    The channel axis is the other one of the first two (``[K, N]``/``[N, K]`` matrices, ``[O, I, kh, kw]`` Conv
+    weights): a 4-D weight's float scale has one value per output channel, its spatial positions are blocks too."""
     s = np.asarray(block_scale, np.float64)
-    pc = s.max(axis=block_axis, keepdims=True) / 2.0 ** scale_bits
+    b = block_axis % max(s.ndim, 1)
+    keep = (1 if b == 0 else 0) if s.ndim >= 2 else None
+    pc = s.max(axis=tuple(a for a in range(s.ndim) if a != keep), keepdims=True) / 2.0 ** scale_bits
     ints = np.clip(np.round(s / pc), 1, 2 ** scale_bits).astype(np.int64)
     return pc, ints

@@ -45,20 +45,18 @@ def quantize(
                                           "0.6.1, 1.0.0, 2.0.0 or 2.1.0."),
     image_mean: float = typer.Option(127.0, "--image-mean", help="Image preprocessing: (x - mean) / std."),
     image_std: float = typer.Option(128.0, "--image-std", help="Image preprocessing: (x - mean) / std."),
+    batch_axis: Optional[list[str]] = typer.Option(None, "--batch-axis", help="NAME=AXIS: the batch axis of model "
+                                                   "input NAME (default: its first dynamic dimension); repeatable."),
     report: bool = typer.Option(True, "--report/--no-report", help="Evaluate on the held-out samples and write "
                                 "report.json and report.html (--no-report: only the model and encodings)."),
 ) -> None:
     """Calibrate, then write OUTDIR/model.qdq.onnx, model.encodings (and model.float.onnx when BatchNorm folding or
     equalization changed the float model), report.html and report.json, and print the accuracy."""
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-    from rich.table import Table
 
-    import qlinear
     from qlinear.encodings import VERSIONS
     from qlinear.errors import ConfigError
     from qlinear.outdir import OutputFolder
-    from qlinear.ptq import ImagePreprocess, QuantizeConfig
 
     con = Console(stderr=True)
     if model is None:
@@ -70,23 +68,50 @@ def quantize(
         con.print(f"[dim]no model given: quantizing the bundled example {MODEL.name} on {DATA.name}[/]")
     if encodings_version not in VERSIONS:
         raise ConfigError(f"--encodings-version {encodings_version!r}: expected one of {', '.join(VERSIONS)}")
-    base = QuantizeConfig.from_file(config).to_dict() if config else {}
     over = {"weights": weights, "weight_type": weight_type, "activation_type": activation_type,
             "block_size": block_size, "activation_method": calibration, "weight_method": weight_method,
             "target": target, "calibration_samples": calibration_samples, "evaluation_samples": evaluation_samples,
-            "accuracy_target": accuracy_target, "output_format": output_format}
-    base.update({k: v for k, v in over.items() if v is not None})
-    cfg = QuantizeConfig.from_dict(base, source=str(config) if config else "command line")
+            "accuracy_target": accuracy_target, "output_format": output_format,
+            "batch_axes": _batch_axes(batch_axis)}
+    cfg = settled_config(model, config, over)
     if data is None and not (cfg.weight_only and cfg.w_method != "gptq"):
         raise ConfigError("--data is required with a model (an .npz file or a folder of samples); only weight-only "
                           "round to nearest (--activation-type float, --weight-method minmax or mse) runs without it")
     report = report and data is not None  # a weight-only run without data has nothing to evaluate on
     folder = OutputFolder(output)
     folder.check()  # before any work: a folder that cannot be written fails now, not after calibration
+    qm, files = _run(model, data, cfg, folder, con, report=report, encodings_version=encodings_version,
+                     image_mean=image_mean, image_std=image_std)
+    _print_result(qm, Path(model).name, files, output, report)
+    if any(n.startswith("WARNING: accuracy target") for n in qm.notes):
+        raise typer.Exit(1)  # EXIT_PROBLEMS: written, but the asked accuracy is not reached
+
+
+def settled_config(model: Path, config: Optional[Path], over: dict):
+    """The run's configuration, settled for the model before any data is read (:func:`qlinear.ptq.settle.settle`:
+    a refused combination fails here, within a second): the config file's options, then the command line's."""
+    from qlinear.ptq import QuantizeConfig
+    from qlinear.ptq.pipeline import load_checked
+    from qlinear.ptq.settle import settle
+
+    base = QuantizeConfig.from_file(config).to_dict(requested_only=True) if config else {}
+    base.update({k: v for k, v in over.items() if v is not None})
+    cfg = QuantizeConfig.from_dict(base, source=str(config) if config else "command line")
+    if cfg.weight_only:
+        return cfg
+    settle(cfg, load_checked(model)[0])  # refuses now; quantize settles again and records the notes
+    return cfg
+
+
+def _run(model, data, cfg, folder, con, *, report, encodings_version, image_mean, image_std):
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    import qlinear
+    from qlinear.ptq import ImagePreprocess
 
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=con, transient=False) as prog:
-        def bar(task: str, total: int):  # noqa: ANN202
+        def bar(task: str, total: int):
             t = prog.add_task(task, total=total)
             return lambda n: prog.advance(t, n)
 
@@ -98,15 +123,27 @@ def quantize(
             qm.notes.append("no held-out samples: the report evaluates on the calibration samples")
         files = qm.save(folder, encodings_version=encodings_version, report=report,
                         progress=bar("evaluating", stop - start) if report else None)
-    out = Console()
+    return qm, files
+
+
+def title_of(name: str, cfg) -> str:
+    """The result table's title: the settings actually used (the settled configuration)."""
     if cfg.weight_only:
         blk = "" if cfg.weights == "per-channel" else f" (block {cfg.block_size})"
-        title = (f"{Path(model).name}: weight-only {cfg.weight_type} {cfg.weights}{blk}, {cfg.w_method} weights, "
-                 f"float activations, {cfg.output_format}, target {cfg.target}")
-    else:
-        title = (f"{Path(model).name}: {cfg.weight_type} weights {cfg.weights}, {cfg.activation_type} activations, "
-                 f"{cfg.a_method} activations / {cfg.w_method} weights, target {cfg.target}")
-    t = Table(title=title)
+        return (f"{name}: weight-only {cfg.weight_type} {cfg.weights}{blk}, {cfg.w_method} weights, "
+                f"float activations, {cfg.output_format}, target {cfg.target}")
+    blk = f" (block {cfg.block_size})" if cfg.weights in ("per-block", "lpbq") else ""
+    return (f"{name}: {cfg.weight_type} weights {cfg.weights}{blk}, {cfg.activation_type} activations, "
+            f"{cfg.a_method} activations / {cfg.w_method} weights, target {cfg.target}")
+
+
+def _print_result(qm, name: str, files: list, output: Path, report: bool) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    cfg = qm.config
+    out = Console()
+    t = Table(title=title_of(name, cfg))
     t.add_column("output")
     t.add_column("metric")
     t.add_column("value", justify="right")
@@ -128,5 +165,19 @@ def quantize(
         out.print(f"[dim]{n}[/]", highlight=False)
     shown = [f for f in files if not f.startswith(".")]
     out.print(f"wrote {output}/: {', '.join(shown)}", highlight=False)
-    if any(n.startswith("WARNING: accuracy target") for n in qm.notes):
-        raise typer.Exit(1)  # EXIT_PROBLEMS: written, but the asked accuracy is not reached
+
+
+def _batch_axes(items: Optional[list[str]]) -> Optional[dict[str, int]]:
+    """``--batch-axis NAME=AXIS`` options as ``{NAME: AXIS}`` (None when not given)."""
+    from qlinear.errors import ConfigError
+
+    out = {}
+    for it in items or ():
+        name, _, axis = it.rpartition("=")
+        try:
+            out[name] = int(axis)
+        except ValueError:
+            name = ""
+        if not name:
+            raise ConfigError(f"--batch-axis {it!r}: expected NAME=AXIS, e.g. --batch-axis state=1")
+    return out or None

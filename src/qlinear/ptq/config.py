@@ -6,12 +6,14 @@ naming the key and what would fix it. A config file is JSON (or TOML on Python >
 
 from __future__ import annotations
 
+import inspect
 import json
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
 from qlinear.errors import ConfigError
+from qlinear.ptq.metrics import Target
 
 WEIGHT_TYPES = ("int8", "uint8", "int4", "uint4", "int2", "int16", "float8e4m3fn")
 #: ``float``: weight-only quantization (:mod:`qlinear.ptq.weightonly`), activations stay float
@@ -47,7 +49,9 @@ class QuantizeConfig:
         policy: range-to-parameters rule (``aimet``, ``onnxruntime``, ``tflite``); the target may impose one.
         percentile: for the percentile method.
         exclude_nodes / exclude_op_types: left in float.
-        target: ``ort``, ``tflite`` or ``qnn``.
+        target: ``ort``, ``tflite`` or ``qnn``; its rules settle the other options before any work
+            (:func:`qlinear.ptq.settle.settle`: defaults resolved silently, a requested option changed only with a note,
+            or refused). :attr:`requested` lists the options set by the caller.
         equalize: cross-layer equalization before calibration (default on for per-tensor weights).
         bias_correction: correct the mean output shift that weight quantization causes (default on).
         quantize_outputs: put Q/DQ on graph outputs too (default True).
@@ -62,6 +66,8 @@ class QuantizeConfig:
             :func:`qlinear.graph.plan.make_plan`. Attention masks and tensors computed from shapes are never quantized.
         smoothing: SmoothQuant-style migration of activation outliers into the weights before calibration
             (:mod:`qlinear.ptq.smooth`); default: on with ``matmul`` placement and 8-bit activations.
+        batch_axes: ``{input name: axis}``, the batch axis of inputs whose first dynamic dimension is not it (see
+            :mod:`qlinear.ptq.data`; CLI ``--batch-axis NAME=AXIS``).
         accuracy_target: ``METRIC>=VALUE`` (``top1_agreement``, ``cosine_mean``, ``cosine_min``, ``sqnr_db``):
             precision repair raises the tensors that hurt most until it holds on the last ``repair_samples``
             calibration samples (at most half of them), which are then held back from fitting; see
@@ -98,6 +104,7 @@ class QuantizeConfig:
     smoothing: bool | None = None
     gptq_act_order: bool = True
     gptq_damp: float = 0.01
+    batch_axes: Any = None
 
     def __post_init__(self) -> None:
         def one_of(name: str, allowed: tuple[str, ...]) -> None:
@@ -164,14 +171,18 @@ class QuantizeConfig:
                 raise ConfigError(f"{name}: expected true or false, got {getattr(self, name)!r}")
         self._check_overrides()
         if self.accuracy_target is not None:
-            from qlinear.ptq.repair import Target
-
             Target.parse(self.accuracy_target)
             if self.target == "tflite":
                 raise ConfigError("accuracy_target: precision repair is not available with target tflite (a "
                                   "full-integer TFLite model has one activation type); use target ort or qnn")
         if self.equalize is not None and not isinstance(self.equalize, bool):
             raise ConfigError(f"equalize: expected true, false or null, got {self.equalize!r}")
+        ba = {} if self.batch_axes is None else self.batch_axes
+        if not isinstance(ba, dict) or not all(isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
+                                               for k, v in ba.items()):
+            raise ConfigError(f"batch_axes: expected a mapping of input name to axis such as {{\"state\": 1}}, got "
+                              f"{self.batch_axes!r}")
+        object.__setattr__(self, "batch_axes", dict(ba))
 
     def _check_overrides(self) -> None:
         from qlinear.ptq.overrides import Override, validate
@@ -207,8 +218,24 @@ class QuantizeConfig:
     def do_equalize(self) -> bool:
         return self.weights == "per-tensor" if self.equalize is None else self.equalize
 
+    @property
+    def requested(self) -> frozenset[str]:
+        """The options the user set (constructor keywords, dict or file keys, :meth:`replace` changes): the target
+        rules may resolve the others silently, a change of these is an error or a note
+        (:func:`qlinear.ptq.settle.settle`)."""
+        return self.__dict__.get("_requested", frozenset())
+
     def replace(self, **changes: Any) -> "QuantizeConfig":
-        return replace(self, **changes)
+        """A copy with ``changes``, which count as requested."""
+        new = replace(self, **changes)
+        object.__setattr__(new, "_requested", self.requested | frozenset(changes))
+        return new
+
+    def settled(self, **changes: Any) -> "QuantizeConfig":
+        """A copy with ``changes`` that qlinear's rules made (what was requested stays as it was)."""
+        new = replace(self, **changes)
+        object.__setattr__(new, "_requested", self.requested)
+        return new
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], *, source: str = "config") -> "QuantizeConfig":
@@ -253,6 +280,33 @@ class QuantizeConfig:
                 raise ConfigError(f"{p}: invalid JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
         return cls.from_dict(d, source=str(p))
 
-    def to_dict(self) -> dict[str, Any]:
-        return {f.name: (list(v) if isinstance(v := getattr(self, f.name), tuple) else v) for f in fields(self)}
+    def to_dict(self, *, requested_only: bool = False) -> dict[str, Any]:
+        """The options as a dict (``requested_only``: only the ones the user set)."""
+        return {f.name: (list(v) if isinstance(v := getattr(self, f.name), tuple) else v) for f in fields(self)
+                if not requested_only or f.name in self.requested}
+
+
+_FIELDS = tuple(f.name for f in fields(QuantizeConfig))
+_dataclass_init = QuantizeConfig.__init__
+
+
+def _init(self: QuantizeConfig, *args: Any, **kwargs: Any) -> None:
+    """The dataclass ``__init__``, with unknown or surplus options as :class:`ConfigError` and the set options
+    recorded (:attr:`QuantizeConfig.requested`)."""
+    unknown = sorted(set(kwargs) - set(_FIELDS))
+    if unknown:
+        raise ConfigError(f"QuantizeConfig: unknown option(s) {', '.join(unknown)}; known options: "
+                          f"{', '.join(sorted(_FIELDS))}")
+    if len(args) > len(_FIELDS):
+        raise ConfigError(f"QuantizeConfig: {len(args)} positional options given, it has {len(_FIELDS)}; pass "
+                          "options by name")
+    both = sorted(set(_FIELDS[:len(args)]) & set(kwargs))
+    if both:
+        raise ConfigError(f"QuantizeConfig: option(s) {', '.join(both)} given twice (by position and by name)")
+    object.__setattr__(self, "_requested", frozenset(_FIELDS[:len(args)]) | frozenset(kwargs))
+    _dataclass_init(self, *args, **kwargs)
+
+
+_init.__signature__ = inspect.signature(_dataclass_init)  # type: ignore[attr-defined]
+QuantizeConfig.__init__ = _init  # type: ignore[method-assign]
 

@@ -1,7 +1,9 @@
 """Calibration / evaluation data: one interface over the sources ``qlinear quantize --data`` accepts.
 
 * an ``.npz`` file mapping each model input name to an array whose first axis is the sample index (an optional
-  ``labels`` array of class indices, one per sample);
+  ``labels`` array of class indices, one per sample); an input without a batch axis (a scalar such as a sample rate,
+  or a fully static shape) may also be given once, shaped like the model input, and is then fed unchanged with
+  every sample;
 * a folder of ``.npy`` (single-input models) or ``.npz`` (input name -> array) files, one sample each;
 * a folder of images (``.jpg``/``.jpeg``/``.png``/``.bmp``), preprocessed by :class:`ImagePreprocess`
   (default: resize to the model's input size, RGB, ``(x - 127) / 128``, NCHW); a leading number in the file name
@@ -11,6 +13,13 @@
 
 Samples stream: an ``.npz`` is read member by member and row by row (memory-mapped when stored uncompressed, a
 forward-reading stream when deflated), folders file by file, so memory is bounded by the batch, not the data set.
+
+Batch axes: each input's batch axis is its first dynamic dimension (one whose name contains ``batch`` first; a
+recurrent state ``[2, batch, 128]`` has it at axis 1), or axis 0 when the input is static with a leading 1 (or
+has a leading 1 followed by dynamic dimensions: ``[1, seq]``); ``batch_axes={name: axis}`` (``--batch-axis
+NAME=AXIS``) overrides it. A sample is the model input with a batch axis of size 1 there (an ``.npz`` row may leave
+that axis out or keep it as 1); batches are stacked along it. Inputs with no batch axis (rank 0, or static and not
+led by 1) are fed whole: given once or once per sample; a batch then holds one sample unless they were given once.
 
 Every sample is checked against the model's inputs before it is used: rank, static dimensions, element type
 (float data for float inputs, integer data for integer inputs; float64 is narrowed) and, for float inputs, finite
@@ -23,13 +32,13 @@ from __future__ import annotations
 
 import re
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 
-from qlinear.errors import DataError
+from qlinear.errors import ConfigError, DataError
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp")
 
@@ -41,10 +50,72 @@ class InputSpec:
     name: str
     shape: tuple[Any, ...] | None
     dtype: np.dtype
+    batch_axis: int | None = 0  #: where samples stack (None: the input has no batch axis, it is fed whole)
 
     @property
     def rank(self) -> int | None:
         return None if self.shape is None else len(self.shape)
+
+    @property
+    def stackable(self) -> bool:
+        """Samples can be stacked into one batch along the batch axis (it is dynamic)."""
+        return self.batch_axis is not None and (self.shape is None or _dynamic(self.shape[self.batch_axis]))
+
+    def layout(self) -> str:
+        """The expected layout in words, for messages."""
+        if self.shape is None:
+            return "[samples, ...] (batch axis 0)"
+        if self.batch_axis is None:
+            return (f"{_dims(self.shape)} given once (fed with every sample) or [samples, "
+                    f"{_dims(self.shape)[1:]} (one per sample); it has no batch axis")
+        rest = [d for i, d in enumerate(self.shape) if i != self.batch_axis]
+        return (f"[samples, {_dims(tuple(rest))[1:]} (one row per sample; batch axis {self.batch_axis} of "
+                f"{_dims(self.shape)} left out, or kept as 1)")
+
+
+def _dynamic(d: Any) -> bool:
+    return not (isinstance(d, int) and d > 0)
+
+
+def default_batch_axis(shape: tuple[Any, ...] | None) -> int | None:
+    """The batch axis of a model input of dims ``shape`` (module docstring), or None when it has none."""
+    if shape is None:
+        return 0
+    dyn = [i for i, d in enumerate(shape) if _dynamic(d)]
+    named = [i for i in dyn if isinstance(shape[i], str) and "batch" in shape[i].lower()]
+    if named:
+        return named[0]
+    if dyn and not (shape[0] == 1 and dyn[0] != 0):
+        return dyn[0]
+    return 0 if shape and shape[0] == 1 else None
+
+
+def with_batch_axes(specs: Mapping[str, InputSpec], batch_axes: Mapping[str, Any] | None = None
+                    ) -> dict[str, InputSpec]:
+    """``specs`` with each input's batch axis: ``batch_axes[name]`` when given (checked against the model
+    inputs: a :class:`~qlinear.errors.ConfigError` names the input and its rank), else :func:`default_batch_axis`."""
+    over = dict(batch_axes or {})
+    unknown = sorted(set(over) - set(specs))
+    if unknown:
+        raise ConfigError(f"batch_axes: {unknown} not model input(s); the model's inputs are {sorted(specs)}")
+    out = {}
+    for n, sp in specs.items():
+        ax = default_batch_axis(sp.shape)
+        if n in over:
+            ax = over[n]
+            if isinstance(ax, bool) or not isinstance(ax, int):
+                raise ConfigError(f"batch_axes: input {n!r}: expected an integer axis, got {ax!r}")
+            if sp.rank is not None:
+                if not -sp.rank <= ax < sp.rank:
+                    raise ConfigError(f"batch_axes: input {n!r} has rank {sp.rank} {_dims(sp.shape)}; axis {ax} is "
+                                      f"outside 0..{sp.rank - 1}" if sp.rank else
+                                      f"batch_axes: input {n!r} is a scalar (rank 0); it has no batch axis")
+                ax %= sp.rank
+                if not _dynamic(sp.shape[ax]) and sp.shape[ax] != 1:
+                    raise ConfigError(f"batch_axes: input {n!r} {_dims(sp.shape)} has the static size "
+                                      f"{sp.shape[ax]} at axis {ax}; a batch axis is dynamic or 1")
+        out[n] = replace(sp, batch_axis=ax)
+    return out
 
 
 def model_inputs(m: Any) -> dict[str, InputSpec]:
@@ -80,13 +151,13 @@ def check_header(shape: tuple[int, ...], dtype: np.dtype, spec: InputSpec, where
     dtype = np.dtype(dtype)
     if dtype.kind in "OUSV" or dtype.hasobject:
         raise DataError(f"{where}: input {name!r} has dtype {dtype}, not numbers; the model expects {spec.dtype}")
-    if len(shape) == 0:
+    if len(shape) == 0 and spec.rank != 0 and not (spec.rank == 1 and spec.batch_axis == 0):
         raise DataError(f"{where}: input {name!r} is a scalar; expected an array shaped like the model input "
                         f"{_dims(spec.shape)}")
     add_batch = False
     if spec.shape is not None:
-        if len(shape) == len(spec.shape) - 1:
-            shape, add_batch = (1,) + tuple(shape), True
+        if len(shape) == len(spec.shape) - 1 and spec.batch_axis is not None:
+            shape, add_batch = tuple(shape[:spec.batch_axis]) + (1,) + tuple(shape[spec.batch_axis:]), True
         if len(shape) != len(spec.shape):
             raise DataError(f"{where}: input {name!r} has shape {list(shape)}, the model expects rank "
                             f"{len(spec.shape)} {_dims(spec.shape)}")
@@ -110,7 +181,7 @@ def conform(a: Any, spec: InputSpec, where: str, *, check_values: bool = True) -
     """``a`` as a feed for ``spec`` (batch dim added if missing, float64 narrowed), or a :class:`DataError`."""
     a = np.asarray(a)
     if check_header(a.shape, a.dtype, spec, where):
-        a = a[None]
+        a = np.expand_dims(a, spec.batch_axis)
     want = spec.dtype
     if a.dtype != want:
         if want.kind in "iu" and a.size:
@@ -202,7 +273,8 @@ class Dataset:
     def __init__(self, loaders: list[Callable[[], dict[str, np.ndarray]]] | int,
                  labels: list[int] | None, source: str, *, get: Callable[[int], dict[str, np.ndarray]] | None = None,
                  specs: Mapping[str, InputSpec] | None = None, where: Callable[[int], str] | None = None,
-                 precheck: Callable[[int], None] | None = None, notes: list[str] | None = None) -> None:
+                 precheck: Callable[[int], None] | None = None, notes: list[str] | None = None,
+                 shared: frozenset[str] = frozenset()) -> None:
         if isinstance(loaders, int):
             self._n, self._get = loaders, get
         else:
@@ -213,6 +285,7 @@ class Dataset:
         self._where = where or (lambda i: f"{source}, sample {i}")
         self._precheck = precheck
         self.notes = list(notes or [])
+        self.shared = frozenset(shared)  #: inputs given once, fed unchanged with every sample
 
     def __len__(self) -> int:
         return self._n
@@ -230,31 +303,55 @@ class Dataset:
         if self._precheck is not None:
             self._precheck(self._n if stop is None else min(stop, self._n))
 
+    def axes(self) -> dict[str, int | None]:
+        """Each input's batch axis in a feed (None: fed whole, no batch axis)."""
+        specs = self.specs or {}
+        return {k: specs[k].batch_axis if k in specs else 0 for k in (self.specs or {})}
+
+    def batch_len(self, feed: Mapping[str, np.ndarray]) -> int:
+        """How many samples a feed from :meth:`batches` holds."""
+        axes = self.axes()
+        for k, v in feed.items():
+            ax = axes.get(k, 0)
+            if ax is not None and k not in self.shared and np.ndim(v) > ax:
+                return int(np.shape(v)[ax])
+        return 1
+
     def batches(self, start: int, stop: int, batch_size: int) -> Iterator[dict[str, np.ndarray]]:
-        """Batches of up to ``batch_size`` consecutive samples; samples of different shapes (a dynamic sequence
-        length, say) go to different batches; a model whose batch dimension is static gets one sample per call."""
-        if self.specs and any(sp.shape and isinstance(sp.shape[0], int) and sp.shape[0] > 0
-                              for sp in self.specs.values()):
+        """Batches of up to ``batch_size`` consecutive samples, stacked along each input's batch axis (inputs given
+        once are fed once); samples of different shapes (a dynamic sequence length, say) go to different batches; a
+        model with an input whose batch axis is static (or absent, with data per sample) gets one sample per call.
+        The first input of a feed has its batch axis first when one does (older callers count samples by it)."""
+        specs = self.specs or {}
+        if any(not sp.stackable and k not in self.shared for k, sp in specs.items()):
             batch_size = 1
+        axes = self.axes()
         items: list[dict[str, np.ndarray]] = []
         for i in range(start, stop):
             it = self.sample(i)
-            if items and (len(items) >= batch_size or _sig(it) != _sig(items[0])):
-                yield _stack(items)
+            if items and (len(items) >= batch_size or _sig(it, axes) != _sig(items[0], axes)):
+                yield _stack(items, axes, self.shared)
                 items = []
             items.append(it)
         if items:
-            yield _stack(items)
+            yield _stack(items, axes, self.shared)
 
 
-def _sig(d: dict[str, np.ndarray]) -> tuple:
-    return tuple((k, v.shape[1:], v.dtype) for k, v in d.items())
+def _sig(d: dict[str, np.ndarray], axes: Mapping[str, int | None]) -> tuple:
+    def rest(k: str, v: np.ndarray) -> tuple:
+        ax = axes.get(k, 0)
+        return v.shape if ax is None else v.shape[:ax] + v.shape[ax + 1:]
+
+    return tuple((k, rest(k, v), v.dtype) for k, v in d.items())
 
 
-def _stack(items: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+def _stack(items: list[dict[str, np.ndarray]], axes: Mapping[str, int | None],
+           shared: frozenset[str]) -> dict[str, np.ndarray]:
+    first = sorted(items[0], key=lambda k: axes.get(k, 0) != 0 or k in shared)
     if len(items) == 1:
-        return items[0]
-    return {k: np.concatenate([it[k] for it in items]) for k in items[0]}
+        return {k: items[0][k] for k in first}
+    return {k: items[0][k] if k in shared or axes.get(k, 0) is None
+            else np.concatenate([it[k] for it in items], axis=axes.get(k, 0)) for k in first}
 
 
 # --------------------------------------------------------------------------------------------- .npz streaming
@@ -375,9 +472,10 @@ def open_npz(path: Path) -> dict[str, NpzMember]:
 
 # --------------------------------------------------------------------------------------------- sources
 def load_dataset(src: str | Path | Mapping[str, Any] | Dataset, inputs: Mapping[str, Any], *,
-                 preprocess: ImagePreprocess | None = None) -> Dataset:
-    """A :class:`Dataset` from ``src`` for a model whose inputs are ``{name: InputSpec}`` (:func:`model_inputs`)."""
-    specs = _specs(inputs)
+                 preprocess: ImagePreprocess | None = None, batch_axes: Mapping[str, int] | None = None) -> Dataset:
+    """A :class:`Dataset` from ``src`` for a model whose inputs are ``{name: InputSpec}`` (:func:`model_inputs`);
+    ``batch_axes`` overrides the batch axis of inputs by name (:func:`with_batch_axes`)."""
+    specs = with_batch_axes(_specs(inputs), batch_axes)
     if isinstance(src, Dataset):
         if src.specs is None:
             src.specs = specs
@@ -484,30 +582,23 @@ def _from_arrays(arrays: dict[str, Any], specs: dict[str, InputSpec], where: str
     missing = [n for n in names if n not in arrays]
     if missing:
         raise DataError(f"{where}: missing model input(s) {missing}; it has {sorted(arrays)}")
-    arrs = {}
+    arrs, modes = {}, {}
     for k in names:
         a = arrays[k]
         if not isinstance(a, (NpzMember, np.ndarray)):
             a = np.asarray(a)
-        if a.ndim == 0:
-            raise DataError(f"{where}: input {k!r} is a scalar; expected an array of samples [samples, ...] shaped "
-                            f"like the model input {_dims(specs[k].shape)}")
         if a.dtype.kind in "OUSV":
             raise DataError(f"{where}: input {k!r} has dtype {a.dtype}, not numbers")
-        arrs[k] = a
-    counts = {len(arrs[k]) for k in names}
-    if len(counts) != 1:
-        raise DataError(f"{where}: inputs have different sample counts {sorted(counts)}")
-    count = counts.pop()
+        arrs[k], modes[k] = a, array_layout(tuple(a.shape), specs[k], where)
+        check_header(_sample_shape(tuple(a.shape), modes[k], specs[k]), a.dtype, specs[k], where)
+    per = [k for k in names if modes[k] != "once"]
+    counts = {len(arrs[k]) for k in per}
+    if len(counts) > 1:
+        raise DataError(f"{where}: inputs have different sample counts "
+                        f"{ {k: len(arrs[k]) for k in per} }; every input given per sample needs one row per sample")
+    count = counts.pop() if counts else 1
     if count == 0:
         raise DataError(f"{where}: no samples")
-    for k in names:
-        spec = specs[k]
-        if spec.rank is not None and arrs[k].ndim != spec.rank:
-            raise DataError(f"{where}: input {k!r} has shape {list(arrs[k].shape)}; the model expects rank "
-                            f"{spec.rank} per batch {_dims(spec.shape)}, i.e. [samples, ...] with the samples as "
-                            "the batch axis")
-        check_header((1,) + tuple(arrs[k].shape[1:]), arrs[k].dtype, spec, where)
     labels, notes = None, []
     if "labels" in arrays and "labels" not in names:
         raw = arrays["labels"]
@@ -520,16 +611,76 @@ def _from_arrays(arrays: dict[str, Any], specs: dict[str, InputSpec], where: str
         for k in names:
             if specs[k].dtype.kind != "f":
                 continue
-            for s in range(0, stop, step):
-                block = arrs[k][s:min(s + step, stop)]
+            for s in range(0, stop if modes[k] != "once" else 1, step):
+                block = arrs[k][s:min(s + step, stop)] if modes[k] != "once" else np.asarray(arrs[k])
                 if block.dtype.kind == "f" and not np.isfinite(block).all():
                     bad = np.argwhere(~np.isfinite(block))[0]
                     raise DataError(f"{where}: input {k!r}, sample {s + int(bad[0])} holds a non-finite value "
                                     f"({block[tuple(bad)]}); calibration needs finite data: clean or drop that "
                                     "sample")
 
-    return Dataset(count, labels, where, get=lambda i: {k: arrs[k][i:i + 1] for k in names}, specs=specs,
-                   where=lambda i: f"{where}, sample {i}", precheck=precheck, notes=notes)
+    once = {k: np.asarray(arrs[k]) for k in names if modes[k] == "once"}
+
+    def get(i: int) -> dict[str, np.ndarray]:
+        return {k: once[k] if k in once else _row(arrs[k], i, modes[k], specs[k]) for k in names}
+
+    return Dataset(count, labels, where, get=get, specs=specs, where=lambda i: f"{where}, sample {i}",
+                   precheck=precheck, notes=notes, shared=frozenset(once))
+
+
+def array_layout(shape: tuple[int, ...], spec: InputSpec, where: str) -> str:
+    """How an array of ``shape`` holds the samples of input ``spec``: ``rows`` (``[samples, ...]`` with the batch
+    axis left out), ``items`` (``[samples, ...]`` with the batch axis kept as 1, or whole inputs without one) or
+    ``once`` (one input without a batch axis, fed with every sample). Anything else is a :class:`DataError` naming
+    the input, the shape and the expected layout."""
+    name, r, ax = spec.name, spec.rank, spec.batch_axis
+    if r is None:
+        if not shape:
+            raise DataError(f"{where}: input {name!r} is a scalar; expected an array of samples [samples, ...]")
+        return "rows"
+    static = tuple(d if isinstance(d, int) and d > 0 else None for d in spec.shape)
+
+    def fits(got: tuple[int, ...], want: tuple[Any, ...]) -> bool:
+        return len(got) == len(want) and all(w is None or g == w for g, w in zip(got, want))
+
+    if ax is None:
+        if fits(shape, static):
+            return "once"
+        if len(shape) == r + 1 and fits(shape[1:], static):
+            return "items"
+    else:
+        for mode, ok in (("rows", len(shape) == r and r > 0), ("items", len(shape) == r + 1 and shape[1 + ax] == 1)):
+            if ok and (ax == 0 or fits(_sample_shape(shape, mode, spec), static)):
+                return mode  # batch-first: check_header names the dimension that differs
+    if not shape:
+        raise DataError(f"{where}: input {name!r} is a scalar; the model input {_dims(spec.shape)} needs "
+                        f"{spec.layout()}")
+    hint = ""
+    if ax and len(shape) == r and fits(shape[:ax] + (None,) + shape[ax + 1:], static):
+        hint = f"; these are the samples along axis {ax}: put them first (np.moveaxis(a, {ax}, 0))"
+    elif r:
+        hint = f"; to use another batch axis, set batch_axes (--batch-axis {name}=AXIS)"
+    raise DataError(f"{where}: input {name!r} has shape {list(shape)}; the model input {_dims(spec.shape)} needs "
+                    f"{spec.layout()}{hint}")
+
+
+def _sample_shape(shape: tuple[int, ...], mode: str, spec: InputSpec) -> tuple[int, ...]:
+    """The shape of one sample (as the model sees it) of an array of ``shape`` in layout ``mode``."""
+    if mode == "once":
+        return shape
+    if mode == "items":
+        return shape[1:]
+    ax = spec.batch_axis or 0
+    return shape[1:1 + ax] + (1,) + shape[1 + ax:]
+
+
+def _row(a: Any, i: int, mode: str, spec: InputSpec) -> np.ndarray:
+    """Sample ``i`` of array ``a`` in layout ``mode`` (:func:`array_layout`), batch axis included."""
+    if mode == "items":
+        return np.asarray(a[i])
+    if not spec.batch_axis:
+        return np.asarray(a[i:i + 1])
+    return np.expand_dims(np.asarray(a[i]), spec.batch_axis)
 
 
 def _from_test_sets(sets: list[Path], specs: dict[str, InputSpec], where: str) -> Dataset:
@@ -556,5 +707,5 @@ def _from_test_sets(sets: list[Path], specs: dict[str, InputSpec], where: str) -
     return Dataset(len(sets), None, where, get=lambda i: load(sets[i]), specs=specs, where=lambda i: str(sets[i]))
 
 
-__all__ = ["Dataset", "ImagePreprocess", "InputSpec", "NpzMember", "check_header", "conform", "labels_from", "load_dataset",
-           "model_inputs", "open_npz"]
+__all__ = ["Dataset", "ImagePreprocess", "InputSpec", "NpzMember", "array_layout", "check_header", "conform",
+           "default_batch_axis", "labels_from", "load_dataset", "model_inputs", "open_npz", "with_batch_axes"]

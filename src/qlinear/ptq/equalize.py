@@ -28,7 +28,8 @@ def _clip_bounds(g: GraphIndex, node: onnx.NodeProto) -> tuple[float, float] | N
     return clip_bounds(node, {i: g.array(i) for i in node.input[1:] if i in g.initializers})
 
 
-def _pairs(m: onnx.ModelProto) -> list[tuple[onnx.NodeProto, list[onnx.NodeProto], onnx.NodeProto]]:
+def _pairs(m: onnx.ModelProto, clips: bool = True) -> list[tuple[onnx.NodeProto, list[onnx.NodeProto],
+                                                                  onnx.NodeProto]]:
     g = GraphIndex.build(m, infer_shapes=False)
     out = []
     for n1 in m.graph.node:
@@ -45,8 +46,8 @@ def _pairs(m: onnx.ModelProto) -> list[tuple[onnx.NodeProto, list[onnx.NodeProto
             nxt, idx = cons[0]
             if nxt.op_type == "Conv" and idx == 0:
                 break
-            if nxt.op_type == "Relu" or (nxt.op_type == "Clip" and _clip_bounds(g, nxt) is not None) or \
-                    is_constant_clamp(nxt, g.initializers):
+            if nxt.op_type == "Relu" or clips and (nxt.op_type == "Clip" and _clip_bounds(g, nxt) is not None
+                                                     or is_constant_clamp(nxt, g.initializers)):
                 chain.append(nxt)
                 t = nxt.output[0]
                 continue
@@ -66,12 +67,14 @@ def _pairs(m: onnx.ModelProto) -> list[tuple[onnx.NodeProto, list[onnx.NodeProto
     return out
 
 
-def equalize(m: onnx.ModelProto, *, passes: int = 4) -> int:
-    """Equalize ``m`` in place; returns the number of Conv pairs equalized."""
-    _clips_to_minmax(m)
+def equalize(m: onnx.ModelProto, *, passes: int = 4, clips: bool = True) -> int:
+    """Equalize ``m`` in place; returns the number of Conv pairs equalized. ``clips=False``: only pairs joined by
+    ReLU (no per-channel Max/Min bounds, which a runtime with fused activations such as TFLite cannot express)."""
+    if clips:
+        _clips_to_minmax(m)
     n = 0
     for _ in range(passes):
-        pairs = _pairs(m)
+        pairs = _pairs(m, clips)
         n = len(pairs)
         inits = {t.name: t for t in m.graph.initializer}
         for n1, chain, n2 in pairs:

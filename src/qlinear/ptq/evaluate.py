@@ -1,7 +1,13 @@
 """Accuracy of a quantized model against its float model on held-out samples.
 
-* **output agreement** on every held-out sample: top-1 agreement (and top-1 accuracy when labels are known) for
-  classifier outputs ``[N, classes]``; cosine similarity (mean, min over samples) and SQNR for every output;
+* **output agreement** on every held-out sample, by the kind of each graph output (:func:`output_kind`, from its float
+  values): ``classifier`` (``[N, classes]`` logits or softmax rows: top-1 agreement, top-1 accuracy when labels are
+  known, cosine, SQNR), ``probability`` (values in [0, 1], a few per sample: agreement of the decisions at 0.5 and
+  SQNR), ``embedding`` (unit-norm rows or an embedding/hidden-state name: cosine, SQNR), ``generic`` (cosine, SQNR),
+  ``mixed`` (channels of very different ranges along the last axis, such as boxes next to scores: SQNR per part of
+  similar range, judged by the worst part, :func:`range_parts`), ``integer`` (exact match) and ``passthrough`` (an integer output no quantizer reaches: skipped, with a note). The
+  metric of its kind is the output's headline (``Report.headlines``). Metrics are accumulated batch by batch, so
+  samples of different shapes (a dynamic sequence length) are compared sample by sample and aggregated;
 * **per-tensor SQNR** of each activation's own quantization, ``10 log10(sum x^2 / sum (x - DQ(Q(x)))^2)`` with ``x``
   the float model's tensor and its encoding, on the first ``stat_samples`` held-out samples. It is local (no error
   carried from earlier layers) and costs one pass of the float model, which calibration already has warm; the tensors
@@ -49,10 +55,14 @@ class Report:
     timings: dict[str, float] = field(default_factory=dict)
     stat_samples: int = 0
     engine: str = "onnx"   #: how the quantized model's outputs were computed (:func:`output_engine`)
+    kinds: dict[str, str] = field(default_factory=dict)  #: output -> kind (:func:`output_kind`)
+    headlines: dict[str, str | None] = field(default_factory=dict)  #: output -> the metric of its kind (None: skipped)
 
     def to_dict(self) -> dict[str, Any]:
+        outs = {o: ({"kind": self.kinds[o], "headline": self.headlines.get(o), **r} if o in self.kinds else r)
+                for o, r in self.outputs.items()}
         return {"samples": self.samples, "stat_samples": self.stat_samples, "engine": self.engine,
-                "outputs": self.outputs, "ranking": self.ranking, "tensors": [t.__dict__ for t in self.tensors],
+                "outputs": outs, "ranking": self.ranking, "tensors": [t.__dict__ for t in self.tensors],
                 "timings": self.timings, "histograms": self.histograms}
 
 
@@ -150,7 +160,7 @@ def evaluate(qm: Any, *, samples: int | None = None, progress: Callable[[int], N
     n_stat = min(n, stat_samples)
     seen = _activation_stats(qm, encs, start, n_stat)
     engine = output_engine(qm)
-    out_f, out_q = _outputs(qm, engine, outputs, start, stop, progress)
+    out_f, out_q, counts = _outputs(qm, engine, outputs, start, stop, progress)
     stats = []
     for e in encs:
         lo, hi = _range(e)
@@ -159,15 +169,24 @@ def evaluate(qm: Any, *, samples: int | None = None, progress: Callable[[int], N
                                 lo, hi, _sqnr(seen[e.name].sig, seen[e.name].noise)))
     ranking = [s.name for s in sorted(stats, key=lambda s: s.sqnr_db)]
     labels = None if ds.labels is None else ds.labels[start:stop]
-    res = {o: output_metrics(np.concatenate(out_f[o]), np.concatenate(out_q[o]), labels, o, ds.source)
-           for o in outputs}
+    untouched, producers = untouched_outputs(qm.model), output_producers(ref)
+    res, kinds, heads = {}, {}, {}
+    for o in outputs:
+        kinds[o] = output_kind(o, out_f[o], counts, passthrough=o in untouched, producer=producers.get(o, ""))
+        res[o] = kind_metrics(kinds[o], out_f[o], out_q[o], counts, labels, o, ds.source)
+        heads[o] = HEADLINE[kinds[o]]
+        if kinds[o] == "passthrough":
+            note = (f"output {o!r} is an integer output that no quantizer reaches (it passes inputs or shapes "
+                    "through): left out of the report's metrics")
+            if note not in qm.notes:
+                qm.notes.append(note)
     by_name = {s.name: s for s in stats}
     hists = {}
     for name in ranking[:worst_histograms]:
         h = seen[name].histogram(by_name[name])
         if h is not None:
             hists[name] = h
-    return Report(n, stats, res, ranking, hists, stat_samples=n_stat, engine=engine)
+    return Report(n, stats, res, ranking, hists, stat_samples=n_stat, engine=engine, kinds=kinds, headlines=heads)
 
 
 def _stat_encodings(qm: Any) -> list[Any]:
@@ -228,7 +247,7 @@ def _activation_stats(qm: Any, encs: list[Any], start: int, n_stat: int) -> dict
     fs_stats = float_stats_session(qm, fetch)
     done = start
     for feed in ds.batches(start, start + n_stat, cfg.batch_size):
-        b = len(next(iter(feed.values())))
+        b = ds.batch_len(feed)
         fv = dict(zip(fetch, fs_stats.run(fetch, feed, where=f"{ds.source}, samples {done}..{done + b - 1}")))
         fv.update(feed)
         for e in encs:
@@ -238,8 +257,10 @@ def _activation_stats(qm: Any, encs: list[Any], start: int, n_stat: int) -> dict
 
 
 def _outputs(qm: Any, engine: str, outputs: list[str], start: int, stop: int,
-             progress: Callable[[int], None] | None) -> tuple[dict[str, list[np.ndarray]], dict[str, list[np.ndarray]]]:
-    """The float and the quantized model's outputs on samples ``start..stop - 1``, batch by batch."""
+             progress: Callable[[int], None] | None) -> tuple[dict[str, list[np.ndarray]], dict[str, list[np.ndarray]],
+                                                              list[int]]:
+    """The float and the quantized model's outputs on samples ``start..stop - 1``, batch by batch, and the number
+    of samples in each batch."""
     from qlinear.ptq.session import Session
 
     ds = qm.dataset
@@ -248,6 +269,7 @@ def _outputs(qm: Any, engine: str, outputs: list[str], start: int, stop: int,
     out_f: dict[str, list[np.ndarray]] = {o: [] for o in outputs}
     out_q: dict[str, list[np.ndarray]] = {o: [] for o in outputs}
     chunk: list[tuple[str, dict[str, np.ndarray]]] = []
+    counts: list[int] = []
 
     def flush() -> None:
         # a few batches through one model, then through the other: alternating sessions batch by batch costs ~40 %
@@ -256,24 +278,31 @@ def _outputs(qm: Any, engine: str, outputs: list[str], start: int, stop: int,
                 for o, v in zip(outputs, sess.run(outputs, feed, where=where)):
                     store[o].append(v)
         if progress:
-            progress(sum(len(next(iter(f.values()))) for _, f in chunk))
+            progress(sum(counts[-len(chunk):]))
         chunk.clear()
 
     done = start
     for feed in ds.batches(start, stop, qm.config.batch_size):
-        b = len(next(iter(feed.values())))
+        b = ds.batch_len(feed)
         chunk.append((f"{ds.source}, samples {done}..{done + b - 1}", feed))
+        counts.append(b)
         done += b
         if len(chunk) == 4:
             flush()
     if chunk:
         flush()
-    return out_f, out_q
+    return out_f, out_q, counts
 
 
-def output_metrics(a: np.ndarray, b: np.ndarray, labels: list[int] | None, name: str,
-                   source: str) -> dict[str, float]:
-    """Agreement of a quantized output ``b`` with the float output ``a`` (and accuracy against ``labels``)."""
+def output_metrics(a: np.ndarray | list[np.ndarray], b: np.ndarray | list[np.ndarray], labels: list[int] | None,
+                   name: str, source: str) -> dict[str, float]:
+    """Agreement of a quantized output ``b`` with the float output ``a`` (and accuracy against ``labels``); ``a``
+    and ``b`` may be lists of per-batch outputs, samples first, of different shapes (then cosine and SQNR only)."""
+    if isinstance(a, list):
+        shapes = {x.shape[1:] for x in a} | {x.shape[1:] for x in b}
+        if len(shapes) > 1:
+            return kind_metrics("generic", a, b, [len(x) for x in a], labels, name, source)
+        a, b = np.concatenate(a), np.concatenate(b)
     r: dict[str, float] = {}
     if a.ndim == 2 and a.shape[1] > 1:
         fa, qa = a.argmax(1), b.argmax(1)
@@ -293,4 +322,185 @@ def output_metrics(a: np.ndarray, b: np.ndarray, labels: list[int] | None, name:
     r["cosine_mean"] = float(np.mean(cos))
     r["cosine_min"] = float(np.min(cos))
     r["sqnr_db"] = _sqnr(float(np.sum(af ** 2)), float(np.sum((af - bf) ** 2)))
+    return r
+
+
+# --------------------------------------------------------------------------------------------- metrics by output kind
+#: the metric that judges each kind of output (None: not judged)
+HEADLINE: dict[str, str | None] = {"classifier": "top1_agreement", "probability": "decision_agreement",
+                                   "embedding": "cosine_mean", "generic": "sqnr_db", "mixed": "sqnr_db_worst_part",
+                                   "integer": "exact_match",
+                                   "passthrough": None}
+EMBEDDING_HINTS = ("embed", "hidden", "pool", "feature", "encod", "vector", "represent")
+#: operators that make an embedding (pooling, normalization), seen through data movement from a graph output
+EMBEDDING_OPS = ("Div", "ReduceMean", "ReduceSum", "ReduceL2", "LpNormalization", "LayerNormalization")
+_MOVES = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Cast", "Transpose", "Concat")
+FEW = 4  #: at most this many values per sample, all in [0, 1]: a probability / score output
+
+
+def untouched_outputs(m: Any) -> set[str]:
+    """Integer graph outputs of the quantized model ``m`` that no QuantizeLinear/DequantizeLinear precedes: the
+    quantization cannot change them (an input or a shape passed through)."""
+    from onnx import TensorProto
+
+    prod = {o: nd for nd in m.graph.node for o in nd.output}
+    ints = {TensorProto.INT8, TensorProto.UINT8, TensorProto.INT16, TensorProto.UINT16, TensorProto.INT32,
+            TensorProto.UINT32, TensorProto.INT64, TensorProto.UINT64, TensorProto.BOOL}
+    out = set()
+    for o in m.graph.output:
+        if o.type.tensor_type.elem_type not in ints:
+            continue
+        todo, seen, touched = [o.name], set(), False
+        while todo and not touched:
+            t = todo.pop()
+            if t in seen or t not in prod:
+                continue
+            seen.add(t)
+            nd = prod[t]
+            touched = nd.op_type in ("QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear")
+            todo.extend(i for i in nd.input if i)
+        if not touched:
+            out.add(o.name)
+    return out
+
+
+def output_producers(m: Any) -> dict[str, str]:
+    """The operator that computes each graph output of ``m``, seen through data movement (Reshape, Flatten, a
+    one-input Concat, ...)."""
+    prod = {o: nd for nd in m.graph.node for o in nd.output}
+    inits = {t.name for t in m.graph.initializer}
+    out = {}
+    for o in m.graph.output:
+        t, op = o.name, ""
+        for _ in range(16):
+            nd = prod.get(t)
+            if nd is None:
+                break
+            op = nd.op_type
+            data = [i for i in nd.input if i and i not in inits]
+            if op not in _MOVES or not data or (op == "Concat" and len(data) != 1):
+                break
+            t = data[0]
+        out[o.name] = op
+    return out
+
+
+def _rows(x: np.ndarray, b: int) -> np.ndarray:
+    """``x`` as ``[samples, values]``: the first axis of size ``b`` (the batch) moved to the front, or one row."""
+    for ax, d in enumerate(x.shape):
+        if d == b:
+            return np.moveaxis(x, ax, 0).reshape(b, -1)
+    return x.reshape(1, -1)
+
+
+def _classes(xs: list[np.ndarray], counts: list[int]) -> int:
+    """The number of classes if every batch is ``[b, classes]`` (other axes of size 1), else 0."""
+    c = set()
+    for x, b in zip(xs, counts):
+        if x.ndim < 2 or x.shape[0] != b:
+            return 0
+        big = [d for d in x.shape[1:] if d != 1]
+        if len(big) != 1:
+            return 0
+        c.add(big[0])
+    return c.pop() if len(c) == 1 and min(c) > 1 else 0
+
+
+def output_kind(name: str, xs: list[np.ndarray], counts: list[int], *, passthrough: bool = False,
+                producer: str = "") -> str:
+    """The kind of a graph output from the float model's values ``xs`` (one array per batch of ``counts``
+    samples) and the operator that computes it (:func:`output_producers`): ``passthrough`` / ``integer`` (integer
+    dtype), ``classifier`` (softmax rows, or ``[N, classes]`` that is not unit-norm, not named like an embedding and
+    not computed by a pooling or normalization, ``EMBEDDING_OPS``), ``probability`` (values in [0, 1], at most
+    ``FEW`` per sample), ``embedding`` (unit-norm rows, an embedding-like name or operator) or ``generic``."""
+    if not xs or xs[0].dtype.kind in "biu":
+        return "passthrough" if passthrough or not xs else "integer"
+    if not all(x.size for x in xs):
+        return "generic"
+    lo, hi = min(float(x.min()) for x in xs), max(float(x.max()) for x in xs)
+    classes = _classes(xs, counts)
+    rows = [_rows(x, b).astype(np.float64) for x, b in zip(xs, counts)]
+    unit = lo >= 0 and hi <= 1
+    if unit and classes and all(np.allclose(r.sum(1), 1.0, atol=1e-3) for r in rows):
+        return "classifier"
+    if unit and max(r.shape[1] for r in rows) <= FEW:
+        return "probability"
+    hint = any(h in name.lower() for h in EMBEDDING_HINTS) or producer in EMBEDDING_OPS
+    normed = all(np.allclose(np.linalg.norm(r, axis=1), 1.0, atol=1e-3) for r in rows) and \
+        min(r.shape[1] for r in rows) > 1
+    if classes and not hint and not normed:
+        return "classifier"
+    if hint or normed:
+        return "embedding"
+    return "mixed" if len(range_parts(xs)) > 1 else "generic"
+
+
+def range_parts(xs: list[np.ndarray], *, ratio: float = 100.0, max_channels: int = 128) -> list[tuple[int, int]]:
+    """Channel runs ``[a, b)`` along the last axis of an output whose channels span very different ranges (boxes in
+    pixels next to scores in [0, 1]): consecutive channels within a factor of 10 of the run's first form a part.
+    One part (``[(0, C)]``) unless the largest channel range is ``ratio`` times the smallest."""
+    c = xs[0].shape[-1] if xs[0].ndim >= 2 else 0
+    if not 2 <= c <= max_channels or any(x.ndim < 2 or x.shape[-1] != c for x in xs):
+        return [(0, c)]
+    r = np.max([np.abs(x.reshape(-1, c)).max(0) for x in xs], axis=0).astype(np.float64)
+    if not np.all(r > 0) or r.max() < ratio * r.min():
+        return [(0, c)]
+    lg, parts, a = np.log10(r), [], 0
+    for i in range(1, c):
+        if abs(lg[i] - lg[a]) >= 1:
+            parts.append((a, i))
+            a = i
+    return parts + [(a, c)]
+
+
+def kind_metrics(kind: str, fa: list[np.ndarray], qa: list[np.ndarray], counts: list[int],
+                 labels: list[int] | None, name: str, source: str) -> dict[str, float]:
+    """The metrics of an output of ``kind`` (:func:`output_kind`) over batches: float outputs ``fa``, quantized
+    ``qa``, ``counts`` samples per batch (samples may differ in shape from batch to batch)."""
+    if kind == "passthrough":
+        return {}
+    if kind == "integer":
+        eq = sum(int(np.sum(a == b)) if a.shape == b.shape else 0 for a, b in zip(fa, qa))
+        return {"exact_match": eq / max(1, sum(a.size for a in fa))}
+    r: dict[str, float] = {}
+    if kind == "classifier":
+        r.update(_top1(fa, qa, counts, labels, name, source))
+    if kind == "probability":
+        same = sum(int(np.sum((a >= 0.5) == (b >= 0.5))) for a, b in zip(fa, qa))
+        r["decision_agreement"] = same / max(1, sum(a.size for a in fa))
+    rows_f = [_rows(a, n).astype(np.float64) for a, n in zip(fa, counts)]
+    rows_q = [_rows(b, n).astype(np.float64) for b, n in zip(qa, counts)]
+    if kind != "probability" and min(x.shape[1] for x in rows_f) > 1:
+        cos = np.concatenate([np.sum(a * b, 1) / np.maximum(np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1),
+                                                            1e-30) for a, b in zip(rows_f, rows_q)])
+        r["cosine_mean"], r["cosine_min"] = float(np.mean(cos)), float(np.min(cos))
+    r["sqnr_db"] = _sqnr(sum(float(np.sum(a ** 2)) for a in rows_f),
+                         sum(float(np.sum((a - b) ** 2)) for a, b in zip(rows_f, rows_q)))
+    if kind == "mixed":
+        worst = float("inf")
+        for lo, hi in range_parts(fa):
+            pf = [a[..., lo:hi].astype(np.float64) for a in fa]
+            pq = [b[..., lo:hi].astype(np.float64) for b in qa]
+            v = _sqnr(sum(float(np.sum(a ** 2)) for a in pf), sum(float(np.sum((a - b) ** 2)) for a, b in zip(pf, pq)))
+            r[f"sqnr_db[{lo}:{hi}]"] = v
+            worst = min(worst, v)
+        r["sqnr_db_worst_part"] = worst
+    return r
+
+
+def _top1(fa: list[np.ndarray], qa: list[np.ndarray], counts: list[int], labels: list[int] | None, name: str,
+          source: str) -> dict[str, float]:
+    ff = np.concatenate([a.reshape(n, -1).argmax(1) for a, n in zip(fa, counts)])
+    qq = np.concatenate([b.reshape(n, -1).argmax(1) for b, n in zip(qa, counts)])
+    r = {"top1_agreement": float(np.mean(ff == qq))}
+    if labels is not None:
+        classes = fa[0].size // counts[0]
+        lab = np.asarray(labels)
+        if len(lab) != len(ff):
+            raise DataError(f"{source}: {len(lab)} labels for {len(ff)} evaluated samples of output {name!r}")
+        if lab.size and lab.max() >= classes:
+            raise DataError(f"{source}: label {int(lab.max())} is outside the {classes} classes of output "
+                            f"{name!r}; labels must be 0-based class indices of that output")
+        r["float_top1"] = float(np.mean(ff == lab))
+        r["quantized_top1"] = float(np.mean(qq == lab))
     return r

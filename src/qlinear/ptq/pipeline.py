@@ -17,24 +17,27 @@
 
 from __future__ import annotations
 
+import io
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import IO, Any, BinaryIO, Callable
 
 import numpy as np
 import onnx
 
-from qlinear import calibration as C
-from qlinear.encodings import Encoding, EncodingSet
-from qlinear.errors import CalibrationError, ConfigError, GraphError
+from qlinear.encodings import EncodingSet
+from qlinear.errors import CalibrationError, ConfigError, GraphError, OutputError
 from qlinear.graph.fold import fold_batchnorm
 from qlinear.graph.model import GraphIndex, check_model, load_model, opset
 from qlinear.graph.passes.normalize import check_upgrade, normalize
-from qlinear.graph.plan import Plan, WeightSpec, make_plan, resolve_inherit
+from qlinear.graph.plan import Plan, make_plan
 from qlinear.ptq import targets
 from qlinear.ptq.config import DATA_WEIGHT_METHODS, QuantizeConfig
 from qlinear.ptq.data import Dataset, ImagePreprocess, load_dataset, model_inputs
+from qlinear.ptq.encode import TensorConfigs, apply_encodings, build_encodings, int32_biases
+from qlinear.ptq.settle import placement_for, settle
 
 Progress = Callable[[str, int], Callable[[int], None]]
 
@@ -75,23 +78,47 @@ class QuantizedModel:
         corrected, weights moved onto their grid)."""
         return self.encoded_model.graph.SerializeToString() != self.float_model.graph.SerializeToString()
 
-    def save_onnx(self, path: str | Path) -> None:
+    def save_onnx(self, path: str | Path | BinaryIO) -> None:
+        """Write the Q/DQ model to ``path`` (a file path, atomically, or a binary file object)."""
         from qlinear.graph.save import save_model
 
-        save_model(self.model, path)
+        if _is_file(path):
+            if not _is_binary(path):
+                raise OutputError(f"save_onnx: {type(path).__name__} is a text file object; open the file in binary "
+                                  "mode ('wb') or pass a path")
+            path.write(self.model.SerializeToString())
+            return
+        save_model(self.model, _path(path, "save_onnx"))
 
-    def save_encodings(self, path: str | Path, version: str | None = None) -> None:
-        from qlinear.encodings import save
+    def save_encodings(self, path: str | Path | IO, version: str | None = None) -> None:
+        """Write the AIMET encodings (``version``, default 2.0.0) to ``path`` (a file path or a file object)."""
+        from qlinear.encodings import VERSIONS, save
 
-        save(self.encodings, path, version=version or "2.0.0", drop_float=True)
+        version = version or "2.0.0"
+        if version not in VERSIONS:
+            raise ConfigError(f"save_encodings: version {version!r} is not one of {', '.join(VERSIONS)}")
+        if _is_file(path) and _is_binary(path):
+            buf = io.StringIO()
+            save(self.encodings, buf, version=version, drop_float=True)
+            path.write(buf.getvalue().encode("utf-8"))
+            return
+        save(self.encodings, path if _is_file(path) else _path(path, "save_encodings"), version=version,
+             drop_float=True)
 
     def save_tflite(self, path: str | Path, *, float_io: bool = True) -> None:
         """Write the full-integer ``.tflite`` of the model (target ``tflite``; :func:`qlinear.tflite.export`): NHWC
-        float input and output (``float_io=False``: the integers), every parameter the Q/DQ model's own."""
+        float input and output (``float_io=False``: the integers), every parameter the Q/DQ model's own. A model
+        that breaks the TFLite int8 rules (:func:`qlinear.ptq.targets.check_tflite`) is refused."""
         from qlinear._atomic import write_bytes
         from qlinear.tflite.export import export
 
-        write_bytes(path, export(self.model, float_io=float_io))
+        p = _path(path, "save_tflite")
+        bad = targets.check_tflite(self.model)
+        if bad:
+            raise GraphError(f"save_tflite: the model (target {self.config.target}) breaks {len(bad)} TFLite rule(s): "
+                             + "; ".join(str(v) for v in bad[:5]) + (" ..." if len(bad) > 5 else "")
+                             + "; quantize with target tflite")
+        write_bytes(p, export(self.model, float_io=float_io))
 
     def held_out(self) -> tuple[int, int]:
         """``(start, stop)`` of the samples the report evaluates: the ones after the calibration samples, or the
@@ -128,6 +155,8 @@ class QuantizedModel:
 
         if encodings_version not in VERSIONS:
             raise ConfigError(f"encodings version {encodings_version!r}: expected one of {', '.join(VERSIONS)}")
+        if not isinstance(outdir, (str, os.PathLike, OutputFolder)):
+            raise OutputError(f"save: expected an output folder path, got {type(outdir).__name__}")
         folder = outdir if isinstance(outdir, OutputFolder) else OutputFolder(outdir)
         folder.check()
         rep = self.report(progress=progress) if report else None
@@ -148,6 +177,21 @@ class QuantizedModel:
                 write_text(stage / "report.html", to_html(self, rep))
             written = sorted(p.name for p in stage.iterdir())
         return written
+
+
+def _is_file(x: Any) -> bool:
+    return callable(getattr(x, "write", None))
+
+
+def _is_binary(f: Any) -> bool:
+    return isinstance(f, (io.RawIOBase, io.BufferedIOBase)) or "b" in str(getattr(f, "mode", ""))
+
+
+def _path(x: Any, what: str) -> Path:
+    if not isinstance(x, (str, os.PathLike)):
+        raise OutputError(f"{what}: expected a file path{' or a file object' if what != 'save_tflite' else ''}, "
+                          f"got {type(x).__name__}")
+    return Path(x)
 
 
 def load_checked(model: Any, notes: list[str] | None = None) -> tuple[onnx.ModelProto, str]:
@@ -184,29 +228,30 @@ def quantize(model: Any, data: Any, config: QuantizeConfig | dict | None = None,
         model: float ONNX model (path or ``ModelProto``), opset 7..25 (below 13 upgraded).
         data: see :func:`qlinear.ptq.data.load_dataset` (``.npz``, folders, a dict of arrays, a Dataset); may be
             ``None`` for weight-only round to nearest (``activation_type: "float"``).
-        config: :class:`QuantizeConfig` or a dict of its fields (unknown keys are errors).
+        config: :class:`QuantizeConfig` or a dict of its fields (unknown keys are errors). The target's rules settle
+            it before any data is read (:func:`qlinear.ptq.settle.settle`): a requested option they change is an
+            error or a note; ``QuantizedModel.config`` is the configuration used.
         progress: ``progress(task, total) -> advance(n)`` hook (the CLI draws rich progress bars with it).
     """
     t_all = time.perf_counter()
-    if config is not None and not isinstance(config, (QuantizeConfig, dict)):
-        raise ConfigError(f"config: expected a QuantizeConfig or a dict of its options, got {type(config).__name__}")
-    cfg = config if isinstance(config, QuantizeConfig) else QuantizeConfig.from_dict(config or {})
-    cfg = targets.adjust_config(cfg)
+    cfg = config_of(config)
     if cfg.weight_only:  # activations stay float: weights only, streamed (qlinear.ptq.weightonly)
         from qlinear.ptq.weightonly import quantize_weights
 
-        return quantize_weights(model, data, cfg, progress=progress, preprocess=preprocess)
+        cfg, notes = settle(cfg)
+        return quantize_weights(model, data, cfg, progress=progress, preprocess=preprocess, notes=notes)
     if data is None:
         raise ConfigError("data: calibration data is required (activation ranges come from it); only weight-only "
-                          "quantization (activation_type float) with minmax or mse weights runs without data")
+                          "quantization (activation_type float) with minmax or mse weights runs without it")
     norm_notes: list[str] = []
     m, label = load_checked(model, norm_notes)
+    cfg, notes = settle(cfg, m)
     float_model = load_model(model if norm_notes else m)  # as given (a copy)
-    ds = load_dataset(data, model_inputs(m), preprocess=preprocess)
+    ds = load_dataset(data, model_inputs(m), preprocess=preprocess, batch_axes=cfg.batch_axes)
     n_cal = min(cfg.calibration_samples, len(ds))
     ds.validate(min(len(ds), cfg.calibration_samples + cfg.evaluation_samples))
     check_normalized(float_model, m, ds, n_cal, label, norm_notes)
-    notes: list[str] = norm_notes + list(ds.notes)
+    notes = norm_notes + notes + list(ds.notes)
     if n_cal < cfg.calibration_samples:
         notes.append(f"only {len(ds)} samples: calibrating on {n_cal}")
     n_fit = n_cal  # with an accuracy target, the last calibration samples judge the repair and are not fitted on
@@ -214,17 +259,51 @@ def quantize(model: Any, data: Any, config: QuantizeConfig | dict | None = None,
         if n_cal < 2:
             raise ConfigError(f"accuracy_target: needs at least 2 calibration samples, the data has {n_cal}")
         n_fit = n_cal - min(cfg.repair_samples, n_cal // 2)
+    run = _Run(cfg, m, ds, label, notes, {}, progress, n_fit, n_cal)
+    reference, placement = _rewrite(run)
+    out = _calibrate(run, reference, placement)
+    out.float_model = float_model
+    run.timings["total"] = time.perf_counter() - t_all
+    return out
+
+
+def config_of(config: Any) -> QuantizeConfig:
+    """``config`` (a :class:`QuantizeConfig`, a dict of its options or None) as a :class:`QuantizeConfig`."""
+    if config is not None and not isinstance(config, (QuantizeConfig, dict)):
+        raise ConfigError(f"config: expected a QuantizeConfig or a dict of its options, got {type(config).__name__}")
+    return config if isinstance(config, QuantizeConfig) else QuantizeConfig.from_dict(config or {})
+
+
+@dataclass
+class _Run:
+    """The state one :func:`quantize` call passes between its steps."""
+
+    cfg: QuantizeConfig
+    m: onnx.ModelProto
+    ds: Dataset
+    label: str
+    notes: list[str]
+    timings: dict[str, float]
+    progress: Progress | None
+    n_fit: int
+    n_cal: int
+
+
+def _rewrite(run: _Run) -> tuple[onnx.ModelProto, str]:
+    """Exact float rewrites before calibration (BatchNorm folding, equalization, smoothing): returns the reference
+    model (a copy of the rewritten one) and the placement in effect."""
+    cfg, m, notes = run.cfg, run.m, run.notes
     n_bn = fold_batchnorm(m)
     if n_bn:
         notes.append(f"folded {n_bn} BatchNormalization nodes into Conv")
-    timings: dict[str, float] = {}
     if cfg.do_equalize:
         from qlinear.ptq.equalize import equalize
 
         t0 = time.perf_counter()
-        pairs = equalize(m)
-        timings["equalize"] = time.perf_counter() - t0
-        notes.append(f"cross-layer equalization of {pairs} layer pairs")
+        pairs = equalize(m, clips=cfg.target != "tflite")  # TFLite fuses ReLU6: no per-channel clip bounds
+        run.timings["equalize"] = time.perf_counter() - t0
+        notes.append(f"cross-layer equalization of {pairs} layer pairs"
+                     + (" (across ReLU only: target tflite)" if cfg.target == "tflite" else ""))
     placement = placement_for(cfg, m)
     if placement == "matmul":
         notes.append("transformer placement: quantizers on MatMul/Gemm inputs only (LayerNorm, Softmax, Gelu and "
@@ -234,13 +313,19 @@ def quantize(model: Any, data: Any, config: QuantizeConfig | dict | None = None,
         from qlinear.ptq.smooth import smooth
 
         t0 = time.perf_counter()
-        k = smooth(m, ds, n_fit, cfg.batch_size, label=label)
-        timings["smoothing"] = time.perf_counter() - t0
+        k = smooth(m, run.ds, run.n_fit, cfg.batch_size, label=run.label)
+        run.timings["smoothing"] = time.perf_counter() - t0
         if k:
             notes.append(f"smoothed {k} MatMul inputs (activation outliers moved into the weights, SmoothQuant "
                          "alpha 0.5)")
     reference = onnx.ModelProto()  # the float model after exact rewrites (BN folding, CLE, smoothing): SQNR reference
     reference.CopyFrom(m)
+    return reference, placement
+
+
+def _calibrate(run: _Run, reference: onnx.ModelProto, placement: str) -> QuantizedModel:
+    """Plan, calibrate, encode (refinement, bias correction, repair, int32 biases) and build the Q/DQ model."""
+    cfg, m, notes, timings, progress = run.cfg, run.m, run.notes, run.timings, run.progress
     plan = make_plan(m, exclude_nodes=cfg.exclude_nodes, exclude_op_types=cfg.exclude_op_types,
                      quantize_outputs=cfg.quantize_outputs, placement=placement)
     implicit: dict[str, str] = {}
@@ -255,12 +340,12 @@ def quantize(model: Any, data: Any, config: QuantizeConfig | dict | None = None,
     tcfg = TensorConfigs(cfg, m, plan, implicit)
     t0 = time.perf_counter()
     means_for = [b.input for b in plan.biases] if cfg.bias_correction else []
-    adv = progress("calibrating", n_fit) if progress else None
+    adv = progress("calibrating", run.n_fit) if progress else None
     keep: dict[str, Any] = {}
-    obs, means = _collect(m, ds, n_fit, list(plan.activations), cfg, means_for, adv, label, keep, tcfg)
+    obs, means = _collect(m, run.ds, run.n_fit, list(plan.activations), cfg, means_for, adv, run.label, keep, tcfg)
     timings["calibration"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    encs = _encodings(m, plan, obs, tcfg)
+    encs = build_encodings(m, plan, obs, tcfg)
     es = EncodingSet(tuple(encs), producer={"package": "qlinear", "version": _version()}, version="2.0.0")
     es = targets.finalize(es, m, plan, cfg)
     timings["quantize"] = time.perf_counter() - t0
@@ -270,7 +355,8 @@ def quantize(model: Any, data: Any, config: QuantizeConfig | dict | None = None,
         from qlinear.ptq.refine import refine_weights
 
         t1 = time.perf_counter()
-        r = refine_weights(es, m, plan, ds, n_fit, cfg, methods, label=label, progress=progress, notes=notes)
+        r = refine_weights(es, m, plan, run.ds, run.n_fit, cfg, methods, label=run.label, progress=progress,
+                           notes=notes)
         es, done = r.encodings, r.biases
         timings["refine"] = time.perf_counter() - t1
     t0 = time.perf_counter()
@@ -283,31 +369,40 @@ def quantize(model: Any, data: Any, config: QuantizeConfig | dict | None = None,
         from qlinear.ptq.repair import RepairInputs, run_repair
 
         t1 = time.perf_counter()
-        es, m, decisions = run_repair(RepairInputs(es, m, reference, plan, obs, means, tcfg, ds, (n_fit, n_cal), keep,
-                                                   label), progress=progress, notes=notes)
+        es, m, decisions = run_repair(RepairInputs(es, m, reference, plan, obs, means, tcfg, run.ds,
+                                                   (run.n_fit, run.n_cal), keep, run.label),
+                                      progress=progress, notes=notes)
         timings["repair"] = time.perf_counter() - t1
     es = int32_biases(es, m, plan, notes)
-    qm = _apply(es, m)
+    qm = _finish(es, m, cfg, run.label, notes)
+    timings["quantize"] += time.perf_counter() - t0 - timings.get("repair", 0.0)
+    out = QuantizedModel(qm, m, reference, es, cfg, plan, run.ds, timings, notes, None, m, decisions)
+    out.integer_check = _integer_check(qm, notes)
+    out._float_session = keep.get("session"), keep.get("outputs", [])
+    return out
+
+
+def _finish(es: EncodingSet, m: onnx.ModelProto, cfg: QuantizeConfig, label: str, notes: list[str]) -> onnx.ModelProto:
+    """The Q/DQ model, checked: it loads in ONNX Runtime at its default level; for target tflite it keeps the TFLite
+    rules (:func:`~qlinear.ptq.targets.check_tflite`; what the export needs of the graph was checked before work,
+    :func:`qlinear.ptq.settle.settle`)."""
+    qm = apply_encodings(es, m)
     _check_loads(qm, label)
+    if cfg.target == "tflite":
+        bad = targets.check_tflite(qm)
+        if bad:
+            raise GraphError(f"{label}: the quantized model breaks the TFLite rules ({len(bad)}): "
+                             + "; ".join(str(v) for v in bad[:3]) + "; please report this with the model")
+    return qm
+
+
+def _integer_check(qm: onnx.ModelProto, notes: list[str]) -> Any:
     from qlinear.graph.check import check_integer
 
     ic = check_integer(qm)
     if not ic.ok:
         notes.append(f"WARNING: {ic}")
-    timings["quantize"] += time.perf_counter() - t0 - timings.get("repair", 0.0)
-    timings["total"] = time.perf_counter() - t_all
-    out = QuantizedModel(qm, float_model, reference, es, cfg, plan, ds, timings, notes, ic, m, decisions)
-    out._float_session = keep.get("session"), keep.get("outputs", [])
-    return out
-
-
-def placement_for(cfg: QuantizeConfig, m: onnx.ModelProto) -> str:
-    """``cfg.placement`` with ``auto`` resolved: ``matmul`` for transformer graphs on target ort, else ``all``."""
-    if cfg.placement != "auto":
-        return cfg.placement
-    from qlinear.graph.plan import is_transformer
-
-    return "matmul" if cfg.target == "ort" and is_transformer(m) else "all"
+    return ic
 
 
 def qtype_bits(name: str) -> int:
@@ -320,53 +415,6 @@ def _version() -> str:
     import qlinear
 
     return qlinear.__version__
-
-
-class TensorConfigs:
-    """The configuration in effect for each tensor: the run's, changed by the matching ``overrides`` rules
-    (:mod:`qlinear.ptq.overrides`); tensors the rules leave in float are taken out of ``plan``."""
-
-    def __init__(self, cfg: QuantizeConfig, m: onnx.ModelProto, plan: Plan,
-                 implicit_methods: dict[str, str] | None = None) -> None:
-        from qlinear.ptq.config import ACTIVATION_TYPES, METHODS, WEIGHT_TYPES
-        from qlinear.ptq.overrides import apply_to_plan
-
-        self.cfg = cfg
-        self.resolved = apply_to_plan(cfg.overrides, m, plan, weight_types=WEIGHT_TYPES,
-                                      activation_types=ACTIVATION_TYPES, weight_methods=METHODS + DATA_WEIGHT_METHODS,
-                                      activation_methods=METHODS)
-        self._cache: dict[tuple[str, str], QuantizeConfig] = {}
-        #: activation methods qlinear chooses per tensor when neither the config nor an override sets one
-        self.implicit = dict(implicit_methods or {})
-
-    def weight(self, name: str) -> QuantizeConfig:
-        return self._get(name, "weight")
-
-    def activation(self, name: str) -> QuantizeConfig:
-        return self._get(name, "activation")
-
-    def _get(self, name: str, role: str) -> QuantizeConfig:
-        r = self.resolved.get(name)
-        if r is None:
-            if role == "activation" and name in self.implicit:
-                key = (name, role)
-                if key not in self._cache:
-                    self._cache[key] = self.cfg.replace(activation_method=self.implicit[name])
-                return self._cache[key]
-            return self.cfg
-        key = (name, role)
-        if key not in self._cache:
-            c = self.cfg
-            if role == "weight":
-                c = c.replace(weight_type=r.type or c.weight_type, weights=r.granularity or c.weights,
-                              block_size=r.block_size or c.block_size, weight_method=r.method or c.weight_method)
-            else:
-                t = r.type or c.activation_type
-                if c.target == "qnn" and t.startswith("int"):  # AIMET's HTP configs: unsigned activations
-                    t = "u" + t
-                c = c.replace(activation_type=t, activation_method=r.method or c.activation_method)
-            self._cache[key] = c
-        return self._cache[key]
 
 
 def _collect(m, ds, n_cal, tensors, cfg, means_for, adv, label, keep=None, tcfg=None):  # noqa: ANN001, ANN202
@@ -388,90 +436,6 @@ def _collect(m, ds, n_cal, tensors, cfg, means_for, adv, label, keep=None, tcfg=
             raise CalibrationError(f"{label}: tensor {t!r} holds {what} on the calibration data (an overflow in the "
                                    "float model?); exclude its node (exclude_nodes) or check the data")
     return obs, means
-
-
-def _weight_encoding(name: str, w: np.ndarray, spec: WeightSpec, cfg: QuantizeConfig) -> Encoding:
-    kw: dict[str, Any] = {}
-    if cfg.weights == "per-channel":
-        kw["axis"] = spec.channel_axis
-    elif cfg.weights in ("per-block", "lpbq"):
-        if spec.block_axis is None:
-            kw["axis"] = spec.channel_axis
-        else:  # a block longer than the axis is one block: store its real length
-            kw.update(block_size=min(cfg.block_size, int(w.shape[spec.block_axis])), block_axis=spec.block_axis)
-            if cfg.weights == "lpbq":  # spec §1.2: 4-bit integer block scales under a per-channel float scale
-                kw["lpbq_scale_bits"] = 4
-    method = "minmax" if cfg.w_method in DATA_WEIGHT_METHODS else cfg.w_method
-    return C.calibrate(w, cfg.weight_type, method=method, policy=cfg.policy, symmetric=cfg.weight_symmetric,
-                       name=name, role="param", percentile=cfg.percentile, **kw)
-
-
-def _encodings(m: onnx.ModelProto, plan: Plan, obs: dict, tcfg: "TensorConfigs") -> list[Encoding]:
-    """Activation and weight encodings (the int32 biases come later, :func:`int32_biases`, once the target's rules
-    have set the activation encodings). Data-driven weight methods start from min-max ranges."""
-    g = GraphIndex.build(m, infer_shapes=False)
-    out: dict[str, Encoding] = {}
-    # activations: tied groups share merged statistics
-    for group in plan.tied:
-        members = [t for t in group if t in obs]
-        if len(members) > 1:
-            base = obs[members[0]]
-            for t in members[1:]:
-                base.merge(obs[t])
-            for t in members[1:]:
-                obs[t] = base
-    for t in plan.activations:
-        c = tcfg.activation(t)
-        out[t] = obs[t].compute(c.activation_type, symmetric=c.activation_symmetric, policy=c.policy, name=t)
-    for t, src in plan.inherit.items():
-        s = resolve_inherit(plan, src)
-        if s in out:
-            out[t] = out[s].replace(name=t)
-    weights: dict[str, Encoding] = {}
-    for spec in plan.weights:
-        weights[spec.name] = _weight_encoding(spec.name, g.array(spec.name), spec, tcfg.weight(spec.name))
-    return list(weights.values()) + list(out.values())
-
-
-def int32_biases(es: EncodingSet, m: onnx.ModelProto, plan: Plan, notes: list[str] | None = None) -> EncodingSet:
-    """Weight scales raised where an int32 bias or accumulator could overflow (:mod:`qlinear.calibration.bias`),
-    then the int32 bias encodings at ``input_scale * weight_scale`` (per output channel)."""
-    from qlinear.calibration.bias import fit_accumulator
-
-    g = GraphIndex.build(m, infer_shapes=False)
-    encs = {e.name: e for e in es}
-    raised: dict[str, int] = {}
-    for spec in plan.weights:
-        we = encs.get(spec.name)
-        ie = encs.get(spec.input) or encs.get(resolve_inherit(plan, spec.input))
-        if we is None or ie is None or not we.qtype.is_int or not ie.qtype.is_int or ie.granularity != "per_tensor":
-            continue
-        w = g.array(spec.name)
-        rank = w.ndim
-        z = int(np.asarray(ie.zero_point_or_zeros).reshape(-1)[0])
-        # 16x8: the runtimes accumulate in int64 (TFLite); only the int32 bias must fit
-        x_range = (int(ie.qtype.qmin) - z, int(ie.qtype.qmax) - z) if ie.qtype.bits <= 8 else None
-        bias = g.array(spec.bias) if spec.bias else None
-        s_x = float(np.asarray(ie.scale).reshape(-1)[0])
-        we2, ratio = fit_accumulator(we, w, bias, s_x, x_range, spec.channel_axis)
-        if np.any(ratio > 1):
-            encs[spec.name] = we2
-            raised[spec.name] = int(np.sum(ratio > 1))
-        if spec.bias:
-            s = C.bias_scale(ie.scale, encs[spec.name].channel_scale(spec.channel_axis, rank))
-            encs[spec.bias] = Encoding(spec.bias, "int32", scale=s, axis=0 if s.ndim else None, role="param")
-    if raised and notes is not None:
-        notes.append(f"raised the weight scale of {sum(raised.values())} channel(s) in {len(raised)} layer(s) so "
-                     "their int32 bias and accumulator cannot overflow (TFLite's rule, |bias_q| <= 2^30): "
-                     + ", ".join(f"{k} ({v})" for k, v in list(raised.items())[:5])
-                     + (" ..." if len(raised) > 5 else ""))
-    return es.with_encodings(encs.values())
-
-
-def _apply(es: EncodingSet, m: onnx.ModelProto) -> onnx.ModelProto:
-    from qlinear.graph import apply
-
-    return apply(es, m)
 
 
 def _check_loads(qm: onnx.ModelProto, label: str) -> None:

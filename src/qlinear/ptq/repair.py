@@ -17,7 +17,6 @@ report measures the result on the held-out samples.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -25,50 +24,14 @@ import numpy as np
 import onnx
 
 from qlinear.encodings import EncodingSet
-from qlinear.errors import ConfigError
 from qlinear.graph.model import GraphIndex
 from qlinear.graph.plan import resolve_inherit
 from qlinear.ptq.bias import correct_biases
+from qlinear.ptq.config import DATA_WEIGHT_METHODS
+from qlinear.ptq.encode import apply_encodings, int32_biases, weight_encoding
 from qlinear.ptq.evaluate import output_metrics
+from qlinear.ptq.metrics import METRICS, Target
 from qlinear.ptq.session import Session
-
-METRICS = ("top1_agreement", "cosine_mean", "cosine_min", "sqnr_db")
-
-
-@dataclass(frozen=True)
-class Target:
-    """An accuracy target ``metric >= value`` over every output."""
-
-    metric: str
-    value: float
-
-    @classmethod
-    def parse(cls, text: str, where: str = "accuracy_target") -> "Target":
-        if not isinstance(text, str):
-            raise ConfigError(f"{where}: expected a string such as \"top1_agreement>=0.99\", got {text!r}")
-        m = re.fullmatch(r"\s*([a-z0-9_]+)\s*(>=|=)\s*([-+0-9.eE]+)\s*", text)
-        if not m or m.group(1) not in METRICS:
-            raise ConfigError(f"{where}: {text!r} is not METRIC>=VALUE with METRIC one of {', '.join(METRICS)} "
-                              "(for example \"top1_agreement>=0.99\" or \"sqnr_db>=20\")")
-        try:
-            v = float(m.group(3))
-        except ValueError:
-            raise ConfigError(f"{where}: {m.group(3)!r} is not a number") from None
-        if m.group(1) != "sqnr_db" and not -1 <= v <= 1:
-            raise ConfigError(f"{where}: {m.group(1)} is between -1 and 1 (agreement and cosine are fractions), "
-                              f"got {v}")
-        return cls(m.group(1), v)
-
-    def value_of(self, metrics: dict[str, dict[str, float]]) -> float:
-        """The worst output's value of the metric."""
-        vals = [d[self.metric] for d in metrics.values() if self.metric in d]
-        if not vals:
-            raise ConfigError(f"accuracy_target: no output has the metric {self.metric!r} (top-1 agreement needs a "
-                              "classifier output [N, classes]); use cosine_mean or sqnr_db")
-        return min(vals)
-
-    def __str__(self) -> str:
-        return f"{self.metric}>={self.value:g}"
 
 
 @dataclass(frozen=True)
@@ -199,7 +162,7 @@ def run_repair(inp: RepairInputs, *, progress: Callable[[str, int], Callable[[in
     if fsess is None:
         fsess = Session(inp.reference, outputs, level="all", label=f"the float {inp.label}")
     batches = list(inp.dataset.batches(inp.samples[0], inp.samples[1], cfg.batch_size))
-    float_out = {o: np.concatenate([fsess.run([o], b)[0] for b in batches]) for o in outputs}
+    float_out = {o: [fsess.run([o], b)[0] for b in batches] for o in outputs}  # per batch: shapes may differ
     builder = _Builder(inp)
     cands = builder.weight_candidates(cfg.target == "ort")
     cands += _activation_candidates(inp, builder.encs, fsess, batches[:1], cfg.target == "ort")
@@ -271,9 +234,6 @@ class _Builder:
 
     def _raise_weight(self, t: str, new: str, inits: dict[str, onnx.TensorProto], e2: dict[str, Any]) -> None:
         """The float weight (not its 4-bit grid) and its bias back in ``inits``, and its encoding at ``new``."""
-        from qlinear.ptq.config import DATA_WEIGHT_METHODS
-        from qlinear.ptq.pipeline import _weight_encoding
-
         spec = self.specs[t]
         inits[t].CopyFrom(self.g_ref.initializers[t])
         if spec.bias:
@@ -284,7 +244,7 @@ class _Builder:
         c = self.inp.tcfg.weight(t)
         c = c.replace(weight_type=new, weight_method="minmax" if c.w_method in DATA_WEIGHT_METHODS
                       else c.weight_method)
-        e2[t] = _weight_encoding(t, self.g_ref.array(t), spec, c)
+        e2[t] = weight_encoding(t, self.g_ref.array(t), spec, c)
 
 
 def _activation_candidates(inp: RepairInputs, encs: dict[str, Any], fsess: Any, stat: list[dict],
@@ -307,15 +267,13 @@ def _activation_candidates(inp: RepairInputs, encs: dict[str, Any], fsess: Any, 
 
 
 def _measure(inp: RepairInputs, built: tuple[Any, onnx.ModelProto], batches: list[dict],
-             float_out: dict[str, np.ndarray]) -> dict:
+             float_out: dict[str, list[np.ndarray]]) -> dict:
     """Output metrics of the quantized model ``built`` on the repair samples."""
-    from qlinear.ptq.pipeline import _apply, int32_biases
-
     es2, m2 = built
-    q = _apply(int32_biases(es2, m2, inp.plan), m2)
+    q = apply_encodings(int32_biases(es2, m2, inp.plan), m2)
     sess = Session(q, level="basic", label=f"the quantized {inp.label}", disable_qdq_fusion=True)
     outputs = list(float_out)
-    got = {o: np.concatenate([sess.run([o], b)[0] for b in batches]) for o in outputs}
+    got = {o: [sess.run([o], b)[0] for b in batches] for o in outputs}
     return {o: output_metrics(float_out[o], got[o], None, o, "repair samples") for o in outputs}
 
 

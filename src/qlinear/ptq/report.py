@@ -25,8 +25,10 @@ def _finite(v: Any) -> Any:
 
 
 def to_json(qm: Any, rep: Report) -> str:
-    """The report as strict JSON (non-finite numbers, e.g. the SQNR of an exactly represented tensor, are null)."""
-    doc = {"config": qm.config.to_dict(), "notes": qm.notes, "timings": qm.timings,
+    """The report as strict JSON (non-finite numbers, e.g. the SQNR of an exactly represented tensor, are null):
+    ``config`` is the configuration used (settled for the target), ``requested`` the options the user set, ``notes``
+    every change the target's rules made to them."""
+    doc = {"config": qm.config.to_dict(), "requested": sorted(getattr(qm.config, "requested", ())), "notes": qm.notes, "timings": qm.timings,
            "encodings": len(qm.encodings), "report": rep.to_dict(), "decisions": list(qm.decisions),
            "integer_check": None if qm.integer_check is None else {
                "ok": qm.integer_check.ok, "layers": [lc.as_dict() for lc in qm.integer_check.layers]}}
@@ -90,9 +92,17 @@ def _hist(name: str, h: dict, width: int = 420, height: int = 160) -> str:
 def to_html(qm: Any, rep: Report) -> str:
     cfg = qm.config
     rows = "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(str(v))}</td></tr>" for k, v in cfg.to_dict().items())
+    kinds = getattr(rep, "kinds", None) or {}
+    heads = getattr(rep, "headlines", None) or {}
+
+    def cell(o: str, k: str, v: float) -> str:
+        text = f"{k}: {v:.4f}"
+        return f"<td><b>{text}</b></td>" if heads.get(o) == k else f"<td>{text}</td>"
+
     outs = "".join(
-        f"<tr><td>{html.escape(o)}</td>" + "".join(f"<td>{k}: {v:.4f}</td>" for k, v in r.items()) + "</tr>"
-        for o, r in rep.outputs.items())
+        f"<tr><td>{html.escape(o)}</td><td>{html.escape(kinds.get(o, ''))}</td>"
+        + ("".join(cell(o, k, v) for k, v in r.items()) or "<td>skipped: the quantization does not reach it</td>")
+        + "</tr>" for o, r in rep.outputs.items())
     worst = sorted(rep.tensors, key=lambda s: s.sqnr_db)
     trows = "".join(f"<tr><td>{html.escape(s.name)}</td><td>{s.dtype}</td><td>{s.scale:.4g}</td><td>{s.zero_point}</td>"
                     f"<td>[{s.lo:.4g}, {s.hi:.4g}]</td><td>{s.sqnr_db:.2f}</td></tr>" for s in worst)
@@ -119,7 +129,8 @@ td,th{{border:1px solid #ccc;padding:2px 6px}}h2{{margin-top:1.5em}}</style></he
 <p>{rep.samples} held-out samples (per-tensor statistics on the first {rep.stat_samples}); outputs computed by
 {"ONNX Runtime's int8 kernels (exact on this CPU)" if rep.engine == "ort-int8" else "the Q/DQ model as ONNX defines it"};
 {len(qm.encodings)} encodings; timings: {times}</p><ul>{notes}</ul>
-<h2>Outputs against the float model</h2><table>{outs}</table>
+<h2>Outputs against the float model</h2><p>Each output is judged by the metric of its kind (bold).</p>
+<table><tr><th>output</th><th>kind</th><th colspan="6">metrics</th></tr>{outs}</table>
 <h2>Per-tensor SQNR of its own quantization (lowest first)</h2>{_bars(worst)}
 <h2>Precision decisions</h2><table><tr><th>#</th><th>tensor</th><th>change</th><th>why</th>
 <th>output metric after (calibration samples)</th></tr>{srows}

@@ -23,6 +23,7 @@ from qlinear.encodings import Encoding, EncodingSet
 from qlinear.graph import ops
 from qlinear.graph.model import GraphIndex, load_model
 from qlinear.ptq.config import QuantizeConfig
+from qlinear.ptq.settle import settle
 
 #: the int8 fixed output parameters (scale, zero point) by op type (operator registry, qlinear.graph.ops)
 FIXED_TFLITE = ops.FIXED_TFLITE
@@ -32,17 +33,8 @@ SAME_SCALE_TFLITE = ops.SAME_SCALE_TFLITE
 
 
 def adjust_config(cfg: QuantizeConfig) -> QuantizeConfig:
-    if cfg.target == "tflite":  # int8, or 16x8 (int16 symmetric activations) when 16-bit activations are asked
-        wide = cfg.activation_type in ("int16", "uint16")
-        return cfg.replace(activation_type="int16" if wide else "int8", weight_type="int8", weight_symmetric=True,
-                           activation_symmetric=wide, policy="tflite",
-                           weights="per-channel" if cfg.weights == "per-block" else cfg.weights)
-    if cfg.target == "qnn":
-        at = cfg.activation_type.replace("int", "uint") if cfg.activation_type.startswith("int") else cfg.activation_type
-        if cfg.weights == "lpbq" and at == "uint8":  # AIMET's HTP LPBQ configs: W4A16 (16-bit activations)
-            at = "uint16"
-        return cfg.replace(activation_type=at, weight_symmetric=True, policy="aimet")
-    return cfg
+    """``cfg`` with the target's rules applied (:func:`qlinear.ptq.settle.settle`, which also returns the notes)."""
+    return settle(cfg)[0]
 
 
 def finalize(es: EncodingSet, m: onnx.ModelProto, plan: Any, cfg: QuantizeConfig) -> EncodingSet:

@@ -195,9 +195,8 @@ class _Writer:
         bq = np.asarray(b.const).reshape(-1)
         if bq.size == 1 and n > 1:
             bq = np.full(n, bq[0], bq.dtype)
-        scale = np.broadcast_to(b.params.scale.reshape(-1), (n,)) if b.params.scale.size == 1 else \
-            b.params.scale.reshape(-1)
-        q = S.Quant([float(s) for s in scale], [0] * n, 0)
+        scale = b.params.scale.reshape(-1)  # a per-tensor bias (of a per-tensor weight) stays per-tensor: XNNPACK
+        q = S.Quant([float(s) for s in scale], [0] * scale.size, 0)  # refuses per-channel bias on per-tensor weights
         if op.inputs[0] is not None and op.inputs[0].params.dtype.bits == 16:  # 16x8 kernels take an int64 bias
             return self.tensor(b.float_name or b.name, [n], "int64", q, bq.astype(np.int64))
         return self.tensor(b.float_name or b.name, [n], b.params.dtype.name, q, bq.astype(b.params.dtype.storage))

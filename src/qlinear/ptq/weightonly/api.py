@@ -38,6 +38,8 @@ from qlinear.ptq.weightonly.plan import Linear, find_linears
 from qlinear.ptq.weightonly.tensors import Tensors
 from qlinear.ptq.weightonly.writer import WeightResult, Writer
 
+#: operators with a weight (input 1) that full-integer quantization would quantize
+WEIGHT_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm", "LSTM", "GRU", "RNN", "Attention")
 Progress = Callable[[str, int], Callable[[int], None]]
 EXTERNAL_ABOVE = 1 << 30   # write external data when the output's tensors exceed 1 GiB (protobuf's limit is 2 GiB)
 
@@ -284,12 +286,13 @@ def _encoding(r: WeightResult, bq: BlockQuant) -> Encoding:
 
 
 def quantize_weights(model: Any, data: Any, cfg: QuantizeConfig, *, progress: Progress | None = None,
-                     preprocess: Any = None) -> WeightOnlyModel:
-    """Weight-only quantization of ``model`` (path or ModelProto) with ``cfg`` (``activation_type: "float"``)."""
+                     preprocess: Any = None, notes: list[str] | None = None) -> WeightOnlyModel:
+    """Weight-only quantization of ``model`` (path or ModelProto) with ``cfg`` (``activation_type: "float"``);
+    ``notes``: the run's notes so far (the settled configuration's, :func:`qlinear.ptq.settle.settle`)."""
     from qlinear.ptq.data import load_dataset, model_inputs
 
     t_all = time.perf_counter()
-    notes: list[str] = []
+    notes = list(notes or [])
     given: list[onnx.ModelProto] = []
     m, base, label = load_graph(model, notes, given)
     tensors = Tensors(m, base, label)
@@ -307,7 +310,7 @@ def quantize_weights(model: Any, data: Any, cfg: QuantizeConfig, *, progress: Pr
                             if skipped else ""))
     ds = None
     if data is not None:
-        ds = load_dataset(data, model_inputs(m), preprocess=preprocess)
+        ds = load_dataset(data, model_inputs(m), preprocess=preprocess, batch_axes=cfg.batch_axes)
         ds.validate(min(len(ds), cfg.calibration_samples + cfg.evaluation_samples))
         notes += ds.notes
     _check_upgrade(given, m, tensors, ds, label, notes)
@@ -369,13 +372,27 @@ def quantize_weights(model: Any, data: Any, cfg: QuantizeConfig, *, progress: Pr
         results.append(r)
     timings["quantize"] = time.perf_counter() - t0
     timings["total"] = time.perf_counter() - t_all
+    notes.append(coverage_note(m, set(by_weight), skipped))
+    return WeightOnlyModel(m, tensors, results, found, cfg, label, model, ds, timings, notes, skipped=skipped)
+
+
+def coverage_note(m: onnx.ModelProto, quantized: set[str], skipped: dict[str, str]) -> str:
+    """``quantized N of M weights; left float: ...``: the weights weight-only quantization covers (MatMul/Gemm) and
+    the kinds it leaves in float (other operators' weights, skipped MatMul/Gemm with the reason)."""
+    inits = {t.name for t in m.graph.initializer}
+    other: dict[str, set[str]] = {}
+    for n in m.graph.node:
+        if n.op_type in WEIGHT_OPS and n.op_type not in ("MatMul", "Gemm") and len(n.input) > 1 \
+                and n.input[1] in inits and n.input[1] not in quantized:
+            other.setdefault(n.op_type, set()).add(n.input[1])
     reasons: dict[str, int] = {}
     for why in skipped.values():
         reasons[why] = reasons.get(why, 0) + 1
-    if skipped:
-        notes.append(f"{len(results)} weights quantized; left in float: "
-                     + ", ".join(f"{v} MatMul/Gemm ({k})" for k, v in list(reasons.items())[:4]))
-    return WeightOnlyModel(m, tensors, results, found, cfg, label, model, ds, timings, notes, skipped=skipped)
+    left = [f"{len(v)} {op} weight(s) (weight-only covers MatMul/Gemm)" for op, v in sorted(other.items())]
+    left += [f"{v} MatMul/Gemm ({k})" for k, v in list(reasons.items())[:4]]
+    total = len(quantized) + sum(len(v) for v in other.values()) + len(skipped)
+    return f"weight-only: quantized {len(quantized)} of {total} weights" + (
+        "; left float: " + ", ".join(left) if left else "")
 
 
 def _check_upgrade(given: list[onnx.ModelProto], m: onnx.ModelProto, tensors: Tensors, ds: Any, label: str,

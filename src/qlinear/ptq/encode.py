@@ -1,0 +1,153 @@
+"""From calibrated statistics to encodings: the configuration in effect per tensor (:class:`TensorConfigs`), weight
+encodings, the int32 biases, and the Q/DQ model (:func:`apply_encodings`). Shared by the pipeline
+(:mod:`qlinear.ptq.pipeline`) and precision repair (:mod:`qlinear.ptq.repair`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import onnx
+
+from qlinear import calibration as C
+from qlinear.encodings import Encoding, EncodingSet
+from qlinear.graph import apply
+from qlinear.graph.model import GraphIndex
+from qlinear.graph.plan import Plan, WeightSpec, resolve_inherit
+from qlinear.ptq.config import ACTIVATION_TYPES, DATA_WEIGHT_METHODS, METHODS, WEIGHT_TYPES, QuantizeConfig
+from qlinear.ptq.overrides import apply_to_plan
+from qlinear.ptq.settle import per_channel_instead
+
+
+class TensorConfigs:
+    """The configuration in effect for each tensor: the run's, changed by the matching ``overrides`` rules
+    (:mod:`qlinear.ptq.overrides`); tensors the rules leave in float are taken out of ``plan``."""
+
+    def __init__(self, cfg: QuantizeConfig, m: onnx.ModelProto, plan: Plan,
+                 implicit_methods: dict[str, str] | None = None) -> None:
+        self.cfg = cfg
+        self.resolved = apply_to_plan(cfg.overrides, m, plan, weight_types=WEIGHT_TYPES,
+                                      activation_types=ACTIVATION_TYPES, weight_methods=METHODS + DATA_WEIGHT_METHODS,
+                                      activation_methods=METHODS)
+        self._cache: dict[tuple[str, str], QuantizeConfig] = {}
+        #: activation methods qlinear chooses per tensor when neither the config nor an override sets one
+        self.implicit = dict(implicit_methods or {})
+
+    def weight(self, name: str) -> QuantizeConfig:
+        return self._get(name, "weight")
+
+    def activation(self, name: str) -> QuantizeConfig:
+        return self._get(name, "activation")
+
+    def _get(self, name: str, role: str) -> QuantizeConfig:
+        r = self.resolved.get(name)
+        if r is None:
+            if role == "activation" and name in self.implicit:
+                key = (name, role)
+                if key not in self._cache:
+                    self._cache[key] = self.cfg.replace(activation_method=self.implicit[name])
+                return self._cache[key]
+            return self.cfg
+        key = (name, role)
+        if key not in self._cache:
+            c = self.cfg
+            if role == "weight":
+                c = c.replace(weight_type=r.type or c.weight_type, weights=r.granularity or c.weights,
+                              block_size=r.block_size or c.block_size, weight_method=r.method or c.weight_method)
+            else:
+                t = r.type or c.activation_type
+                if c.target == "qnn" and t.startswith("int"):  # AIMET's HTP configs: unsigned activations
+                    t = "u" + t
+                c = c.replace(activation_type=t, activation_method=r.method or c.activation_method)
+            self._cache[key] = c
+        return self._cache[key]
+
+
+def weight_encoding(name: str, w: np.ndarray, spec: WeightSpec, cfg: QuantizeConfig) -> Encoding:
+    kw: dict[str, Any] = {}
+    if per_channel_instead(cfg, spec.op):  # blocked 8-bit Conv weights: QLinearConv takes no blocks
+        cfg = cfg.settled(weights="per-channel")
+    if cfg.weights == "per-channel":
+        kw["axis"] = spec.channel_axis
+    elif cfg.weights in ("per-block", "lpbq"):
+        if spec.block_axis is None:
+            kw["axis"] = spec.channel_axis
+        else:  # a block longer than the axis is one block: store its real length
+            kw.update(block_size=min(cfg.block_size, int(w.shape[spec.block_axis])), block_axis=spec.block_axis)
+            if cfg.weights == "lpbq":  # spec §1.2: 4-bit integer block scales under a per-channel float scale
+                kw["lpbq_scale_bits"] = 4
+    method = "minmax" if cfg.w_method in DATA_WEIGHT_METHODS else cfg.w_method
+    return C.calibrate(w, cfg.weight_type, method=method, policy=cfg.policy, symmetric=cfg.weight_symmetric,
+                       name=name, role="param", percentile=cfg.percentile, **kw)
+
+
+def build_encodings(m: onnx.ModelProto, plan: Plan, obs: dict, tcfg: TensorConfigs) -> list[Encoding]:
+    """Activation and weight encodings (the int32 biases come later, :func:`int32_biases`, once the target's rules
+    have set the activation encodings). Data-driven weight methods start from min-max ranges."""
+    g = GraphIndex.build(m, infer_shapes=False)
+    out: dict[str, Encoding] = {}
+    # activations: tied groups share merged statistics
+    for group in plan.tied:
+        members = [t for t in group if t in obs]
+        if len(members) > 1:
+            base = obs[members[0]]
+            for t in members[1:]:
+                base.merge(obs[t])
+            for t in members[1:]:
+                obs[t] = base
+    for t in plan.activations:
+        c = tcfg.activation(t)
+        out[t] = obs[t].compute(c.activation_type, symmetric=c.activation_symmetric, policy=c.policy, name=t)
+    for t, src in plan.inherit.items():
+        s = resolve_inherit(plan, src)
+        if s in out:
+            out[t] = out[s].replace(name=t)
+    weights: dict[str, Encoding] = {}
+    for spec in plan.weights:
+        weights[spec.name] = weight_encoding(spec.name, g.array(spec.name), spec, tcfg.weight(spec.name))
+    return list(weights.values()) + list(out.values())
+
+
+def int32_biases(es: EncodingSet, m: onnx.ModelProto, plan: Plan, notes: list[str] | None = None) -> EncodingSet:
+    """Weight scales raised where an int32 bias or accumulator could overflow (:mod:`qlinear.calibration.bias`),
+    then the int32 bias encodings at ``input_scale * weight_scale`` (per output channel)."""
+    from qlinear.calibration.bias import fit_accumulator
+
+    g = GraphIndex.build(m, infer_shapes=False)
+    encs = {e.name: e for e in es}
+    raised: dict[str, int] = {}
+    for spec in plan.weights:
+        we = encs.get(spec.name)
+        ie = encs.get(spec.input) or encs.get(resolve_inherit(plan, spec.input))
+        if we is None or ie is None or not we.qtype.is_int or not ie.qtype.is_int or ie.granularity != "per_tensor":
+            continue
+        w = g.array(spec.name)
+        rank = w.ndim
+        z = int(np.asarray(ie.zero_point_or_zeros).reshape(-1)[0])
+        # 16x8: the runtimes accumulate in int64 (TFLite); only the int32 bias must fit
+        x_range = (int(ie.qtype.qmin) - z, int(ie.qtype.qmax) - z) if ie.qtype.bits <= 8 else None
+        bias = g.array(spec.bias) if spec.bias else None
+        s_x = float(np.asarray(ie.scale).reshape(-1)[0])
+        we2, ratio = fit_accumulator(we, w, bias, s_x, x_range, spec.channel_axis)
+        if np.any(ratio > 1):
+            encs[spec.name] = we2
+            raised[spec.name] = int(np.sum(ratio > 1))
+        if spec.bias:
+            we = encs[spec.name]  # a per-tensor weight has a per-tensor bias (TFLite/XNNPACK require it)
+            ws = we.scale if we.granularity == "per_tensor" else we.channel_scale(spec.channel_axis, rank)
+            s = C.bias_scale(ie.scale, ws)
+            encs[spec.bias] = Encoding(spec.bias, "int32", scale=s, axis=0 if s.ndim else None, role="param")
+    if raised and notes is not None:
+        notes.append(f"raised the weight scale of {sum(raised.values())} channel(s) in {len(raised)} layer(s) so "
+                     "their int32 bias and accumulator cannot overflow (TFLite's rule, |bias_q| <= 2^30): "
+                     + ", ".join(f"{k} ({v})" for k, v in list(raised.items())[:5])
+                     + (" ..." if len(raised) > 5 else ""))
+    return es.with_encodings(encs.values())
+
+
+def apply_encodings(es: EncodingSet, m: onnx.ModelProto) -> onnx.ModelProto:
+    """The Q/DQ model of ``m`` under ``es``."""
+    return apply(es, m)
+
+
+__all__ = ["TensorConfigs", "apply_encodings", "build_encodings", "int32_biases", "weight_encoding"]

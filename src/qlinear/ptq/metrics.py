@@ -1,0 +1,50 @@
+"""Accuracy targets ``METRIC>=VALUE`` over a model's outputs (the report's output metrics): parsed by the
+configuration, used by precision repair (:mod:`qlinear.ptq.repair`)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from qlinear.errors import ConfigError
+
+METRICS = ("top1_agreement", "cosine_mean", "cosine_min", "sqnr_db")
+
+
+@dataclass(frozen=True)
+class Target:
+    """An accuracy target ``metric >= value`` over every output."""
+
+    metric: str
+    value: float
+
+    @classmethod
+    def parse(cls, text: str, where: str = "accuracy_target") -> "Target":
+        if not isinstance(text, str):
+            raise ConfigError(f"{where}: expected a string such as \"top1_agreement>=0.99\", got {text!r}")
+        m = re.fullmatch(r"\s*([a-z0-9_]+)\s*(>=|=)\s*([-+0-9.eE]+)\s*", text)
+        if not m or m.group(1) not in METRICS:
+            raise ConfigError(f"{where}: {text!r} is not METRIC>=VALUE with METRIC one of {', '.join(METRICS)} "
+                              "(for example \"top1_agreement>=0.99\" or \"sqnr_db>=20\")")
+        try:
+            v = float(m.group(3))
+        except ValueError:
+            raise ConfigError(f"{where}: {m.group(3)!r} is not a number") from None
+        if m.group(1) != "sqnr_db" and not -1 <= v <= 1:
+            raise ConfigError(f"{where}: {m.group(1)} is between -1 and 1 (agreement and cosine are fractions), "
+                              f"got {v}")
+        return cls(m.group(1), v)
+
+    def value_of(self, metrics: dict[str, dict[str, float]]) -> float:
+        """The worst output's value of the metric."""
+        vals = [d[self.metric] for d in metrics.values() if self.metric in d]
+        if not vals:
+            raise ConfigError(f"accuracy_target: no output has the metric {self.metric!r} (top-1 agreement needs a "
+                              "classifier output [N, classes]); use cosine_mean or sqnr_db")
+        return min(vals)
+
+    def __str__(self) -> str:
+        return f"{self.metric}>={self.value:g}"
+
+
+__all__ = ["METRICS", "Target"]

@@ -1,0 +1,177 @@
+"""Settle a run's configuration before any data is read: :func:`settle` applies the target's rules
+(:mod:`qlinear.ptq.targets`) and the rules per operator to a :class:`~qlinear.ptq.config.QuantizeConfig`.
+
+A default the user did not set is resolved silently (``lpbq`` weights are 4-bit, TFLite activations int8, QNN+LPBQ
+activations uint16). A rule that changes an option the user *requested* (``QuantizeConfig.requested``) is either a
+:class:`~qlinear.errors.ConfigError` naming the option and what to change, or a note that the CLI prints and the
+report repeats. Never silent.
+
+Rules:
+
+* ``lpbq``: 4-bit blocks with 4-bit integer block scales (AIMET's W4 LPBQ): int4 weights, symmetric.
+* ``tflite``: int8 activations (or int16 16x8, zero point 0), int8 symmetric per-channel or per-tensor weights
+  (``per-block`` becomes per-channel, with a note; ``lpbq`` and other weight types are refused), the ``tflite``
+  policy; no float8, no weight-only; static input shapes and operators the ``.tflite`` export writes.
+* ``qnn``: unsigned activations, symmetric weights, the ``aimet`` policy; ``lpbq`` defaults to uint16 activations.
+* per operator (needs the model; ``placement`` ``auto`` is resolved): ONNX Runtime runs a DequantizeLinear -> Conv
+  -> QuantizeLinear group with 8-bit weights and activations as ``QLinearConv``, and a MatMul whose output stays
+  float (``matmul`` placement) as ``MatMulIntegerToFloat``; both take per-tensor or per-channel weight scales only:
+  such blocked 8-bit weights are quantized per channel (:func:`per_channel_instead`), with a note.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from qlinear.errors import ConfigError
+from qlinear.ptq.config import QuantizeConfig
+
+EIGHT_BIT = ("int8", "uint8")
+CONV_OPS = ("Conv", "ConvTranspose")
+
+
+def settle(cfg: QuantizeConfig, model: Any = None) -> tuple[QuantizeConfig, list[str]]:
+    """``(cfg_used, notes)``: ``cfg`` with the target's and the operators' rules applied (module docstring).
+    ``model`` (a ``ModelProto``, optional) lets the per-operator rules count what they change."""
+    if not isinstance(cfg, QuantizeConfig):
+        raise ConfigError(f"config: expected a QuantizeConfig, got {type(cfg).__name__}")
+    notes: list[str] = []
+    cfg = _lpbq(cfg)
+    if cfg.target == "tflite":
+        cfg = _tflite(cfg, notes)
+    elif cfg.target == "qnn":
+        cfg = _qnn(cfg, notes)
+    if model is not None and cfg.target == "tflite":
+        _tflite_model(model, cfg)
+    if model is not None and not cfg.weight_only:
+        cfg = cfg.settled(placement=placement_for(cfg, model))
+        ws = _weights(model)
+        convs = [w for op, w in ws if per_channel_instead(cfg, op)]
+        if convs:
+            kinds = sorted({op for op, w in ws if per_channel_instead(cfg, op)})
+            notes.append(f"weights {cfg.weights}: {len(convs)} {'/'.join(kinds)} weight(s) quantized per-channel "
+                         f"instead (ONNX Runtime runs 8-bit {'/'.join(kinds)} with 8-bit activations as "
+                         "QLinearConv/MatMulInteger, which take no blocked scales)")
+    return cfg, notes
+
+
+def per_channel_instead(cfg: QuantizeConfig, op: str) -> bool:
+    """Whether a weight of operator ``op`` is quantized per channel although ``cfg`` asks for blocks (module
+    docstring: 8-bit blocked weights with 8-bit activations on Conv, and on MatMul/Gemm with ``matmul`` placement,
+    where ONNX Runtime fuses them into MatMulIntegerToFloat)."""
+    if cfg.weights not in ("per-block", "lpbq") or cfg.weight_type not in EIGHT_BIT \
+            or cfg.activation_type not in EIGHT_BIT:
+        return False
+    return op in CONV_OPS or (op in ("MatMul", "Gemm") and cfg.placement == "matmul")
+
+
+def placement_for(cfg: QuantizeConfig, m: Any) -> str:
+    """``cfg.placement`` with ``auto`` resolved: ``matmul`` for transformer graphs on target ort, else ``all``."""
+    if cfg.placement != "auto":
+        return cfg.placement
+    from qlinear.graph.plan import is_transformer
+
+    return "matmul" if cfg.target == "ort" and is_transformer(m) else "all"
+
+
+def _asked(cfg: QuantizeConfig, name: str) -> bool:
+    return name in cfg.requested
+
+
+def _lpbq(cfg: QuantizeConfig) -> QuantizeConfig:
+    if cfg.weights != "lpbq":
+        return cfg
+    if cfg.weight_type != "int4":
+        if _asked(cfg, "weight_type"):
+            raise ConfigError(f"weight_type: {cfg.weight_type} with weights lpbq; LPBQ is 4-bit blocks with 4-bit "
+                              "block scales: use weight_type int4 (--weight-type int4), or weights per-block for "
+                              f"{cfg.weight_type} blocks")
+        cfg = cfg.settled(weight_type="int4")
+    return cfg
+
+
+def _tflite(cfg: QuantizeConfig, notes: list[str]) -> QuantizeConfig:
+    if cfg.weights == "lpbq":
+        raise ConfigError("weights: lpbq (int4 blocks) is not in the TFLite int8 table (no block quantization); use "
+                          "per-channel or per-tensor with target tflite, or target ort/qnn for blocks")
+    weights = cfg.weights
+    if weights == "per-block":  # TFLite has no blocks: per-channel, the finest grid it has
+        notes.append("target tflite: weights per-channel (asked per-block; the TFLite int8 table has no block "
+                     "quantization)")
+        weights = "per-channel"
+    if cfg.weight_type != "int8" and _asked(cfg, "weight_type"):
+        raise ConfigError(f"weight_type: {cfg.weight_type} is not available with target tflite (int8 weights); "
+                          "drop --weight-type or use target ort/qnn")
+    if not cfg.weight_symmetric:
+        raise ConfigError("weight_symmetric: false is not available with target tflite (symmetric int8 weights, "
+                          "zero point 0); drop it or use target ort")
+    at = cfg.activation_type
+    if at not in ("uint8", "int8", "uint16", "int16"):
+        raise ConfigError(f"activation_type: {at} is not available with target tflite (int8, or int16 for 16x8); "
+                          "choose int8 or int16")
+    wide = at in ("uint16", "int16")
+    new_at = "int16" if wide else "int8"
+    if new_at != at and _asked(cfg, "activation_type"):
+        notes.append(f"target tflite: activations {new_at} (asked {at}; TFLite's "
+                     f"{'16x8' if wide else 'int8'} table is signed)")
+    if _asked(cfg, "activation_symmetric") and cfg.activation_symmetric != wide:
+        notes.append(f"target tflite: {new_at} activations {'symmetric' if wide else 'asymmetric'} (asked "
+                     f"activation_symmetric {str(cfg.activation_symmetric).lower()})")
+    if _asked(cfg, "policy") and cfg.policy != "tflite":
+        notes.append(f"target tflite: policy tflite (asked {cfg.policy}; the converter's nudged ranges)")
+    eq = cfg.do_equalize
+    if eq and _asked(cfg, "equalize"):
+        notes.append("target tflite: cross-layer equalization only across ReLU (TFLite fuses ReLU6 and has no "
+                     "per-channel clip)")
+    return cfg.settled(activation_type=new_at, weight_type="int8", activation_symmetric=wide, policy="tflite",
+                       weights=weights)
+
+
+def _tflite_model(model: Any, cfg: QuantizeConfig) -> None:
+    """What the ``.tflite`` export needs of the float model: static input shapes (but the batch) and operators it
+    writes (:data:`qlinear.tflite.SUPPORTED`, BatchNormalization folds away), none left in float."""
+    from qlinear.tflite import SUPPORTED
+
+    inits = {t.name for t in model.graph.initializer}
+    for v in model.graph.input:
+        dims = v.type.tensor_type.shape.dim
+        if v.name not in inits and any(not d.HasField("dim_value") for d in list(dims)[1:]):
+            raise ConfigError(f"target: tflite needs static input shapes, input {v.name!r} has a dynamic dimension "
+                              "after the batch; export the ONNX model with a fixed input size or use target ort")
+    bad = sorted({n.op_type for n in model.graph.node} - set(SUPPORTED) - {"BatchNormalization"})
+    if bad:
+        raise ConfigError(f"target: tflite cannot express operator(s) {', '.join(bad)} (the TFLite export writes "
+                          f"{', '.join(SUPPORTED)}); use target ort or qnn")
+    if cfg.activation_type in ("int16", "uint16") and any(n.op_type == "HardSwish" for n in model.graph.node):
+        raise ConfigError("activation_type: 16-bit (16x8) with target tflite, but LiteRT's HARD_SWISH has int8 kernels "
+                          "only; use int8 activations for this model")
+    if cfg.exclude_nodes or cfg.exclude_op_types:
+        raise ConfigError("exclude_nodes / exclude_op_types: a full-integer .tflite has no float layers; drop them "
+                          "or use target ort or qnn")
+
+
+def _qnn(cfg: QuantizeConfig, notes: list[str]) -> QuantizeConfig:
+    if not cfg.weight_symmetric:
+        raise ConfigError("weight_symmetric: false is not available with target qnn (AIMET's HTP configs use "
+                          "symmetric weights); drop it or use target ort")
+    at = cfg.activation_type
+    if at.startswith("int"):
+        new = "u" + at
+        if _asked(cfg, "activation_type"):
+            notes.append(f"target qnn: activations {new} (asked {at}; AIMET's HTP configs quantize activations "
+                         "unsigned)")
+        at = new
+    if cfg.weights == "lpbq" and at == "uint8" and not _asked(cfg, "activation_type"):
+        at = "uint16"  # AIMET's HTP LPBQ configs: W4A16
+    if _asked(cfg, "policy") and cfg.policy != "aimet":
+        notes.append(f"target qnn: policy aimet (asked {cfg.policy})")
+    return cfg.settled(activation_type=at, policy="aimet")
+
+
+def _weights(model: Any) -> list[tuple[str, str]]:
+    """``(op_type, weight name)`` of every node whose input 1 is an initializer."""
+    inits = {t.name for t in model.graph.initializer}
+    return [(n.op_type, n.input[1]) for n in model.graph.node if len(n.input) > 1 and n.input[1] in inits]
+
+
+__all__ = ["per_channel_instead", "placement_for", "settle"]

@@ -1,0 +1,207 @@
+"""Report metrics by output kind (issue 21): classifier (top-1 agreement), probability / score (decision agreement
+at 0.5 and SQNR), embedding (cosine), generic (cosine, SQNR), integer outputs (exact match) and integer passthrough
+outputs (skipped, with a note). The report's numbers are checked against ONNX Runtime runs of the float and the
+quantized model on the held-out samples."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import qlinear
+from qlinear.ptq.evaluate import HEADLINE, kind_metrics, output_kind
+
+CFG = dict(calibration_samples=24, evaluation_samples=40, batch_size=8)
+N_CAL = 24
+
+
+def _model(nodes, inputs, outputs, inits) -> onnx.ModelProto:
+    g = helper.make_graph(nodes, "t", inputs, outputs, [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    m.ir_version = 9
+    onnx.checker.check_model(m)
+    return m
+
+
+def heads() -> onnx.ModelProto:
+    """``x [batch, 16]`` and ``ids [batch, 5]`` (int64) -> ``logits [batch, 10]``, ``prob [batch, 1]`` (sigmoid),
+    ``embedding [batch, 12]`` (L2-normalized), ``depth_map [batch, 4, 6]``, ``pred`` (ArgMax of the logits, int64)
+    and ``ids_out`` (the ids passed through)."""
+    rng = np.random.default_rng(0)
+    w = {"W1": (rng.standard_normal((16, 32)) / 4).astype(np.float32),
+         "Wc": (rng.standard_normal((32, 10)) / 3).astype(np.float32),
+         "Wp": (rng.standard_normal((32, 1)) / 6).astype(np.float32),
+         "We": (rng.standard_normal((32, 12)) / 3).astype(np.float32),
+         "Wf": (rng.standard_normal((32, 24)) / 3).astype(np.float32),
+         "shape": np.array([-1, 4, 6], np.int64)}
+    nodes = [helper.make_node("MatMul", ["x", "W1"], ["a"]), helper.make_node("Relu", ["a"], ["h"]),
+             helper.make_node("MatMul", ["h", "Wc"], ["logits"]),
+             helper.make_node("MatMul", ["h", "Wp"], ["p"]), helper.make_node("Sigmoid", ["p"], ["prob"]),
+             helper.make_node("MatMul", ["h", "We"], ["e"]),
+             helper.make_node("LpNormalization", ["e"], ["embedding"], axis=-1, p=2),
+             helper.make_node("MatMul", ["h", "Wf"], ["f"]), helper.make_node("Reshape", ["f", "shape"], ["fm"]),
+             helper.make_node("Tanh", ["fm"], ["depth_map"]),
+             helper.make_node("ArgMax", ["logits"], ["pred"], axis=1, keepdims=0),
+             helper.make_node("Identity", ["ids"], ["ids_out"])]
+    f = TensorProto.FLOAT
+    return _model(nodes, [helper.make_tensor_value_info("x", f, ["batch", 16]),
+                          helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch", 5])],
+                  [helper.make_tensor_value_info("logits", f, ["batch", 10]),
+                   helper.make_tensor_value_info("prob", f, ["batch", 1]),
+                   helper.make_tensor_value_info("embedding", f, ["batch", 12]),
+                   helper.make_tensor_value_info("depth_map", f, ["batch", 4, 6]),
+                   helper.make_tensor_value_info("pred", TensorProto.INT64, ["batch"]),
+                   helper.make_tensor_value_info("ids_out", TensorProto.INT64, ["batch", 5])], w)
+
+
+def _data(n: int = 64) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(1)
+    return {"x": rng.standard_normal((n, 16)).astype(np.float32), "ids": rng.integers(0, 99, (n, 5))}
+
+
+def _run(m: onnx.ModelProto, feed: dict) -> dict[str, np.ndarray]:
+    s = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    return dict(zip([o.name for o in s.get_outputs()], s.run(None, feed)))
+
+
+@pytest.fixture(scope="module")
+def quantized():
+    m, d = heads(), _data()
+    qm = qlinear.quantize(m, d, CFG)
+    held = {k: v[N_CAL:] for k, v in d.items()}
+    return m, qm, qm.report(), _run(m, held), _run(qm.model, held)
+
+
+def test_each_output_gets_its_kind_and_headline(quantized):
+    _, qm, rep, _, _ = quantized
+    assert rep.kinds == {"logits": "classifier", "prob": "probability", "embedding": "embedding",
+                         "depth_map": "generic", "pred": "integer", "ids_out": "passthrough"}
+    assert rep.headlines == {o: HEADLINE[k] for o, k in rep.kinds.items()}
+    assert set(rep.outputs["logits"]) >= {"top1_agreement", "cosine_mean", "sqnr_db"}
+    assert set(rep.outputs["prob"]) == {"decision_agreement", "sqnr_db"}          # no cosine of one value
+    assert "top1_agreement" not in rep.outputs["embedding"] and "cosine_mean" in rep.outputs["embedding"]
+    assert "top1_agreement" not in rep.outputs["depth_map"] and "sqnr_db" in rep.outputs["depth_map"]
+    assert rep.outputs["ids_out"] == {}                                            # no SQNR inf of a passthrough
+    assert any("'ids_out'" in n and "left out" in n for n in qm.notes)
+
+
+def test_metric_values_match_onnxruntime(quantized):
+    _, _, rep, f, q = quantized
+    r = rep.outputs
+    assert r["logits"]["top1_agreement"] == pytest.approx(np.mean(f["logits"].argmax(1) == q["logits"].argmax(1)),
+                                                          abs=1 / 40 + 1e-9)
+    assert r["prob"]["decision_agreement"] == pytest.approx(np.mean((f["prob"] >= 0.5) == (q["prob"] >= 0.5)),
+                                                            abs=1 / 40 + 1e-9)
+    a, b = f["embedding"].astype(np.float64), q["embedding"].astype(np.float64)
+    cos = np.sum(a * b, 1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+    assert r["embedding"]["cosine_mean"] == pytest.approx(cos.mean(), abs=2e-3)
+    a, b = f["depth_map"].astype(np.float64), q["depth_map"].astype(np.float64)
+    assert r["depth_map"]["sqnr_db"] == pytest.approx(10 * np.log10(np.sum(a ** 2) / np.sum((a - b) ** 2)), abs=1.0)
+    assert r["pred"]["exact_match"] == pytest.approx(np.mean(f["pred"] == q["pred"]), abs=1 / 40 + 1e-9)
+    # the ArgMax output agrees exactly as often as the logits' top-1
+    assert r["pred"]["exact_match"] == pytest.approx(r["logits"]["top1_agreement"], abs=1 / 40 + 1e-9)
+
+
+def test_report_json_and_html_carry_the_kind(quantized, tmp_path):
+    _, qm, _, _, _ = quantized
+    qm.save(tmp_path / "out")
+    doc = json.loads((tmp_path / "out" / "report.json").read_text())
+    outs = doc["report"]["outputs"]
+    assert outs["prob"]["kind"] == "probability" and outs["prob"]["headline"] == "decision_agreement"
+    assert outs["ids_out"] == {"kind": "passthrough", "headline": None}
+    html = (tmp_path / "out" / "report.html").read_text()
+    assert "<td>probability</td>" in html and "skipped" in html
+
+
+def test_output_kind_from_values():
+    rng = np.random.default_rng(2)
+    logits = [rng.standard_normal((8, 10)).astype(np.float32)]
+    soft = [np.exp(x) / np.exp(x).sum(1, keepdims=True) for x in logits]
+    unit = [x / np.linalg.norm(x, axis=1, keepdims=True) for x in logits]
+    assert output_kind("out", logits, [8]) == "classifier"
+    assert output_kind("probs", soft, [8]) == "classifier"                # softmax rows, 10 classes
+    assert output_kind("out", unit, [8]) == "embedding"                   # unit-norm rows
+    assert output_kind("sentence_embedding", logits, [8]) == "embedding"  # by name
+    assert output_kind("pooler_output", logits, [8]) == "embedding"
+    assert output_kind("score", [rng.random((8, 1)).astype(np.float32)], [8]) == "probability"
+    assert output_kind("score", [rng.random(8).astype(np.float32)], [8]) == "probability"
+    assert output_kind("value", [rng.standard_normal(8).astype(np.float32)], [8]) == "generic"
+    assert output_kind("last_hidden_state", [rng.standard_normal((2, 5, 4)), rng.standard_normal((2, 9, 4))],
+                       [2, 2]) == "embedding"
+    assert output_kind("boxes", [rng.standard_normal((2, 5, 4))], [2]) == "generic"
+    assert output_kind("ids", [np.arange(8)], [8]) == "integer"
+    assert output_kind("ids", [np.arange(8)], [8], passthrough=True) == "passthrough"
+
+
+def test_kind_metrics_with_samples_of_different_shapes():
+    """Batches of different sequence lengths: cosine per sample over all batches, SQNR over all values."""
+    rng = np.random.default_rng(3)
+    fa = [rng.standard_normal((2, n, 4)) for n in (3, 7, 5)]
+    qa = [a + rng.standard_normal(a.shape) * 0.1 for a in fa]
+    r = kind_metrics("generic", fa, qa, [2, 2, 2], None, "h", "src")
+    cos = [float(a[i].ravel() @ b[i].ravel() / np.linalg.norm(a[i]) / np.linalg.norm(b[i]))
+           for a, b in zip(fa, qa) for i in range(2)]
+    assert r["cosine_mean"] == pytest.approx(np.mean(cos)) and r["cosine_min"] == pytest.approx(np.min(cos))
+    sig = sum(float(np.sum(a ** 2)) for a in fa)
+    noise = sum(float(np.sum((a - b) ** 2)) for a, b in zip(fa, qa))
+    assert r["sqnr_db"] == pytest.approx(10 * np.log10(sig / noise))
+    # a state [2, batch, 16]: samples along axis 1
+    fa = [rng.standard_normal((2, 3, 16))]
+    qa = [fa[0].copy()]
+    qa[0][:, 1] = -qa[0][:, 1]
+    r = kind_metrics("generic", fa, qa, [3], None, "state", "src")
+    assert r["cosine_min"] == pytest.approx(-1.0) and r["cosine_mean"] == pytest.approx(1 / 3)
+
+
+def test_mean_pooled_sentence_embedding_is_not_a_classifier():
+    """A sentence encoder's mean pooling (ReduceSum / Div, then a one-input Concat, as MiniLM exports it) under a
+    bare numeric name: an embedding judged by cosine, not top-1 agreement."""
+    rng = np.random.default_rng(4)
+    W = (rng.standard_normal((8, 24)) / 3).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["h"]),
+             helper.make_node("ReduceSum", ["h", "ax1"], ["s"], keepdims=0),
+             helper.make_node("Div", ["s", "len"], ["mean"]),
+             helper.make_node("Concat", ["mean"], ["461"], axis=1)]
+    m = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 8])],
+               [helper.make_tensor_value_info("461", TensorProto.FLOAT, ["batch", 24])],
+               {"W": W, "ax1": np.array([1], np.int64), "len": np.array(6, np.float32)})
+    x = rng.standard_normal((40, 6, 8)).astype(np.float32)
+    rep = qlinear.quantize(m, {"x": x}, dict(calibration_samples=20, evaluation_samples=20)).report()
+    assert rep.kinds["461"] == "embedding" and rep.headlines["461"] == "cosine_mean"
+    assert "top1_agreement" not in rep.outputs["461"]
+
+
+def test_mixed_range_output_is_judged_per_part():
+    """Boxes in pixels next to scores in [0, 1] in one output ``[batch, 5, 6]``: the SQNR of the whole is the
+    boxes' alone; the report gives each part's and judges by the worst."""
+    rng = np.random.default_rng(5)
+    w = {"Wb": (rng.standard_normal((8, 20)) / 3).astype(np.float32),
+         "Ws": (rng.standard_normal((8, 10)) / 3).astype(np.float32),
+         "px": np.array(300, np.float32), "sb": np.array([-1, 5, 4], np.int64), "ss": np.array([-1, 5, 2], np.int64)}
+    nodes = [helper.make_node("MatMul", ["x", "Wb"], ["b0"]), helper.make_node("Mul", ["b0", "px"], ["b1"]),
+             helper.make_node("Reshape", ["b1", "sb"], ["boxes"]),
+             helper.make_node("MatMul", ["x", "Ws"], ["s0"]), helper.make_node("Sigmoid", ["s0"], ["s1"]),
+             helper.make_node("Reshape", ["s1", "ss"], ["scores"]),
+             helper.make_node("Concat", ["boxes", "scores"], ["det"], axis=-1)]
+    m = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
+               [helper.make_tensor_value_info("det", TensorProto.FLOAT, ["batch", 5, 6])], w)
+    x = rng.standard_normal((40, 8)).astype(np.float32)
+    qm = qlinear.quantize(m, {"x": x}, dict(calibration_samples=20, evaluation_samples=20))
+    rep = qm.report()
+    r = rep.outputs["det"]
+    assert rep.kinds["det"] == "mixed" and rep.headlines["det"] == "sqnr_db_worst_part"
+    assert {"sqnr_db[0:4]", "sqnr_db[4:6]"} <= set(r)
+    f, q = _run(m, {"x": x[20:]})["det"].astype(np.float64), _run(qm.model, {"x": x[20:]})["det"].astype(np.float64)
+
+    def sqnr(a, b):
+        return 10 * np.log10(np.sum(a ** 2) / np.sum((a - b) ** 2))
+
+    assert r["sqnr_db[0:4]"] == pytest.approx(sqnr(f[..., :4], q[..., :4]), abs=1.0)
+    assert r["sqnr_db[4:6]"] == pytest.approx(sqnr(f[..., 4:], q[..., 4:]), abs=1.0)
+    assert r["sqnr_db_worst_part"] == min(r["sqnr_db[0:4]"], r["sqnr_db[4:6]"])
+    assert r["sqnr_db"] == pytest.approx(sqnr(f, q), abs=1.0)
