@@ -45,9 +45,14 @@ Progress = Callable[[str, int], Callable[[int], None]]
 EXTERNAL_ABOVE = 1 << 30   # write external data when the output's tensors exceed 1 GiB (protobuf's limit is 2 GiB)
 
 
-def load_graph(model: Any) -> tuple[onnx.ModelProto, Path | None, str]:
-    """The model's graph without external data, its folder, a label; checked with ``onnx.checker``."""
-    from qlinear.graph.model import load_model
+def load_graph(model: Any, notes: list[str] | None = None,
+               upgraded_from: list[onnx.ModelProto] | None = None) -> tuple[onnx.ModelProto, Path | None, str]:
+    """The model's graph without external data, its folder, a label; checked with ``onnx.checker`` (opset 7..25)
+    and normalized (:func:`qlinear.graph.passes.normalize.normalize`: opset below 13 upgraded, Constant weights
+    made initializers); what normalizing changed is appended to ``notes``, the graph as given to ``upgraded_from``
+    when its opset was upgraded."""
+    from qlinear.graph.model import load_model, opset
+    from qlinear.graph.passes.normalize import normalize
 
     if isinstance(model, (str, Path)):
         p = Path(model)
@@ -56,13 +61,23 @@ def load_graph(model: Any) -> tuple[onnx.ModelProto, Path | None, str]:
             onnx.checker.check_model(str(p))
         except Exception as e:  # noqa: BLE001
             raise GraphError(f"{p}: not a valid ONNX model: {str(e).splitlines()[0]}") from None
-        return m, p.parent, str(p)
-    m = load_model(model)
-    try:
-        onnx.checker.check_model(m)
-    except Exception as e:  # noqa: BLE001
-        raise GraphError(f"model: not a valid ONNX model: {str(e).splitlines()[0]}") from None
-    return m, None, "model"
+        base, label = p.parent, str(p)
+    else:
+        m = load_model(model)
+        try:
+            onnx.checker.check_model(m)
+        except Exception as e:  # noqa: BLE001
+            raise GraphError(f"model: not a valid ONNX model: {str(e).splitlines()[0]}") from None
+        base, label = None, "model"
+    if not 7 <= opset(m) <= 25:
+        raise GraphError(f"{label}: opset {opset(m)} is outside the supported range 7..25; re-export the model at "
+                         "opset 13 or newer")
+    if upgraded_from is not None and opset(m) < 13:
+        upgraded_from.append(m)
+    m, changed = normalize(m, label, copy=False)
+    if notes is not None:
+        notes += changed
+    return m, base, label
 
 
 def grid_for(cfg: QuantizeConfig) -> str:
@@ -278,10 +293,11 @@ def quantize_weights(model: Any, data: Any, cfg: QuantizeConfig, *, progress: Pr
     from qlinear.ptq.data import load_dataset, model_inputs
 
     t_all = time.perf_counter()
-    m, base, label = load_graph(model)
+    notes = list(notes or [])
+    given: list[onnx.ModelProto] = []
+    m, base, label = load_graph(model, notes, given)
     tensors = Tensors(m, base, label)
     linears, skipped = find_linears(m, exclude_nodes=cfg.exclude_nodes, exclude_op_types=cfg.exclude_op_types)
-    notes = list(notes or [])
     by_weight: dict[str, list[Linear]] = {}
     for lin in linears:
         same = by_weight.setdefault(lin.weight, [])
@@ -298,6 +314,7 @@ def quantize_weights(model: Any, data: Any, cfg: QuantizeConfig, *, progress: Pr
         ds = load_dataset(data, model_inputs(m), preprocess=preprocess, batch_axes=cfg.batch_axes)
         ds.validate(min(len(ds), cfg.calibration_samples + cfg.evaluation_samples))
         notes += ds.notes
+    _check_upgrade(given, m, tensors, ds, label, notes)
     method = cfg.weight_method or "minmax"
     if method == "gptq" and ds is None:
         raise ConfigError("weight_method gptq needs calibration data (--data); round to nearest (minmax, mse) "
@@ -377,6 +394,22 @@ def coverage_note(m: onnx.ModelProto, quantized: set[str], skipped: dict[str, st
     total = len(quantized) + sum(len(v) for v in other.values()) + len(skipped)
     return f"weight-only: quantized {len(quantized)} of {total} weights" + (
         "; left float: " + ", ".join(left) if left else "")
+
+
+def _check_upgrade(given: list[onnx.ModelProto], m: onnx.ModelProto, tensors: Tensors, ds: Any, label: str,
+                   notes: list[str]) -> None:
+    """When :func:`load_graph` upgraded the opset of the model as ``given`` (``[model]``, else ``[]``): ``m``
+    computes what it does on the first samples (models without external data, with data given; else a note says
+    the upgrade was not checked)."""
+    from qlinear.graph.passes.normalize import check_upgrade
+
+    if not given:
+        return
+    if ds is None or len(ds) == 0 or tensors.external:
+        notes.append("the opset upgrade was not checked against the original model ("
+                     + ("the model has external data)" if tensors.external else "no data given)"))
+        return
+    notes.append(check_upgrade(given[0], m, [ds.sample(i) for i in range(min(4, len(ds)))], label))
 
 
 def _recompute(tensors: Tensors, r: WeightResult, bits: int, grid: str, method: str,
