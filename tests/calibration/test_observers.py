@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import qlinear
-from qlinear.calibration import Grouping, make_observer, METHODS
+from qlinear.calibration import METHODS, Grouping, make_observer
 from qlinear.errors import CalibrationError, DataError
 
 GROUPINGS = [Grouping(), Grouping(axis=1), Grouping(axis=-1), Grouping(block_size=5, block_axis=2)]

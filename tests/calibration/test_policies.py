@@ -9,12 +9,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from onnx import TensorProto, helper
+from onnxruntime.quantization import quant_utils as QU
 
 import qlinear
 from qlinear.calibration import policies as P
 from qlinear.errors import CalibrationError
-
-from onnxruntime.quantization import quant_utils as QU
 
 ORT_TYPES = {"uint8": QU.QuantType.QUInt8, "int8": QU.QuantType.QInt8, "uint16": QU.QuantType.QUInt16,
              "int16": QU.QuantType.QInt16, "int4": QU.QuantType.QInt4, "uint4": QU.QuantType.QUInt4}

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from onnx_peers import run_ort, single_node_model
 from onnx import TensorProto
+from onnx_peers import run_ort, single_node_model
 
 from qlinear import encodings as E
 from qlinear.errors import EncodingError, QlinearError
@@ -33,9 +33,9 @@ def test_invalid_encodings_raise(kw, match):
 
 def test_immutable():
     e = E.Encoding("t", "uint8", scale=0.1, zero_point=3)
-    with pytest.raises(Exception):
+    with pytest.raises(ValueError):  # read-only array
         e.scale[...] = 1.0  # type: ignore[index]
-    with pytest.raises(Exception):
+    with pytest.raises(AttributeError):  # frozen dataclass
         e.name = "u"  # type: ignore[misc]
 
 

@@ -4,10 +4,10 @@ binary expansions), cover saturation, odd zero points and effective multipliers 
 
 from __future__ import annotations
 
+import litert_peer as LP
 import numpy as np
 import pytest
 
-import litert_peer as LP
 from qlinear import kernels as K
 from qlinear.kernels.requant import activation_range
 

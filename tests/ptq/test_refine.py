@@ -14,7 +14,6 @@ from onnx import helper, numpy_helper
 
 import qlinear
 import qlinear.calibration as C
-from qlinear import encodings as E
 from qlinear import graph as G
 from qlinear.examples import DATA, MODEL
 from qlinear.graph.plan import WeightSpec

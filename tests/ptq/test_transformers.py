@@ -12,8 +12,8 @@ from tiny_models import encoder_data, tiny_encoder
 
 import qlinear
 from qlinear.graph.plan import is_transformer, make_plan
-from qlinear.ptq.smooth import smooth, smoothable
 from qlinear.ptq.data import load_dataset, model_inputs
+from qlinear.ptq.smooth import smooth, smoothable
 
 CFG = {"calibration_samples": 48, "evaluation_samples": 32}
 

@@ -11,7 +11,6 @@ from qlinear.calibration.observers import make_observer
 from qlinear.encodings.model import Encoding
 from qlinear.errors import DataError
 
-
 _FLT_MAX = float(np.finfo(np.float32).max)
 _CHUNK = 1 << 20  # elements per finiteness check (a bounded temporary, whatever the batch size)
 

@@ -12,8 +12,7 @@ from typing import IO, Any, Union
 
 from qlinear._atomic import atomic_open
 from qlinear.encodings import _doc as d
-from qlinear.encodings import _json, _layout, _scan
-from qlinear.encodings import v0_6_1, v1_0_0, v2_0_0, v2_1_0
+from qlinear.encodings import _json, _layout, _scan, v0_6_1, v1_0_0, v2_0_0, v2_1_0
 from qlinear.encodings.model import AIMET_ONNX, EncodingSet, Style
 from qlinear.errors import EncodingError, QlinearError
 

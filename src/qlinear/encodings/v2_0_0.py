@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 
 from qlinear.core.types import Kind, QType, qtype
-from qlinear.encodings import _scan
 from qlinear.encodings import _doc as d
+from qlinear.encodings import _scan
 from qlinear.encodings._meta import read_meta_scale, write_meta_scale
 from qlinear.encodings.model import Encoding, EncodingSet, Style
 from qlinear.errors import EncodingError, QlinearError

@@ -23,14 +23,15 @@ from typing import Any
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, numpy_helper
 
 from qlinear.core.types import Kind, qtype
 from qlinear.encodings.model import Encoding, EncodingSet, Style
 from qlinear.errors import EncodingError, GraphError, UnsupportedError
 from qlinear.graph.axes import resolve_encoding
+from qlinear.graph.ir import to_ir, to_proto
 from qlinear.graph.model import GraphIndex, attr, load_model, opset, topological_sort
-from qlinear.graph.storage import lpbq_names, storage_type
+from qlinear.graph.passes.insert_qdq import CAST_TYPES, FLOAT_TYPES, InsertQDQ, storage_type
 
 META_KEY = "qlinear.encodings"
 
@@ -73,8 +74,11 @@ class Report:
 def validate(es: EncodingSet, model: Any) -> Report:
     if not isinstance(es, EncodingSet):
         raise EncodingError(f"expected an EncodingSet, got {type(es).__name__}")
-    m = load_model(model)
-    g = GraphIndex.build(m)
+    return _validate(es, GraphIndex.build(load_model(model)))
+
+
+def _validate(es: EncodingSet, g: GraphIndex) -> Report:
+    """:func:`validate` on a shape-inferred index of the model."""
     rep = Report(checked=len(es))
     for e in es:
         try:
@@ -99,6 +103,18 @@ def _validate_one(e: Encoding, g: GraphIndex, rep: Report) -> None:
         shape = g.shape(p.input[0])
     if e.role == "param" and not is_param:
         bad("marked as a param but it is not an initializer")
+    et = g.elem_types.get(e.name)
+    if et is not None and et not in FLOAT_TYPES:
+        bad(f"the tensor is {onnx.TensorProto.DataType.Name(et)}; only float32, float16, bfloat16 and float64 "
+            "tensors can carry an encoding (drop this encoding)")
+        return
+    if not is_param and e.name in g.inputs and e.name in g.outputs:
+        bad("a graph input that is also a graph output cannot carry Q/DQ (no node produces it)")
+        return
+    if not is_param and e.shifted:
+        bad(f"the shifted {e.dtype} grid on an activation has no ONNX QuantizeLinear equivalent (zero points are "
+            "integers)")
+        return
     if e.name in g.initializers:
         e = resolve_encoding(e, g)
     for f in ("scale", "int_scale"):
@@ -146,37 +162,17 @@ _NEEDS_OPSET = {"int4": 21, "uint4": 21, "int16": 21, "uint16": 21, "int2": 25, 
                 "float8e4m3fn": 19, "float8e4m3fnuz": 19, "float8e5m2": 19, "float8e5m2fnuz": 19}
 
 
-class _Names:
-    def __init__(self, m: onnx.ModelProto) -> None:
-        g = m.graph
-        self.used = {t.name for t in g.initializer} | {v.name for v in g.input} | {v.name for v in g.output}
-        self.used |= {o for n in g.node for o in n.output} | {n.name for n in g.node}
-
-    def new(self, base: str) -> str:
-        name, k = base, 1
-        while name in self.used:
-            name = f"{base}_{k}"
-            k += 1
-        self.used.add(name)
-        return name
-
-
 def _required_opset(es: EncodingSet) -> int:
     need = 13
     for e in es:
         if e.qtype.kind is Kind.REAL:
             continue
-        need = max(need, _NEEDS_OPSET.get(_storage_type(e), 13))
+        need = max(need, _NEEDS_OPSET.get(storage_type(e), 13))
         if e.qtype.is_float and e.role != "param":
             need = max(need, 21)  # QuantizeLinear output_dtype (no float8 zero point: see _apply_activation)
         if e.block_size:
             need = max(need, 21)
     return need
-
-
-def _storage_type(e: Encoding) -> str:
-    """2-bit params are stored on the 4-bit grid (:func:`qlinear.graph.storage.storage_type`)."""
-    return storage_type(e.qtype.name) if e.role == "param" and e.qtype.kind is Kind.INT else e.qtype.name
 
 
 def _set_opset(m: onnx.ModelProto, need: int) -> onnx.ModelProto:
@@ -202,219 +198,27 @@ def apply(es: EncodingSet, model: Any, *, opset_version: int | None = None, keep
     if not isinstance(es, EncodingSet):
         raise EncodingError(f"expected an EncodingSet, got {type(es).__name__}")
     m = load_model(model)
-    g0 = GraphIndex.build(m, infer_shapes=False)
+    g = GraphIndex.build(m)  # one index (shape inference included) for the checks, validation and axes
     for e in es:
-        p = g0.producer.get(e.name)
+        p = g.producer.get(e.name)
         if p is not None and p.op_type in ("DequantizeLinear", "QuantizeLinear"):
             raise EncodingError(f"{e.name}: the model is already quantized here (this tensor is the output of "
                                 f"{p.op_type} {p.name or ''!s}); apply encodings to the float model (qlinear quantize "
                                 "writes it as model.float.onnx)")
-    rep = validate(es, m)
-    rep.raise_if_failed()
-    es = es.with_encodings(resolve_encoding(e, g0) for e in es)
+    _validate(es, g).raise_if_failed()
+    es = es.with_encodings(resolve_encoding(e, g) for e in es)
     for e in es:
         if e.shifted and e.role != "param":
             raise UnsupportedError(f"{e.name}: the shifted {e.dtype} grid on an activation has no ONNX "
                                    "QuantizeLinear equivalent (zero points are integers)")
     m = _set_opset(m, max(opset_version or 0, _required_opset(es)))
-    g = GraphIndex.build(m, infer_shapes=False)
-    names = _Names(m)
-    graph = m.graph
-    new_nodes: list[onnx.NodeProto] = []
-    drop_inits: set[str] = set()
-    for e in es:
-        if e.role == "param" or e.name in g.initializers:
-            _apply_param(e, g, graph, names, new_nodes, drop_inits)
-        else:
-            _apply_activation(e, g, graph, names, new_nodes)
-    kept = [t for t in graph.initializer if t.name not in drop_inits]
-    del graph.initializer[:]
-    graph.initializer.extend(kept)
-    graph.node.extend(new_nodes)
-    topological_sort(graph)
+    model = to_ir(m)
+    InsertQDQ(es.encodings, elem_types=g.elem_types)(model)
+    m = to_proto(model)
+    topological_sort(m.graph)
     if keep_metadata:
         _store_metadata(m, es)
     return m
-
-
-def _const(graph: onnx.GraphProto, names: _Names, base: str, arr: np.ndarray, dtype: str | None = None) -> str:
-    name = names.new(base)
-    if dtype is not None and qtype(dtype).storage != arr.dtype:
-        arr = arr.astype(qtype(dtype).storage)
-    graph.initializer.append(numpy_helper.from_array(np.asarray(arr), name))
-    return name
-
-
-def _dq(inputs: list[str], output: str, name: str, *, axis: int | None, block_size: int = 0) -> onnx.NodeProto:
-    kw: dict[str, Any] = {}
-    if axis is not None:
-        kw["axis"] = axis
-    if block_size:
-        kw["block_size"] = block_size
-    return helper.make_node("DequantizeLinear", inputs, [output], name=name, **kw)
-
-
-def _params(e: Encoding, shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray | None, int | None]:
-    """float32 scale, zero point (storage dtype) and axis attribute, in ONNX shapes."""
-    p = e.onnx_params(shape) if not e.shifted else None
-    if p is None:  # shifted int2 grid: handled by the caller
-        raise AssertionError
-    axis = None if e.granularity == "per_tensor" else p["axis"]
-    return p["scale"], p["zero_point"], axis
-
-
-def _apply_param(e: Encoding, g: GraphIndex, graph: onnx.GraphProto, names: _Names,
-                 new_nodes: list[onnx.NodeProto], drop: set[str]) -> None:
-    w = g.array(e.name)
-    drop.add(e.name)
-    t = e.qtype
-    if t.kind is Kind.REAL:
-        c = _const(graph, names, f"{e.name}_{t.name}", w.astype(t.storage))
-        new_nodes.append(helper.make_node("Cast", [c], [e.name], name=names.new(f"{e.name}_Cast"),
-                                          to=helper.np_dtype_to_tensor_dtype(w.dtype)))
-        return
-    w = w.astype(np.float32) if w.dtype != np.float32 else w
-    if t.name == "int32":
-        # int32 bias (AIMET §2.10 / ORT): round half to even of bias / scale in float64, saturated to int32
-        s = e.scale.astype(np.float32)
-        sb = np.broadcast_to(s.reshape(-1) if s.ndim else s, w.shape).astype(np.float64)
-        qf = np.rint(w.astype(np.float64) / sb)
-        if np.any(np.abs(qf) > 2.0 ** 31 - 1):
-            i = int(np.argmax(np.abs(qf).reshape(-1)))
-            raise EncodingError(f"{e.name}: bias value {float(w.reshape(-1)[i])!r} / scale "
-                                f"{float(sb.reshape(-1)[i]):.3g} = {float(qf.reshape(-1)[i]):.4g} does not fit in "
-                                "int32 (it would saturate and every integer runtime would compute a wrong result); "
-                                "raise the weight scale of that channel (qlinear quantize does: "
-                                "qlinear.calibration.bias)")
-        q = qf.astype(np.int32)
-        qn = _const(graph, names, f"{e.name}_quantized", q)
-        sn = _const(graph, names, f"{e.name}_scale", s)
-        zn = _const(graph, names, f"{e.name}_zero_point", np.zeros(s.shape, np.int32))
-        axis = None if s.ndim == 0 else e.axis
-        new_nodes.append(_dq([qn, sn, zn], e.name, names.new(f"{e.name}_DequantizeLinear"), axis=axis))
-        return
-    if e.shifted:
-        # int2 shifted grid (AIMET shift_zero_point): q' = 2q - 2zp on int4 with scale s/2 is the same grid exactly
-        s = e.scale.astype(np.float32)
-        z = e.zero_point
-        axis = e.axis if e.granularity != "per_tensor" else None
-        ax = 1 if axis is None else axis
-        half = (s.astype(np.float64) / 2).astype(np.float32)
-        if not np.array_equal(half.astype(np.float64) * 2, s.astype(np.float64)):
-            raise UnsupportedError(f"{e.name}: scale/2 is not exact in float32; the shifted grid cannot be stored")
-        # shifted grid: q = clamp(round(x/s + zp)), x^ = (q - zp)*s = (2q - 2zp)*(s/2), 2q - 2zp odd in [-3, 3]
-        sh = s.reshape(-1) if s.ndim else s
-        zz = z.reshape(-1) if z.ndim else z
-        bshape = [1] * w.ndim
-        if axis is not None:
-            bshape[ax % w.ndim] = -1
-        sb = np.reshape(sh, bshape) if axis is not None else sh
-        zb = np.reshape(zz, bshape) if axis is not None else zz
-        k = np.clip(np.rint(w.astype(np.float64) / sb.astype(np.float64) + zb), t.qmin, t.qmax)
-        q4 = (2 * (k - zb)).astype(np.int8)
-        qn = _const(graph, names, f"{e.name}_quantized", q4, "int4")
-        sn = _const(graph, names, f"{e.name}_scale", half)
-        new_nodes.append(_dq([qn, sn], e.name, names.new(f"{e.name}_DequantizeLinear"), axis=axis))
-        return
-    shape = tuple(w.shape)
-    if e.granularity == "lpbq":
-        ints = e.int_scale
-        from qlinear.encodings.model import expand_block_scale
-
-        ints_full = expand_block_scale(ints, shape, e.axis, e.block_size)
-        pc = e.scale
-        ch = next((i for i in range(pc.ndim) if pc.shape[i] > 1), None)
-        if ch is None:
-            ch = next(i for i in range(pc.ndim) if i != e.axis % pc.ndim)
-        pcf = pc.reshape(-1).astype(np.float32)
-        ln = lpbq_names(e.name)  # DQ(int scales uint8, per-channel float scale) -> W_scale -> blocked DQ
-        isn = _const(graph, names, ln.int_scale, ints_full.astype(np.uint8))
-        pcn = _const(graph, names, ln.float_scale, pcf)
-        sname = names.new(ln.scale)
-        new_nodes.append(_dq([isn, pcn], sname, names.new(ln.node),
-                             axis=ch if pcf.size > 1 else None))
-        q = e.quantize(w)
-        qn = _const(graph, names, f"{e.name}_quantized", q)
-        zn = _const(graph, names, f"{e.name}_zero_point", np.zeros(ints_full.shape, t.storage))
-        new_nodes.append(_dq([qn, sname, zn], e.name, names.new(f"{e.name}_DequantizeLinear"), axis=e.axis,
-                             block_size=e.block_size))
-        return
-    s, z, axis = _params(e, shape)
-    q = e.quantize(w)
-    st = _storage_type(e)
-    qn = _const(graph, names, f"{e.name}_quantized", q, st)
-    ins = [qn, _const(graph, names, f"{e.name}_scale", s)]
-    if z is not None:
-        ins.append(_const(graph, names, f"{e.name}_zero_point", z, st))
-    new_nodes.append(_dq(ins, e.name, names.new(f"{e.name}_DequantizeLinear"), axis=axis,
-                         block_size=e.block_size))
-
-
-def _rewire(graph: onnx.GraphProto, old: str, new: str, skip: set[str]) -> None:
-    for n in graph.node:
-        if n.name in skip:
-            continue
-        for i, x in enumerate(n.input):
-            if x == old:
-                n.input[i] = new
-        for a in n.attribute:
-            if a.type == onnx.AttributeProto.GRAPH:
-                for sn in a.g.node:
-                    for i, x in enumerate(sn.input):
-                        if x == old:
-                            sn.input[i] = new
-
-
-def _apply_activation(e: Encoding, g: GraphIndex, graph: onnx.GraphProto, names: _Names,
-                      new_nodes: list[onnx.NodeProto]) -> None:
-    t = e.qtype
-    name = e.name
-    if name in g.outputs:
-        src = names.new(f"{name}_prequant")
-        prod = g.producer.get(name)
-        if prod is None:
-            raise GraphError(f"{name}: a graph output that is also a graph input cannot carry Q/DQ")
-        for i, o in enumerate(prod.output):
-            if o == name:
-                prod.output[i] = src
-        out = name
-        _rewire(graph, name, src, skip=set())
-    else:
-        src, out = name, None
-    if t.kind is Kind.REAL:
-        mid = names.new(f"{name}_{t.name}")
-        out = out or names.new(f"{name}_cast")
-        new_nodes.append(helper.make_node("Cast", [src], [mid], name=names.new(f"{name}_Cast"), to=t.onnx_type))
-        new_nodes.append(helper.make_node("Cast", [mid], [out], name=names.new(f"{name}_Cast_back"),
-                                          to=TensorProto.FLOAT))
-    else:
-        s, z, axis = _params(e, tuple(int(d) for d in g.shape(name)) if e.block_size else None or ())
-        qname, dqname = names.new(f"{name}_QuantizeLinear"), names.new(f"{name}_DequantizeLinear")
-        sn = _const(graph, names, f"{name}_scale", s)
-        qo = names.new(f"{name}_quantized")
-        out = out or names.new(f"{name}_dequantized")
-        kw: dict[str, Any] = {}
-        if axis is not None:
-            kw["axis"] = axis
-        if e.block_size:
-            kw["block_size"] = e.block_size
-        if z is None:
-            # float8: no zero point, the type in output_dtype (opset 21). A float8 zero-point input makes ONNX
-            # Runtime's Clip/Relu->Q fusion fail, or drop a Relu whose negative values float8 can represent.
-            ins = [sn]
-            qkw = {**kw, "output_dtype": t.onnx_type}
-        else:
-            ins = [sn, _const(graph, names, f"{name}_zero_point", z, t.name)]
-            qkw = kw
-        new_nodes.append(helper.make_node("QuantizeLinear", [src, *ins], [qo], name=qname, **qkw))
-        new_nodes.append(helper.make_node("DequantizeLinear", [qo, *ins], [out], name=dqname, **kw))
-    if name not in g.outputs:
-        consumers = {n.name for n, _ in g.consumers.get(name, [])}
-        for n in graph.node:
-            if n.name in consumers or (not n.name and any(x == name for x in n.input)):
-                for i, x in enumerate(n.input):
-                    if x == name:
-                        n.input[i] = out
 
 
 # --------------------------------------------------------------------------------------------- metadata
@@ -479,22 +283,23 @@ def extract(qdq_model: Any, *, use_metadata: bool = True) -> EncodingSet:
             q = g.producer.get(x)
             if q is None or q.op_type != "QuantizeLinear":
                 continue
-            src = q.input[0]
-            name = n.output[0] if n.output[0] in g.outputs else src
+            src, out = _through_casts(q.input[0], n.output[0], g)
+            name = out if out in g.outputs else src
             if name in done:
                 continue
             found.append(_activation_from_q(name, q, value, g))
             done.add(name)
-        elif n.op_type == "Cast" and attr(n, "to") in (TensorProto.FLOAT16, TensorProto.BFLOAT16):
+        elif n.op_type == "Cast" and attr(n, "to") in (TensorProto.FLOAT16, TensorProto.BFLOAT16) \
+                and n.input[0] not in g.initializers:
             nxt = g.consumers.get(n.output[0], [])
-            if len(nxt) == 1 and nxt[0][0].op_type == "Cast" and attr(nxt[0][0], "to") == TensorProto.FLOAT:
+            if len(nxt) == 1 and nxt[0][0].op_type == "Cast" and attr(nxt[0][0], "to") in FLOAT_TYPES:
                 src = n.input[0]
                 dt = "float16" if attr(n, "to") == TensorProto.FLOAT16 else "bfloat16"
                 back = nxt[0][0].output[0]
                 name = back if back in g.outputs else src
                 found.append(Encoding(name, dt, role="activation"))
                 done.add(name)
-        elif n.op_type == "Cast" and n.input[0] in g.initializers and attr(n, "to") == TensorProto.FLOAT:
+        elif n.op_type == "Cast" and n.input[0] in g.initializers and attr(n, "to") in FLOAT_TYPES:
             t = g.initializers[n.input[0]].data_type
             if t in (TensorProto.FLOAT16, TensorProto.BFLOAT16):
                 found.append(Encoding(n.output[0], "float16" if t == TensorProto.FLOAT16 else "bfloat16",
@@ -505,6 +310,19 @@ def extract(qdq_model: Any, *, use_metadata: bool = True) -> EncodingSet:
     if use_metadata and meta:
         es = _apply_metadata(es, json.loads(meta))
     return es
+
+
+def _through_casts(src: str, out: str, g: GraphIndex) -> tuple[str, str]:
+    """The tensor and the output of Q/DQ on a float16/bfloat16/float64 tensor, which apply writes as
+    ``T -> Cast(float) -> Q -> DQ -> Cast(T)``; ``(src, out)`` unchanged otherwise."""
+    p = g.producer.get(src)
+    nxt = g.consumers.get(out, [])
+    if p is None or p.op_type != "Cast" or attr(p, "to") != TensorProto.FLOAT or len(nxt) != 1:
+        return src, out
+    back = nxt[0][0]
+    if back.op_type != "Cast" or attr(back, "to") not in CAST_TYPES:
+        return src, out
+    return p.input[0], back.output[0]
 
 
 def _param_from_dq(n: onnx.NodeProto, xv: np.ndarray, value: Any, g: GraphIndex) -> Encoding:

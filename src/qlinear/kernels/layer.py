@@ -126,12 +126,12 @@ class IntegerLayer:
         n, c, h, wd = xq.shape
         o, cg, kh, kw = self.w.shape
         xc = np.subtract(xq, np.float32(self.zx), dtype=np.float32)  # zero-point padding = real 0 = centered 0
-        t, l, b, r = self.pads
+        t, lft, b, r = self.pads
         if kh == kw == 1 and self.stride == (1, 1) and not any(self.pads) and self.groups == 1:
             cols = xc.reshape(n, c, h * wd)
             oh, ow = h, wd
         else:
-            xp = np.pad(xc, ((0, 0), (0, 0), (t, b), (l, r))) if any(self.pads) else xc
+            xp = np.pad(xc, ((0, 0), (0, 0), (t, b), (lft, r))) if any(self.pads) else xc
             eh, ew = (kh - 1) * self.dil[0] + 1, (kw - 1) * self.dil[1] + 1
             win = np.lib.stride_tricks.sliding_window_view(xp, (eh, ew), axis=(2, 3))
             win = win[:, :, ::self.stride[0], ::self.stride[1], ::self.dil[0], ::self.dil[1]]

@@ -37,8 +37,8 @@ def fully_connected(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *, zp
 def _windows(x: np.ndarray, kh: int, kw: int, stride: tuple[int, int], dilation: tuple[int, int],
              pads: tuple[int, int, int, int], pad_value: int) -> np.ndarray:
     """(N, C, OH, OW, kh, kw) view of the padded input."""
-    t, l, b, r = pads
-    xp = np.pad(x.astype(np.int64), ((0, 0), (0, 0), (t, b), (l, r)), constant_values=pad_value)
+    t, lft, b, r = pads
+    xp = np.pad(x.astype(np.int64), ((0, 0), (0, 0), (t, b), (lft, r)), constant_values=pad_value)
     eh, ew = (kh - 1) * dilation[0] + 1, (kw - 1) * dilation[1] + 1
     win = np.lib.stride_tricks.sliding_window_view(xp, (eh, ew), axis=(2, 3))
     win = win[:, :, ::stride[0], ::stride[1], ::dilation[0], ::dilation[1]]
@@ -59,10 +59,10 @@ def conv_accumulate(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *, zp
         pw = PreparedWeights.prepare(w.reshape(o, c), zw, zp_x, b)
         return pw.accumulate(cols).reshape(n, h, wd, o).transpose(0, 3, 1, 2)
     if cg == 1 and groups == c:  # depthwise: loop over the kh*kw taps, each a vectorised multiply-add
-        t, l, bt, r = pads
-        xp = np.pad(x.astype(np.int32) - zp_x, ((0, 0), (0, 0), (t, bt), (l, r)))
+        t, lft, bt, r = pads
+        xp = np.pad(x.astype(np.int32) - zp_x, ((0, 0), (0, 0), (t, bt), (lft, r)))
         oh = (h + t + bt - (kh - 1) * dilation[0] - 1) // stride[0] + 1
-        ow = (wd + l + r - (kw - 1) * dilation[1] - 1) // stride[1] + 1
+        ow = (wd + lft + r - (kw - 1) * dilation[1] - 1) // stride[1] + 1
         xr = np.repeat(xp, og, axis=1) if og > 1 else xp
         wk = w.reshape(o, kh, kw).astype(np.int32) - zw.reshape(o, 1, 1).astype(np.int32)
         acc = np.zeros((n, o, oh, ow), np.int64)

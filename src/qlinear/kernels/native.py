@@ -154,9 +154,9 @@ def dwconv(x: np.ndarray, zx: int, w_centered: np.ndarray, mult: int, bias: np.n
     ``zx``) with centered weights ``[C*mult, kh, kw]``; padding taps are skipped."""
     n, c, h, wd = x.shape
     o, kh, kw = w_centered.shape
-    t, l, b, r = pads
+    t, lft, b, r = pads
     oh = (h + t + b - (kh - 1) * dilation[0] - 1) // stride[0] + 1
-    ow = (wd + l + r - (kw - 1) * dilation[1] - 1) // stride[1] + 1
+    ow = (wd + lft + r - (kw - 1) * dilation[1] - 1) // stride[1] + 1
     lib = _lib()
     if lib is None:
         from qlinear.kernels.linear import conv_accumulate
@@ -177,7 +177,7 @@ def dwconv(x: np.ndarray, zx: int, w_centered: np.ndarray, mult: int, bias: np.n
     def run(r0: int, r1: int) -> None:
         plane = np.empty(max(oh * ow, 1), np.int32)
         lib.ql_dwconv(xi.ctypes.data, n, c, h, wd, int(zx), wi.ctypes.data, mult, kh, kw, stride[0], stride[1], t,
-                      l, dilation[0], dilation[1], None if bi is None else bi.ctypes.data, out.ctypes.data, oh, ow,
+                      lft, dilation[0], dilation[1], None if bi is None else bi.ctypes.data, out.ctypes.data, oh, ow,
                       r0, r1, plane.ctypes.data)
 
     _split(run, n * o, out.size * kh * kw)

@@ -22,8 +22,8 @@ from qlinear.kernels.requant import FIXED_MODES, mbqm, quantize_multiplier
 
 def _valid_windows(x: np.ndarray, k: tuple[int, int], stride: tuple[int, int], pads: tuple[int, int, int, int],
                    fill: float) -> tuple[np.ndarray, np.ndarray]:
-    t, l, b, r = pads
-    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (t, b), (l, r)), constant_values=np.nan)
+    t, lft, b, r = pads
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (t, b), (lft, r)), constant_values=np.nan)
     win = np.lib.stride_tricks.sliding_window_view(xp, k, axis=(2, 3))[:, :, ::stride[0], ::stride[1]]
     valid = ~np.isnan(win)
     return np.where(valid, win, fill), valid

@@ -30,6 +30,7 @@ from typing import Any, Callable
 import numpy as np
 
 from qlinear.errors import DataError
+from qlinear.graph.ops import EMBEDDING_PRODUCERS, LAYOUT_PASSTHROUGH, QUANTIZE_OPS
 
 HIST_CAP = 100_000  # float values kept per tensor for its histogram
 
@@ -333,8 +334,8 @@ HEADLINE: dict[str, str | None] = {"classifier": "top1_agreement", "probability"
                                    "passthrough": None}
 EMBEDDING_HINTS = ("embed", "hidden", "pool", "feature", "encod", "vector", "represent")
 #: operators that make an embedding (pooling, normalization), seen through data movement from a graph output
-EMBEDDING_OPS = ("Div", "ReduceMean", "ReduceSum", "ReduceL2", "LpNormalization", "LayerNormalization")
-_MOVES = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Cast", "Transpose", "Concat")
+EMBEDDING_OPS = EMBEDDING_PRODUCERS
+_MOVES = LAYOUT_PASSTHROUGH
 FEW = 4  #: at most this many values per sample, all in [0, 1]: a probability / score output
 
 
@@ -357,7 +358,7 @@ def untouched_outputs(m: Any) -> set[str]:
                 continue
             seen.add(t)
             nd = prod[t]
-            touched = nd.op_type in ("QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear")
+            touched = nd.op_type in QUANTIZE_OPS
             todo.extend(i for i in nd.input if i)
         if not touched:
             out.add(o.name)

@@ -1,7 +1,8 @@
 """``qlinear.quantize(model, data, config) -> QuantizedModel``: post-training quantization of an ONNX model.
 
-1. check the inputs before any work: the config, the model (``onnx.checker``, opset 13..25), the data against the
-   model's inputs (:meth:`~qlinear.ptq.data.Dataset.validate`);
+1. check the inputs before any work: the config, the model (``onnx.checker``, opset 7..25; normalized by
+   :mod:`qlinear.graph.passes.normalize`: opset below 13 upgraded, Constant weights made initializers), the data
+   against the model's inputs (:meth:`~qlinear.ptq.data.Dataset.validate`);
 2. fold BatchNorm into Conv; optional cross-layer equalization (:mod:`qlinear.ptq.equalize`);
 3. plan the quantizers (:mod:`qlinear.graph.plan`);
 4. one streaming ONNX Runtime pass over the calibration samples feeds the activation observers (and the input means
@@ -28,6 +29,7 @@ from qlinear.encodings import EncodingSet
 from qlinear.errors import CalibrationError, ConfigError, GraphError
 from qlinear.graph.fold import fold_batchnorm
 from qlinear.graph.model import GraphIndex, check_model, load_model, opset
+from qlinear.graph.passes.normalize import check_upgrade, normalize
 from qlinear.graph.plan import make_plan
 from qlinear.ptq import targets
 from qlinear.ptq.config import DATA_WEIGHT_METHODS, QuantizeConfig
@@ -40,16 +42,30 @@ from qlinear.ptq.weightonly import quantize_weights
 Progress = Callable[[str, int], Callable[[int], None]]
 
 
-def load_checked(model: Any) -> tuple[onnx.ModelProto, str]:
-    """The model and a label naming it, after :func:`~qlinear.graph.model.check_model` and the opset check."""
+def load_checked(model: Any, notes: list[str] | None = None) -> tuple[onnx.ModelProto, str]:
+    """The model and a label naming it, after :func:`~qlinear.graph.model.check_model` and the opset check (7..25),
+    normalized (:func:`qlinear.graph.passes.normalize.normalize`: opset below 13 upgraded, Constant weights made
+    initializers...); what normalizing changed is appended to ``notes``."""
     label = str(model) if isinstance(model, (str, Path)) else "model"
     m = load_model(model)
     ops = opset(m)
+    if ops and not 7 <= ops <= 25:  # before onnx.checker, whose complaints about an old opset would not say this
+        raise GraphError(f"{label}: opset {ops} is outside the supported range 7..25; re-export the model at "
+                         "opset 13 or newer")
     check_model(m, label)
-    if not 13 <= ops <= 25:
-        raise GraphError(f"{label}: opset {ops} is outside the supported range 13..25; convert it with "
-                         "onnx.version_converter first")
+    m, changed = normalize(m, label, copy=False)
+    if notes is not None:
+        notes += changed
     return m, label
+
+
+def check_normalized(given: onnx.ModelProto, m: onnx.ModelProto, ds: Dataset, n_cal: int, label: str,
+                     notes: list[str], count: int = 4) -> None:
+    """When normalizing upgraded the opset of the model as ``given``: the upgraded ``m`` computes what it does on the
+    first ``count`` calibration samples (:func:`~qlinear.graph.passes.normalize.check_upgrade`)."""
+    if opset(given) >= 13 or n_cal < 1:
+        return
+    notes.append(check_upgrade(given, m, [ds.sample(i) for i in range(min(count, n_cal))], label))
 
 
 def quantize(model: Any, data: Any, config: QuantizeConfig | dict | None = None, *,
@@ -57,7 +73,7 @@ def quantize(model: Any, data: Any, config: QuantizeConfig | dict | None = None,
     """Calibrate ``model`` on ``data`` and return the quantized model.
 
     Args:
-        model: float ONNX model (path or ``ModelProto``), opset 13..25.
+        model: float ONNX model (path or ``ModelProto``), opset 7..25 (below 13 upgraded).
         data: see :func:`qlinear.ptq.data.load_dataset` (``.npz``, folders, a dict of arrays, a Dataset); may be
             ``None`` for weight-only round to nearest (``activation_type: "float"``).
         config: :class:`QuantizeConfig` or a dict of its fields (unknown keys are errors). The target's rules settle
@@ -73,14 +89,15 @@ def quantize(model: Any, data: Any, config: QuantizeConfig | dict | None = None,
     if data is None:
         raise ConfigError("data: calibration data is required (activation ranges come from it); only weight-only "
                           "quantization (activation_type float) with minmax or mse weights runs without it")
-    m, label = load_checked(model)
+    norm_notes: list[str] = []
+    m, label = load_checked(model, norm_notes)
     cfg, notes = settle(cfg, m)
-    float_model = onnx.ModelProto()
-    float_model.CopyFrom(m)
+    float_model = load_model(model if norm_notes else m)  # as given (a copy)
     ds = load_dataset(data, model_inputs(m), preprocess=preprocess, batch_axes=cfg.batch_axes)
     n_cal = min(cfg.calibration_samples, len(ds))
     ds.validate(min(len(ds), cfg.calibration_samples + cfg.evaluation_samples))
-    notes += ds.notes
+    check_normalized(float_model, m, ds, n_cal, label, norm_notes)
+    notes = norm_notes + notes + list(ds.notes)
     if n_cal < cfg.calibration_samples:
         notes.append(f"only {len(ds)} samples: calibrating on {n_cal}")
     n_fit = n_cal  # with an accuracy target, the last calibration samples judge the repair and are not fitted on

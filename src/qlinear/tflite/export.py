@@ -34,7 +34,7 @@ import onnx
 from qlinear.errors import GraphError, UnsupportedError
 from qlinear.graph import ops
 from qlinear.graph.model import attr, load_model
-from qlinear.graph.qdq import QOp, QValue, QdqGraph, activation_name, clip_bounds, parse
+from qlinear.graph.qdq import QdqGraph, QOp, QValue, activation_name, clip_bounds, parse
 from qlinear.tflite import schema as S
 
 #: operator versions LiteRT registers for int8 kernels (and for 16x8 where it differs)
@@ -145,13 +145,13 @@ class _Writer:
             return "VALID", x
         if ap != "NOTSET":
             raise UnsupportedError(f"node {op.name}: auto_pad {ap} has no TFLite padding")
-        t, l, b, r = pads[0], pads[1], pads[2], pads[3]
+        t, lft, b, r = pads[0], pads[1], pads[2], pads[3]
         v = op.inputs[0]
-        shape = (x.onnx_shape[0], x.onnx_shape[1], h + t + b, w + l + r)
+        shape = (x.onnx_shape[0], x.onnx_shape[1], h + t + b, w + lft + r)
         pv = QValue(f"{v.name}__pad_{op.name}", v.params, float_name=f"{v.float_name}_padded_{op.name}")
         out = self.activation(pv, True, shape)
         pads_t = self.tensor(f"{op.name}_paddings", [4, 2], "int32",
-                             data=np.array([[0, 0], [t, b], [l, r], [0, 0]], np.int32))
+                             data=np.array([[0, 0], [t, b], [lft, r], [0, 0]], np.int32))
         self.op("PAD", v, [x.index, pads_t], [out.index], "PadOptions")
         return "VALID", out
 

@@ -49,6 +49,14 @@ FIXED_TFLITE = {t: s.fixed_tflite for t, s in REGISTRY.specs.items() if s.fixed_
 FIXED_TFLITE16 = {t: s.fixed_tflite16 for t, s in REGISTRY.specs.items() if s.fixed_tflite16 is not None}
 TFLITE_EXPORTED = tuple(t for t, s in REGISTRY.specs.items() if s.tflite_writer is not None)
 INTEGER_KERNEL_OPS = tuple(t for t, s in REGISTRY.specs.items() if s.kernel is not None)
+#: operators that make an embedding (pooling, normalization) when they produce a graph output (report metrics)
+EMBEDDING_PRODUCERS = ("Div", "ReduceMean", "ReduceSum", "ReduceL2", "LpNormalization", "LayerNormalization")
+#: operators a graph output's kind is looked through (layout only, the values unchanged)
+LAYOUT_PASSTHROUGH = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Cast", "Transpose", "Concat")
+#: operators that quantize or dequantize
+QUANTIZE_OPS = ("QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear")
+#: operators with a weight (input 1) that full-integer quantization would quantize (recurrent and attention too)
+WEIGHT_BEARING = ("Conv", "ConvTranspose", "MatMul", "Gemm", "LSTM", "GRU", "RNN", "Attention")
 
 
 def spec(op_type: str) -> OpSpec | None:

@@ -33,7 +33,7 @@ import onnx
 from qlinear.calibration.policies import lpbq as lpbq_decompose
 from qlinear.encodings import Encoding, EncodingSet
 from qlinear.errors import ConfigError, GraphError, OutputError, UnsupportedError
-from qlinear.graph.ops import spec
+from qlinear.graph.ops import WEIGHT_BEARING
 from qlinear.graph.save import needs_external
 from qlinear.ptq.config import QuantizeConfig
 from qlinear.ptq.result import QuantizedModel, check_samples, is_binary, is_file, path_of
@@ -45,9 +45,14 @@ from qlinear.ptq.weightonly.writer import WeightResult, Writer
 Progress = Callable[[str, int], Callable[[int], None]]
 
 
-def load_graph(model: Any) -> tuple[onnx.ModelProto, Path | None, str]:
-    """The model's graph without external data, its folder, a label; checked with ``onnx.checker``."""
-    from qlinear.graph.model import load_model
+def load_graph(model: Any, notes: list[str] | None = None,
+               upgraded_from: list[onnx.ModelProto] | None = None) -> tuple[onnx.ModelProto, Path | None, str]:
+    """The model's graph without external data, its folder, a label; checked with ``onnx.checker`` (opset 7..25)
+    and normalized (:func:`qlinear.graph.passes.normalize.normalize`: opset below 13 upgraded, Constant weights
+    made initializers); what normalizing changed is appended to ``notes``, the graph as given to ``upgraded_from``
+    when its opset was upgraded."""
+    from qlinear.graph.model import load_model, opset
+    from qlinear.graph.passes.normalize import normalize
 
     if isinstance(model, (str, Path)):
         p = Path(model)
@@ -56,13 +61,23 @@ def load_graph(model: Any) -> tuple[onnx.ModelProto, Path | None, str]:
             onnx.checker.check_model(str(p))
         except Exception as e:  # noqa: BLE001
             raise GraphError(f"{p}: not a valid ONNX model: {str(e).splitlines()[0]}") from None
-        return m, p.parent, str(p)
-    m = load_model(model)
-    try:
-        onnx.checker.check_model(m)
-    except Exception as e:  # noqa: BLE001
-        raise GraphError(f"model: not a valid ONNX model: {str(e).splitlines()[0]}") from None
-    return m, None, "model"
+        base, label = p.parent, str(p)
+    else:
+        m = load_model(model)
+        try:
+            onnx.checker.check_model(m)
+        except Exception as e:  # noqa: BLE001
+            raise GraphError(f"model: not a valid ONNX model: {str(e).splitlines()[0]}") from None
+        base, label = None, "model"
+    if not 7 <= opset(m) <= 25:
+        raise GraphError(f"{label}: opset {opset(m)} is outside the supported range 7..25; re-export the model at "
+                         "opset 13 or newer")
+    if upgraded_from is not None and opset(m) < 13:
+        upgraded_from.append(m)
+    m, changed = normalize(m, label, copy=False)
+    if notes is not None:
+        notes += changed
+    return m, base, label
 
 
 def grid_for(cfg: QuantizeConfig) -> str:
@@ -304,12 +319,14 @@ def quantize_weights(model: Any, data: Any, cfg: QuantizeConfig, *, progress: Pr
     """Weight-only quantization of ``model`` (path or ModelProto) with ``cfg`` (``activation_type: "float"``);
     ``notes``: the run's notes so far (the settled configuration's, :func:`qlinear.ptq.settle.settle`)."""
     t_all = time.perf_counter()
-    m, base, label = load_graph(model)
+    notes = list(notes or [])
+    given: list[onnx.ModelProto] = []
+    m, base, label = load_graph(model, notes, given)
     tensors = Tensors(m, base, label)
     linears, skipped = find_linears(m, exclude_nodes=cfg.exclude_nodes, exclude_op_types=cfg.exclude_op_types)
-    notes = list(notes or [])
     by_weight = group_by_weight(linears, skipped, label)
     ds = _dataset(m, data, cfg, preprocess, notes)
+    _check_upgrade(given, m, tensors, ds, label, notes)
     timings: dict[str, float] = {}
     hess = _hessians(m, base, by_weight, ds, cfg, label, progress, timings, notes)
     t0 = time.perf_counter()
@@ -342,15 +359,12 @@ def group_by_weight(linears: list[Linear], skipped: dict[str, str], label: str) 
 
 
 def _dataset(m: onnx.ModelProto, data: Any, cfg: QuantizeConfig, preprocess: Any, notes: list[str]) -> Any:
-    """The data checked against the model (None without data; GPTQ refuses that)."""
+    """The data checked against the model (None without data)."""
     from qlinear.ptq.data import load_dataset, model_inputs
 
     if data is None:
-        if (cfg.weight_method or "minmax") == "gptq":
-            raise ConfigError("weight_method gptq needs calibration data (--data); round to nearest (minmax, mse) "
-                              "needs none")
         return None
-    ds = load_dataset(data, model_inputs(m), preprocess=preprocess)
+    ds = load_dataset(data, model_inputs(m), preprocess=preprocess, batch_axes=cfg.batch_axes)
     ds.validate(min(len(ds), cfg.calibration_samples + cfg.evaluation_samples))
     notes += ds.notes
     return ds
@@ -362,6 +376,9 @@ def _hessians(m: onnx.ModelProto, base: Path | None, by_weight: dict[str, list[L
     """GPTQ's Hessians of the linears' inputs (one ONNX Runtime pass); none for round to nearest."""
     if (cfg.weight_method or "minmax") != "gptq":
         return {}
+    if ds is None:
+        raise ConfigError("weight_method gptq needs calibration data (--data); round to nearest (minmax, mse) "
+                          "needs none")
     from qlinear.ptq.weightonly.hessian import collect_hessians
 
     n_cal = min(cfg.calibration_samples, len(ds))
@@ -426,10 +443,9 @@ def coverage_note(m: onnx.ModelProto, quantized: set[str], skipped: dict[str, st
     inits = {t.name for t in m.graph.initializer}
     other: dict[str, set[str]] = {}
     for n in m.graph.node:
-        k = weight_input(n.op_type)  # the registry's weighted ops: what full-integer quantization quantizes
-        if k is not None and n.op_type not in ("MatMul", "Gemm") and len(n.input) > k \
-                and n.input[k] in inits and n.input[k] not in quantized:
-            other.setdefault(n.op_type, set()).add(n.input[k])
+        if n.op_type in WEIGHT_BEARING and n.op_type not in ("MatMul", "Gemm") and len(n.input) > 1 \
+                and n.input[1] in inits and n.input[1] not in quantized:
+            other.setdefault(n.op_type, set()).add(n.input[1])
     reasons: dict[str, int] = {}
     for why in skipped.values():
         reasons[why] = reasons.get(why, 0) + 1
@@ -440,10 +456,20 @@ def coverage_note(m: onnx.ModelProto, quantized: set[str], skipped: dict[str, st
         "; left float: " + ", ".join(left) if left else "")
 
 
-def weight_input(op_type: str) -> int | None:
-    """The weight input of ``op_type`` when the operator registry marks it weighted, else None."""
-    s = spec(op_type)
-    return s.weight_input if s is not None and s.has("weighted") else None
+def _check_upgrade(given: list[onnx.ModelProto], m: onnx.ModelProto, tensors: Tensors, ds: Any, label: str,
+                   notes: list[str]) -> None:
+    """When :func:`load_graph` upgraded the opset of the model as ``given`` (``[model]``, else ``[]``): ``m``
+    computes what it does on the first samples (models without external data, with data given; else a note says
+    the upgrade was not checked)."""
+    from qlinear.graph.passes.normalize import check_upgrade
+
+    if not given:
+        return
+    if ds is None or len(ds) == 0 or tensors.external:
+        notes.append("the opset upgrade was not checked against the original model ("
+                     + ("the model has external data)" if tensors.external else "no data given)"))
+        return
+    notes.append(check_upgrade(given[0], m, [ds.sample(i) for i in range(min(4, len(ds)))], label))
 
 
 def _recompute(tensors: Tensors, r: WeightResult, bits: int, grid: str, method: str,

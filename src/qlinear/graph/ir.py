@@ -1,0 +1,77 @@
+"""The boundary between ``onnx.ModelProto`` and ``onnx_ir`` (the ONNX project's IR: def-use chains, passes).
+
+Graph rewrites run as ``onnx_ir`` passes (``qlinear.graph.passes``) on an :class:`onnx_ir.Model`; protos are made
+only where a proto is needed (ONNX Runtime, ``onnx.checker``, files). ``to_ir(m)`` then ``to_proto`` gives back the
+same bytes: ``value_info`` keeps the entries of ``m`` that still name a value, in their order (``onnx_ir`` would
+write one per typed value, initializers included, in node order), new values get none, and sparse initializers
+(which ``onnx_ir`` 1.1 does not read) are carried over as they were.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+
+_VALUE_INFO, _SPARSE = "qlinear.value_info", "qlinear.sparse_initializer"
+
+
+def to_ir(m: onnx.ModelProto) -> ir.Model:
+    """The IR of ``m`` (tensors are shared with ``m``, not copied: do not change ``m`` afterwards)."""
+    model = ir.serde.deserialize_model(m)
+    model.meta[_VALUE_INFO] = [v.name for v in m.graph.value_info]
+    model.meta[_SPARSE] = list(m.graph.sparse_initializer)  # onnx_ir 1.1 drops them: put back by to_proto
+    return model
+
+
+def to_proto(model: ir.Model) -> onnx.ModelProto:
+    """The ``ModelProto`` of ``model`` (main-graph ``value_info`` as described in the module docstring)."""
+    m = ir.serde.serialize_model(model)
+    names = model.meta.get(_VALUE_INFO)
+    if names is not None:
+        by_name = {v.name: v for v in m.graph.value_info}
+        kept = [by_name[n] for n in names if n in by_name]
+        del m.graph.value_info[:]
+        m.graph.value_info.extend(kept)
+    m.graph.sparse_initializer.extend(model.meta.get(_SPARSE, ()))
+    return m
+
+
+class Names:
+    """Fresh names in a graph: ``new("x")`` is ``x``, else ``x_1``, ``x_2``... (never a name already used by a value,
+    an initializer or a node of the main graph)."""
+
+    def __init__(self, graph: ir.Graph) -> None:
+        used = {v.name for v in graph.inputs} | {v.name for v in graph.outputs} | set(graph.initializers)
+        for n in graph:
+            used.update(o.name for o in n.outputs)
+            if n.name:
+                used.add(n.name)
+        used.discard(None)
+        self.used: set[str] = used
+
+    def new(self, base: str) -> str:
+        name, k = base, 1
+        while name in self.used:
+            name = f"{base}_{k}"
+            k += 1
+        self.used.add(name)
+        return name
+
+
+def add_initializer(graph: ir.Graph, name: str, arr: np.ndarray) -> ir.Value:
+    """Register ``arr`` as the initializer ``name`` (serialized to the same bytes as ``numpy_helper.from_array``)."""
+    arr = np.asarray(arr)
+    t = ir.Tensor(arr, name=name)
+    v = ir.Value(name=name, const_value=t, type=ir.TensorType(t.dtype), shape=ir.Shape(arr.shape))
+    graph.register_initializer(v)
+    return v
+
+
+def make_node(op_type: str, inputs: list[ir.Value | None], output: str, name: str, **attrs: Any) -> ir.Node:
+    """A default-domain node with one output named ``output`` (attributes in sorted order, like
+    ``onnx.helper.make_node``)."""
+    attributes = ir.convenience.convert_attributes({k: attrs[k] for k in sorted(attrs)})
+    return ir.Node("", op_type, inputs, attributes, outputs=[ir.Value(name=output)], name=name)

@@ -1,0 +1,426 @@
+"""Normalize an ONNX model before planning, as one pass: the model every later step sees is the one it expects.
+
+:func:`normalize` (in this order):
+
+1. **opset 7..12 upgraded** to 13 with ``onnx.version_converter`` (Clip min/max, Split and ReduceSum attributes
+   become inputs, Upsample becomes Resize, ...); a conversion the converter cannot do, or whose result
+   ``onnx.checker`` refuses, is a :class:`~qlinear.errors.GraphError` naming the node. :func:`check_upgrade` runs
+   the original and the upgraded model in ONNX Runtime on the first calibration samples and names the first tensor
+   (and the node computing it) that differs beyond float tolerance;
+2. **every ``Constant`` node of the main graph** holding a tensor (``value``, ``value_float(s)``, ``value_int(s)``)
+   becomes an initializer of the same name (all of them, not only weights: a weight, a bias, a Reshape's shape or an
+   Add's operand are all constants to the plan); ``sparse_value`` and string constants and a constant that is itself
+   a graph output stay nodes;
+3. **constant folding of layout chains**: ``Identity`` of an initializer is removed (its readers read the
+   initializer: one tensor, one encoding, however many nodes read it); ``Cast`` and the registry's data-movement
+   ops (``Transpose``, ``Reshape``, ``Squeeze``, ``Unsqueeze``, ``Flatten``, ``Slice``, ...) of initializers become
+   an initializer of the result (computed with ``onnx.reference``, the ONNX definition) when that stores nothing
+   twice: the constant is read by that node only (or is small, a shape), is not external data, and the result is
+   not larger than its inputs (an ``Expand`` stays) (a tied embedding's ``Transpose`` stays: the weight-only
+   planner reads through it); the inputs nothing reads any more are dropped;
+4. **weights left float are named**: a Conv/ConvTranspose/Gemm/MatMul whose weight is still computed from
+   constants by a node not folded (a ``DequantizeLinear``, a ``Mul`` of constants, a sparse ``Constant``) is named
+   in a note (:func:`unfolded_weight_notes`; a ``Transpose`` of a tied weight is not: weight-only quantization
+   reads through it);
+5. **subgraphs** (``If``/``Loop``/``Scan`` bodies) are left float: a note names every node holding one and the
+   Conv/ConvTranspose/Gemm/MatMul inside it.
+
+The notes say what changed (one line each); nothing is changed silently, and a model that needs none of this comes
+back with an identical graph. Shapes are not stored in the file: the plan's ``GraphIndex`` infers them
+(``onnx.shape_inference``, symbolic dimensions kept) on the normalized model, where every weight is now an
+initializer with its dims.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from qlinear.errors import GraphError
+from qlinear.graph.model import opset
+from qlinear.graph.ops import DATA_MOVEMENT, WEIGHTED
+
+TARGET_OPSET = 13
+MIN_OPSET = 7
+#: folded when all their inputs are constants: the registry's data-movement ops and Cast (when not growing the data)
+FOLDABLE = frozenset(DATA_MOVEMENT) | {"Cast"}
+_TENSOR_ATTRS = ("value", "value_float", "value_floats", "value_int", "value_ints")
+
+
+def normalize(model: onnx.ModelProto, label: str = "model", *, copy: bool = True) -> tuple[onnx.ModelProto, list[str]]:
+    """The normalized ``model`` (see the module docstring) and the notes saying what changed; ``copy=False``
+    rewrites ``model`` itself (a model the caller loaded: no second copy of its weights) when the opset needs no
+    upgrade."""
+    m = model
+    if copy:
+        m = onnx.ModelProto()
+        m.CopyFrom(model)
+    notes: list[str] = []
+    m = upgrade(m, label, notes)
+    n_const = constants_to_initializers(m.graph)
+    n_fold = fold_constant_chains(m.graph)
+    if n_const or n_fold:
+        notes.append(f"{n_const} Constant nodes became initializers"
+                     + (f", {n_fold} Identity/Cast/Transpose/Reshape/... nodes of constants were folded" if n_fold else "")
+                     + " (weights stored as Constant nodes are quantized like initializers)")
+    notes += unfolded_weight_notes(m)
+    notes += subgraph_notes(m)
+    return m, notes
+
+
+def unfolded_weight_notes(m: onnx.ModelProto) -> list[str]:
+    """A note naming the Conv/ConvTranspose/Gemm/MatMul of the main graph whose weight is computed from constants
+    alone by nodes this pass does not fold (a DequantizeLinear, a Mul of two constants, a sparse Constant): their
+    weights stay float."""
+    const = {t.name for t in m.graph.initializer}
+    for n in m.graph.node:  # computed from constants alone: a deterministic node of constants (or a Constant)
+        random = n.op_type.startswith("Random") or n.op_type in ("Multinomial", "Bernoulli")
+        if (n.op_type == "Constant" or any(n.input)) and not random and not list(_subgraphs(n)) \
+                and all(x in const for x in n.input if x):
+            const.update(o for o in n.output if o)
+    inits = {t.name for t in m.graph.initializer}
+    prod = {o: n for n in m.graph.node for o in n.output}
+    tied = {x for x, p in prod.items() if p.op_type == "Transpose" and p.input[0] in inits}  # weight-only reads it
+    bad = [f"{n.op_type} {n.name or n.output[0]!r}" for n in m.graph.node
+           if n.op_type in WEIGHTED and len(n.input) > 1 and n.input[1] in const and n.input[1] not in inits | tied]
+    if not bad:
+        return []
+    return [f"{len(bad)} layer(s) whose weight is computed from constants by nodes qlinear does not fold stay float: "
+            + ", ".join(bad[:6]) + (" ..." if len(bad) > 6 else "")]
+
+
+def upgrade(m: onnx.ModelProto, label: str = "model", notes: list[str] | None = None) -> onnx.ModelProto:
+    """``m`` at opset 13 when it is at 7..12 (``onnx.version_converter``), else ``m`` itself."""
+    ops = opset(m)
+    if ops >= TARGET_OPSET:
+        return m
+    if ops < MIN_OPSET:
+        raise GraphError(f"{label}: opset {ops} is older than the oldest supported, {MIN_OPSET}; re-export the "
+                         "model at opset 13 or newer")
+    from onnx import version_converter
+
+    try:
+        up = version_converter.convert_version(m, TARGET_OPSET)
+    except Exception as e:  # noqa: BLE001 - the converter raises RuntimeError/ConvertError with the op named
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise GraphError(f"{label}: cannot upgrade opset {ops} to {TARGET_OPSET} with onnx.version_converter "
+                         f"({first}); re-export the model at opset 13 or newer") from None
+    if up.ir_version < 4:  # IR 3 listed every initializer as a graph input too: they are constants, not inputs
+        inits = {t.name for t in up.graph.initializer}
+        ins = [v for v in up.graph.input if v.name not in inits]
+        del up.graph.input[:]
+        up.graph.input.extend(ins)
+    up.ir_version = max(up.ir_version, 7)  # opset 13 needs IR 7
+    try:
+        onnx.checker.check_model(up)
+    except Exception as e:  # noqa: BLE001
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise GraphError(f"{label}: the opset {ops} -> {TARGET_OPSET} upgrade by onnx.version_converter is not "
+                         f"valid ONNX ({first}); re-export the model at opset 13 or newer") from None
+    if notes is not None:
+        notes.append(f"opset {ops} upgraded to {TARGET_OPSET} with onnx.version_converter")
+    return up
+
+
+def constant_value(node: onnx.NodeProto) -> np.ndarray | None:
+    """The tensor a ``Constant`` node holds, or ``None`` (sparse or string constants, a malformed node)."""
+    for a in node.attribute:
+        if a.name not in _TENSOR_ATTRS:
+            continue
+        if a.name == "value":
+            if a.t.data_type == onnx.TensorProto.STRING:
+                return None
+            return numpy_helper.to_array(a.t)
+        v = helper.get_attribute_value(a)
+        return np.asarray(v, dtype=np.float32 if "float" in a.name else np.int64)
+    return None
+
+
+def constants_to_initializers(graph: onnx.GraphProto) -> int:
+    """Replace the ``Constant`` nodes of ``graph`` (not of its subgraphs) by initializers of the same name, keeping
+    an external-data ``value`` as it is stored. Returns how many."""
+    outputs = {o.name for o in graph.output}
+    keep, done = [], 0
+    for n in graph.node:
+        if n.op_type != "Constant" or n.domain not in ("", "ai.onnx") or n.output[0] in outputs:
+            keep.append(n)
+            continue
+        vals = [a for a in n.attribute if a.name in _TENSOR_ATTRS]
+        if len(vals) != 1:
+            keep.append(n)
+            continue
+        if vals[0].name == "value" and vals[0].t.data_type != onnx.TensorProto.STRING:
+            t = onnx.TensorProto()
+            t.CopyFrom(vals[0].t)  # as stored (raw or external data)
+        else:
+            arr = constant_value(n)
+            if arr is None:
+                keep.append(n)
+                continue
+            t = numpy_helper.from_array(arr)
+        t.name = n.output[0]
+        graph.initializer.append(t)
+        done += 1
+    if done:
+        del graph.node[:]
+        graph.node.extend(keep)
+    return done
+
+
+def _eval_node(node: onnx.NodeProto, args: list[np.ndarray]) -> np.ndarray:
+    """``node`` on constant ``args``, by the ONNX reference implementation."""
+    from onnx.reference import ReferenceEvaluator
+
+    names = [f"x{i}" for i in range(len(args))]
+    n = helper.make_node(node.op_type, [names[i] if x else "" for i, x in enumerate(node.input)], ["y"])
+    n.attribute.extend(node.attribute)
+    ins = [helper.make_tensor_value_info(nm, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
+           for nm, a in zip(names, args)]
+    g = helper.make_graph([n], "fold", [i for i, x in zip(ins, node.input) if x],
+                          [helper.make_tensor_value_info("y", onnx.TensorProto.UNDEFINED, None)])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", TARGET_OPSET)])
+    feeds = {nm: a for nm, a, x in zip(names, args, node.input) if x}
+    return np.asarray(ReferenceEvaluator(model).run(None, feeds)[0])
+
+
+def fold_constant_chains(graph: onnx.GraphProto) -> int:
+    """Remove ``Identity`` of initializers (readers rewired) and fold :data:`FOLDABLE` nodes of initializers into
+    initializers; drop the initializers nothing reads any more. Returns the number of nodes removed."""
+    inits = {t.name: t for t in graph.initializer}
+    outputs = {o.name for o in graph.output}
+    readers = _reader_counts(graph)
+    twins: dict[bytes, int] = {}  # nodes computing the same thing from the same inputs (two Casts of one weight)
+    for n in graph.node:
+        twins[_fold_key(n)] = twins.get(_fold_key(n), 0) + 1
+    rename: dict[str, str] = {}
+    seen: dict[bytes, str] = {}  # the same fold of the same constants: one initializer
+    keep, folded = [], 0
+    for n in graph.node:
+        key0 = _fold_key(n)
+        for i, x in enumerate(n.input):
+            if x in rename:
+                n.input[i] = rename[x]
+        ins = [x for x in n.input if x]
+        pure = n.domain in ("", "ai.onnx") and len(n.output) == 1 and n.output[0] not in outputs \
+            and ins and all(x in inits for x in ins)
+        if pure and n.op_type == "Identity":
+            rename[n.output[0]] = n.input[0]
+            readers[n.input[0]] = readers.get(n.input[0], 1) - 1 + readers.get(n.output[0], 0)
+            folded += 1
+            continue
+        # a constant also read elsewhere (a tied embedding and its Transpose) would be stored twice: not folded
+        pure = pure and all(readers.get(x, 0) <= max(1, twins[key0]) or _small(inits[x]) for x in ins) \
+            and not any(inits[x].data_location == onnx.TensorProto.EXTERNAL for x in ins)
+        key = _fold_key(n)
+        if pure and n.op_type in FOLDABLE and key in seen:
+            rename[n.output[0]] = seen[key]
+            folded += 1
+            continue
+        if pure and n.op_type in FOLDABLE:
+            try:
+                y = _eval_node(n, [numpy_helper.to_array(inits[x]) if x else None for x in n.input])
+            except Exception:  # noqa: BLE001 - a node the reference cannot fold stays as it is
+                y = None
+            if y is None or y.size > sum(_numel(inits[x]) for x in ins):  # Expand/Tile: the file would grow
+                keep.append(n)
+                continue
+            t = numpy_helper.from_array(y, n.output[0])
+            graph.initializer.append(t)
+            inits[t.name] = t
+            seen[key] = t.name
+            folded += 1
+            continue
+        keep.append(n)
+    if not folded:
+        return 0
+    del graph.node[:]
+    graph.node.extend(keep)
+    _rename_in_subgraphs(graph, rename)
+    for o in graph.output:  # an Identity's output is never a graph output here; kept for safety
+        o.name = rename.get(o.name, o.name)
+    used = _used_names(graph)
+    kept = [t for t in graph.initializer if t.name in used]
+    del graph.initializer[:]
+    graph.initializer.extend(kept)
+    inputs = [v for v in graph.input if v.name in used or v.name not in inits]
+    del graph.input[:]
+    graph.input.extend(inputs)
+    return folded
+
+
+def _fold_key(n: onnx.NodeProto) -> bytes:
+    return n.op_type.encode() + b"|" + "|".join(n.input).encode() + b"|" + \
+        b"".join(a.SerializeToString() for a in n.attribute)
+
+
+def _numel(t: onnx.TensorProto) -> int:
+    n = 1
+    for d in t.dims:
+        n *= d
+    return n
+
+
+def _small(t: onnx.TensorProto, limit: int = 64) -> bool:
+    """At most ``limit`` elements (a shape or a scalar, not a weight: copying it costs nothing)."""
+    return _numel(t) <= limit
+
+
+def _reader_counts(graph: onnx.GraphProto) -> dict[str, int]:
+    """How many node inputs (in subgraphs too) and graph outputs read each name."""
+    counts: dict[str, int] = {}
+    for o in graph.output:
+        counts[o.name] = counts.get(o.name, 0) + 1
+
+    def visit(g: onnx.GraphProto) -> None:
+        for n in g.node:
+            for x in n.input:
+                if x:
+                    counts[x] = counts.get(x, 0) + 1
+            for sg in _subgraphs(n):
+                visit(sg)
+                for o in sg.output:
+                    counts[o.name] = counts.get(o.name, 0) + 1
+
+    visit(graph)
+    return counts
+
+
+def _subgraphs(node: onnx.NodeProto) -> Iterable[onnx.GraphProto]:
+    for a in node.attribute:
+        if a.type == onnx.AttributeProto.GRAPH:
+            yield a.g
+        elif a.type == onnx.AttributeProto.GRAPHS:
+            yield from a.graphs
+
+
+def _rename_in_subgraphs(graph: onnx.GraphProto, rename: Mapping[str, str]) -> None:
+    """Outer-scope names a subgraph reads, renamed (a name the subgraph defines itself shadows the outer one)."""
+    if not rename:
+        return
+    for n in graph.node:
+        for sg in _subgraphs(n):
+            local = {v.name for v in sg.input} | {t.name for t in sg.initializer} | \
+                {o for sn in sg.node for o in sn.output}
+            inner = {k: v for k, v in rename.items() if k not in local}
+            for sn in sg.node:
+                for i, x in enumerate(sn.input):
+                    if x in inner:
+                        sn.input[i] = inner[x]
+            for o in sg.output:
+                if o.name in inner:  # a subgraph output that was an outer Identity: read through an Identity
+                    sg.node.append(helper.make_node("Identity", [inner[o.name]], [o.name]))
+            _rename_in_subgraphs(sg, inner)
+
+
+def _used_names(graph: onnx.GraphProto) -> set[str]:
+    """Every name read by a node of ``graph`` or of its subgraphs, and the graph outputs."""
+    used = {o.name for o in graph.output}
+    for n in graph.node:
+        used.update(n.input)
+        for sg in _subgraphs(n):
+            used |= _used_names(sg)
+    return used
+
+
+def subgraph_notes(m: onnx.ModelProto) -> list[str]:
+    """A note for every ``If``/``Loop``/``Scan`` (any node holding a subgraph) of the main graph: its subgraphs are
+    left float, with the weighted layers inside named."""
+    notes = []
+    for n in m.graph.node:
+        subs = list(_subgraphs(n))
+        if not subs:
+            continue
+        inner = [f"{s.op_type} {s.name or s.output[0]!r}" for sg in subs for s in _walk(sg) if s.op_type in WEIGHTED]
+        what = (f"; the {len(inner)} weighted layer(s) inside stay float: " + ", ".join(inner[:6])
+                + (" ..." if len(inner) > 6 else "")) if inner else ""
+        notes.append(f"{n.op_type} node {n.name or n.output[0]!r}: its subgraph(s) are left in float "
+                     f"(qlinear does not quantize inside If/Loop/Scan bodies yet){what}")
+    return notes
+
+
+def _walk(graph: onnx.GraphProto) -> Iterable[onnx.NodeProto]:
+    for n in graph.node:
+        yield n
+        for sg in _subgraphs(n):
+            yield from _walk(sg)
+
+
+def check_upgrade(original: onnx.ModelProto, upgraded: onnx.ModelProto, samples: Sequence[Mapping[str, Any]],
+                  label: str = "model", *, rtol: float = 1e-3, atol: float = 1e-4) -> str:
+    """Run ``original`` and ``upgraded`` in ONNX Runtime on ``samples`` (feed dicts) and raise a
+    :class:`GraphError` naming the first tensor, in the upgraded graph's order, and its node, that differs beyond
+    ``|a - b| <= atol * max(1, max|b|) + rtol * |b|``. Returns a note saying what was checked."""
+    outs = [o.name for o in upgraded.graph.output]
+    bad = _first_difference(original, upgraded, samples, outs, rtol, atol)
+    if bad is None:
+        return (f"the opset upgrade computes the original's outputs on the first {len(samples)} calibration "
+                f"sample(s) (ONNX Runtime, within rtol {rtol:g})")
+    prod = {o: n for n in upgraded.graph.node for o in n.output}
+    inner = [o for n in upgraded.graph.node for o in n.output if o]
+    where = _first_difference(original, upgraded, samples, inner, rtol, atol) or bad
+    n = prod.get(where[0])
+    node = f"{n.op_type} node {n.name or n.output[0]!r}" if n is not None else "a graph input"
+    raise GraphError(f"{label}: the opset upgrade by onnx.version_converter changed the results: tensor "
+                     f"{where[0]!r} ({node}) differs from the original by up to {where[1]:.3g} on the first "
+                     f"calibration samples (output {bad[0]!r}: {bad[1]:.3g}); re-export the model at opset 13 or "
+                     "newer")
+
+
+def _first_difference(a: onnx.ModelProto, b: onnx.ModelProto, samples: Sequence[Mapping[str, Any]],
+                      names: list[str], rtol: float, atol: float) -> tuple[str, float] | None:
+    """The first of ``names`` whose float values differ between models ``a`` and ``b`` (name, max difference)."""
+    have_a = {o for n in a.graph.node for o in n.output} | {v.name for v in a.graph.input}
+    names = [x for x in names if x in have_a]
+    ra, rb = _run(a, samples, names), _run(b, samples, names)
+    for x in names:
+        worst = 0.0
+        for va, vb in zip(ra[x], rb[x]):
+            if va is None or vb is None or va.dtype.kind != "f" or vb.dtype.kind != "f" or va.shape != vb.shape:
+                continue
+            va64, vb64 = va.astype(np.float64), vb.astype(np.float64)
+            fin = np.isfinite(vb64)
+            if not np.array_equal(fin, np.isfinite(va64)):
+                return x, float("inf")
+            if not fin.any():
+                continue
+            tol = atol * max(1.0, float(np.abs(vb64[fin]).max())) + rtol * np.abs(vb64[fin])
+            d = np.abs(va64[fin] - vb64[fin])
+            if np.any(d > tol):
+                worst = max(worst, float(d.max()))
+        if worst:
+            return x, worst
+    return None
+
+
+def _run(m: onnx.ModelProto, samples: Sequence[Mapping[str, Any]], names: list[str]) -> dict[str, list]:
+    """``names`` (exposed as extra outputs) computed by ONNX Runtime for each sample; ``None`` where ORT cannot."""
+    import onnxruntime as ort
+
+    mm = onnx.ModelProto()
+    mm.CopyFrom(m)
+    have = {o.name for o in mm.graph.output}
+    mm.graph.output.extend(onnx.ValueInfoProto(name=x) for x in names if x not in have)
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.log_severity_level = 4
+    try:
+        sess = ort.InferenceSession(mm.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    except Exception as e:  # noqa: BLE001
+        raise GraphError(f"ONNX Runtime cannot load the model to check the opset upgrade: "
+                         f"{str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}") from None
+    out_names = [o.name for o in sess.get_outputs()]
+    res: dict[str, list] = {x: [] for x in names}
+    for feed in samples:
+        vals = dict(zip(out_names, sess.run(None, dict(feed))))
+        for x in names:
+            v = vals.get(x)
+            res[x].append(np.asarray(v) if isinstance(v, np.ndarray) else None)
+    return res
+
+
+__all__ = ["check_upgrade", "constants_to_initializers", "fold_constant_chains", "normalize",
+           "subgraph_notes", "unfolded_weight_notes", "upgrade"]
