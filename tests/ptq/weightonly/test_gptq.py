@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from qlinear.ptq.algorithms.gptq import gptq, hessian_error
-from qlinear.ptq.weightonly.grids import quantize_rtn
+from qlinear.ptq.algorithms.grids import quantize_rtn
 
 
 def _problem(n=48, k=96, t=2000, seed=0):

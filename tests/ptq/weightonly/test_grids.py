@@ -8,7 +8,7 @@ from hypothesis.extra.numpy import arrays
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
-from qlinear.ptq.weightonly.grids import padded, params, quantize_rtn, search_clip
+from qlinear.ptq.algorithms.grids import padded, params, quantize_rtn, search_clip
 
 floats = st.floats(-4, 4, allow_nan=False, width=32)
 

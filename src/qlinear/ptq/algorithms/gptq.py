@@ -9,7 +9,7 @@ over the columns not yet quantized through the Cholesky factor of ``H^-1``:
 
 with the update batched in "lazy" blocks of ``lazy`` columns (the paper's §4 step 2). ``H`` is dampened by
 ``damp * mean(diag(H))``; columns that never see an input (``H_jj = 0``) are zeroed. The grid of each block of
-``block`` columns (:mod:`qlinear.ptq.weightonly.grids`) is fixed when the algorithm reaches its first column, from
+``block`` columns (:mod:`qlinear.ptq.algorithms.grids`) is fixed when the algorithm reaches its first column, from
 the weights as updated so far (the reference implementation's ``groupsize``); with ``act_order`` the columns are
 visited out of order, so the grids are fixed beforehand from the original weights ("static groups") and the stored blocks stay contiguous along K,
 as ONNX's blocked ``DequantizeLinear`` and ``MatMulNBits`` need. Act-order with static groups is qlinear's default
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from qlinear.ptq.weightonly.grids import (
+from qlinear.ptq.algorithms.grids import (
     FLOAT32,
     BlockQuant,
     _representable,

@@ -35,9 +35,9 @@ from qlinear.encodings import Encoding, EncodingSet
 from qlinear.errors import ConfigError, GraphError, OutputError, UnsupportedError
 from qlinear.graph.ops import WEIGHT_BEARING
 from qlinear.graph.save import needs_external
+from qlinear.ptq.algorithms.grids import BlockQuant, padded, quantize_blocks, quantize_rtn
 from qlinear.ptq.config import QuantizeConfig
 from qlinear.ptq.result import QuantizedModel, check_samples, is_binary, is_file, path_of
-from qlinear.ptq.weightonly.grids import BlockQuant, padded, quantize_blocks, quantize_rtn
 from qlinear.ptq.weightonly.plan import Linear, find_linears
 from qlinear.ptq.weightonly.tensors import Tensors
 from qlinear.ptq.weightonly.writer import WeightResult, Writer

@@ -33,7 +33,7 @@ from onnx import helper, numpy_helper
 from qlinear.errors import ConfigError, GraphError
 from qlinear.graph.save import INLINE_MAX
 from qlinear.graph.storage import STORAGE, lpbq_names, param_names, storage_type
-from qlinear.ptq.weightonly.grids import BlockQuant, n_blocks
+from qlinear.ptq.algorithms.grids import BlockQuant, n_blocks
 from qlinear.ptq.weightonly.plan import Linear
 from qlinear.ptq.weightonly.tensors import Tensors, external_info
 
