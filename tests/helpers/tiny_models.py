@@ -10,6 +10,15 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 
+def make_model(nodes, inputs, outputs, inits: dict[str, np.ndarray], opset: int = 18) -> onnx.ModelProto:
+    """A checked opset-``opset`` model of ``nodes`` with initializers ``inits`` (name -> array)."""
+    g = helper.make_graph(nodes, "t", inputs, outputs, [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 9
+    onnx.checker.check_model(m)
+    return m
+
+
 def tiny_lm(d: int = 72, ff: int = 96, vocab: int = 40, *, seed: int = 0, dtype=np.float32,
             opset: int = 20) -> onnx.ModelProto:
     """``input_ids [B, S]`` -> Gather(E) -> MLP (MatMul W1 [d, ff], x*Sigmoid(x), MatMul W2 [ff, d]) + residual

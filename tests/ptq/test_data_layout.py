@@ -11,6 +11,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from tiny_models import make_model
 
 import qlinear
 from qlinear.errors import ConfigError, DataError
@@ -18,14 +19,6 @@ from qlinear.ptq.data import load_dataset, model_inputs
 
 H = 16
 CFG = dict(calibration_samples=12, evaluation_samples=8, batch_size=4)
-
-
-def _model(nodes, inputs, outputs, inits) -> onnx.ModelProto:
-    g = helper.make_graph(nodes, "t", inputs, outputs, [numpy_helper.from_array(v, k) for k, v in inits.items()])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
-    m.ir_version = 9
-    onnx.checker.check_model(m)
-    return m
 
 
 def recurrent() -> onnx.ModelProto:
@@ -40,7 +33,7 @@ def recurrent() -> onnx.ModelProto:
              helper.make_node("Tanh", ["pre"], ["y"]),
              helper.make_node("Unsqueeze", ["y", "ax0"], ["y1"]),
              helper.make_node("Add", ["su", "y1"], ["state_out"])]
-    return _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", H]),
+    return make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", H]),
                           helper.make_tensor_value_info("state", TensorProto.FLOAT, [2, "batch", H])],
                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", H]),
                    helper.make_tensor_value_info("state_out", TensorProto.FLOAT, [2, "batch", H])],
@@ -55,19 +48,19 @@ def with_scalar() -> onnx.ModelProto:
              helper.make_node("Cast", ["sr"], ["srf"], to=TensorProto.FLOAT),
              helper.make_node("Div", ["srf", "k"], ["g"]),
              helper.make_node("Mul", ["xw", "g"], ["y"])]
-    return _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", H]),
+    return make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", H]),
                           helper.make_tensor_value_info("sr", TensorProto.INT64, [])],
                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", H])],
                   {"W": W, "k": np.array(16000, np.float32)})
 
 
-def sequence_model() -> onnx.ModelProto:
+def sequencemake_model() -> onnx.ModelProto:
     """``x [batch, seq, 8]`` -> MatMul -> Relu -> ``h [batch, seq, 8]`` and its mean over ``seq``: ``pooled``."""
     rng = np.random.default_rng(2)
     W = (rng.standard_normal((8, 8)) / 3).astype(np.float32)
     nodes = [helper.make_node("MatMul", ["x", "W"], ["xw"]), helper.make_node("Relu", ["xw"], ["h"]),
              helper.make_node("ReduceMean", ["h", "ax1"], ["pooled"], keepdims=0)]
-    return _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 8])],
+    return make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 8])],
                   [helper.make_tensor_value_info("h", TensorProto.FLOAT, ["batch", "seq", 8]),
                    helper.make_tensor_value_info("pooled", TensorProto.FLOAT, ["batch", 8])],
                   {"W": W, "ax1": np.array([1], np.int64)})
@@ -226,7 +219,7 @@ def test_static_batchless_input_once_or_per_sample():
 # ------------------------------------------------------------------------------------------------ variable lengths
 def test_report_with_samples_of_different_lengths(tmp_path):
     """Issue 21: samples of 4..36 tokens made evaluate raise in np.concatenate; now metrics per sample, aggregated."""
-    m = sequence_model()
+    m = sequencemake_model()
     rng = np.random.default_rng(6)
     lengths = [4, 36, 9, 17, 4, 12, 30, 5, 22, 8, 11, 6, 7, 33, 4, 19]
     d = tmp_path / "data"
@@ -275,7 +268,7 @@ def test_folder_samples_with_a_scalar_input(tmp_path):
 
 def test_accuracy_target_with_samples_of_different_lengths(tmp_path):
     """Precision repair judges on calibration samples of different lengths too (per batch, no np.concatenate)."""
-    m = sequence_model()
+    m = sequencemake_model()
     rng = np.random.default_rng(8)
     d = tmp_path / "data"
     d.mkdir()

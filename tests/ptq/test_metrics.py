@@ -11,21 +11,14 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
+from tiny_models import make_model
 
 import qlinear
 from qlinear.ptq.evaluate import HEADLINE, kind_metrics, output_kind
 
 CFG = dict(calibration_samples=24, evaluation_samples=40, batch_size=8)
 N_CAL = 24
-
-
-def _model(nodes, inputs, outputs, inits) -> onnx.ModelProto:
-    g = helper.make_graph(nodes, "t", inputs, outputs, [numpy_helper.from_array(v, k) for k, v in inits.items()])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
-    m.ir_version = 9
-    onnx.checker.check_model(m)
-    return m
 
 
 def heads() -> onnx.ModelProto:
@@ -49,7 +42,7 @@ def heads() -> onnx.ModelProto:
              helper.make_node("ArgMax", ["logits"], ["pred"], axis=1, keepdims=0),
              helper.make_node("Identity", ["ids"], ["ids_out"])]
     f = TensorProto.FLOAT
-    return _model(nodes, [helper.make_tensor_value_info("x", f, ["batch", 16]),
+    return make_model(nodes, [helper.make_tensor_value_info("x", f, ["batch", 16]),
                           helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch", 5])],
                   [helper.make_tensor_value_info("logits", f, ["batch", 10]),
                    helper.make_tensor_value_info("prob", f, ["batch", 1]),
@@ -167,7 +160,7 @@ def test_mean_pooled_sentence_embedding_is_not_a_classifier():
              helper.make_node("ReduceSum", ["h", "ax1"], ["s"], keepdims=0),
              helper.make_node("Div", ["s", "len"], ["mean"]),
              helper.make_node("Concat", ["mean"], ["461"], axis=1)]
-    m = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 8])],
+    m = make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 8])],
                [helper.make_tensor_value_info("461", TensorProto.FLOAT, ["batch", 24])],
                {"W": W, "ax1": np.array([1], np.int64), "len": np.array(6, np.float32)})
     x = rng.standard_normal((40, 6, 8)).astype(np.float32)
@@ -188,7 +181,7 @@ def test_mixed_range_output_is_judged_per_part():
              helper.make_node("MatMul", ["x", "Ws"], ["s0"]), helper.make_node("Sigmoid", ["s0"], ["s1"]),
              helper.make_node("Reshape", ["s1", "ss"], ["scores"]),
              helper.make_node("Concat", ["boxes", "scores"], ["det"], axis=-1)]
-    m = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
+    m = make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
                [helper.make_tensor_value_info("det", TensorProto.FLOAT, ["batch", 5, 6])], w)
     x = rng.standard_normal((40, 8)).astype(np.float32)
     qm = qlinear.quantize(m, {"x": x}, dict(calibration_samples=20, evaluation_samples=20))

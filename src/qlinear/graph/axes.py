@@ -1,18 +1,6 @@
-"""Which axis of a weight is the output channel and which is blocked, per consuming operator.
-
-The AIMET table (notes ``aimet.md`` §2.7, ``QuantizationSimModel._get_quantization_axes``), which is also what ONNX
-Runtime's quantizer uses:
-
-==================  =======  =====
-op                  channel  block
-==================  =======  =====
-Conv                0        1
-ConvTranspose       1        0
-Gemm transB=1       0        1
-Gemm transB=0       1        0
-MatMul              -1       -2
-1-D params (bias)   0        -
-==================  =======  =====
+"""Which axis of a weight is the output channel and which is blocked, per consuming operator: the table is the
+operator registry's (:mod:`qlinear.graph.ops.linear`, AIMET's ``_get_quantization_axes``); 1-D params (biases) are
+per-channel on axis 0.
 """
 
 from __future__ import annotations

@@ -23,18 +23,12 @@ from qlinear.encodings import Encoding, EncodingSet
 from qlinear.graph import ops
 from qlinear.graph.model import GraphIndex, load_model
 from qlinear.ptq.config import QuantizeConfig
-from qlinear.ptq.settle import settle
 
 #: the int8 fixed output parameters (scale, zero point) by op type (operator registry, qlinear.graph.ops)
 FIXED_TFLITE = ops.FIXED_TFLITE
 #: the 16-bit (16x8) fixed output parameters (``GetFixedOutputRange`` with bit width 16)
 FIXED_TFLITE16 = ops.FIXED_TFLITE16
 SAME_SCALE_TFLITE = ops.SAME_SCALE_TFLITE
-
-
-def adjust_config(cfg: QuantizeConfig) -> QuantizeConfig:
-    """``cfg`` with the target's rules applied (:func:`qlinear.ptq.settle.settle`, which also returns the notes)."""
-    return settle(cfg)[0]
 
 
 def finalize(es: EncodingSet, m: onnx.ModelProto, plan: Any, cfg: QuantizeConfig) -> EncodingSet:
