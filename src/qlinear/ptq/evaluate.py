@@ -24,11 +24,14 @@ QuantizeLinear/DequantizeLinear runs as the operator, float operators in between
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, Callable
 
 import numpy as np
 
+from qlinear.core.native import cpu_count
 from qlinear.errors import DataError
 from qlinear.graph.ops import EMBEDDING_PRODUCERS, LAYOUT_PASSTHROUGH, QUANTIZE_OPS
 
@@ -214,10 +217,10 @@ class _Seen:
 
     def add(self, e: Any, x: np.ndarray) -> None:
         x = np.ascontiguousarray(x, np.float32)
-        y = e.fake_quantize(x).reshape(-1)
+        y = e.fake_quantize(x).reshape(-1)   # a fresh float32 array: the noise is computed in its place
         x = x.reshape(-1)
         self.sig += _sumsq(x)
-        self.noise += _sumsq(x - y)
+        self.noise += _sumsq(np.subtract(x, y, out=y))
         if x.size:
             self.lo = min(self.lo, float(x.min()))
             self.hi = max(self.hi, float(x.max()))
@@ -251,10 +254,16 @@ def _activation_stats(qm: Any, encs: list[Any], start: int, n_stat: int) -> dict
         b = ds.batch_len(feed)
         fv = dict(zip(fetch, fs_stats.run(fetch, feed, where=f"{ds.source}, samples {done}..{done + b - 1}")))
         fv.update(feed)
-        for e in encs:
-            seen[e.name].add(e, fv[e.name])
+        # tensors are independent (each keeps its own batch order): numpy and the kernels release the GIL, so a
+        # pool of its own (not the kernels' pool, which the kernels wait on) keeps every core busy
+        list(_stats_pool().map(lambda e: seen[e.name].add(e, fv[e.name]), encs))
         done += b
     return seen
+
+
+@lru_cache(maxsize=1)
+def _stats_pool() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=cpu_count(), thread_name_prefix="qlinear-stats")
 
 
 def _outputs(qm: Any, engine: str, outputs: list[str], start: int, stop: int,
