@@ -25,6 +25,7 @@ QuantizeLinear/DequantizeLinear runs as the operator, float operators in between
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+import threading
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Callable
@@ -205,6 +206,44 @@ def _stat_encodings(qm: Any) -> list[Any]:
             and e.name not in qm.plan.inherit]
 
 
+class _Scratch:
+    """The statistics' quantize/dequantize of a per-tensor integer encoding, in cache-sized chunks into per-thread
+    buffers reused from tensor to tensor (tens of MB of fresh arrays cost more in page faults and memory traffic
+    than the kernels): the noise ``x - DQ(Q(x))`` and the chunks' minima/maxima in one sweep over ``x``. Every
+    value is the one of ``fake_quantize`` on the whole tensor (element-wise), and so are the minimum/maximum."""
+
+    CHUNK = 1 << 20
+    REUSABLE = (np.dtype(np.uint8), np.dtype(np.int8), np.dtype(np.uint16), np.dtype(np.int16))
+
+    def __init__(self) -> None:
+        self.local = threading.local()
+
+    def handles(self, e: Any) -> bool:
+        t = e.qtype
+        return t.is_int and t.storage in self.REUSABLE and not e.block_size and e.granularity == "per_tensor"
+
+    def _buf(self, key: str, n: int, dtype: np.dtype) -> np.ndarray:
+        b = getattr(self.local, key, None)
+        if b is None or b.nbytes < n * dtype.itemsize:
+            b = np.empty(n * dtype.itemsize, np.uint8)
+            setattr(self.local, key, b)
+        return b[: n * dtype.itemsize].view(dtype)
+
+    def noise(self, e: Any, x: np.ndarray) -> tuple[np.ndarray, float, float]:
+        """``x - DQ(Q(x))`` of a flat float32 ``x`` (a per-thread buffer), ``x.min()`` and ``x.max()``."""
+        n, c = x.size, self.CHUNK
+        d = self._buf("d", n, np.dtype(np.float32))
+        q = self._buf("q", min(n, c), e.qtype.storage)
+        lo, hi = np.empty(-(-n // c), np.float32), np.empty(-(-n // c), np.float32)
+        for i, a in enumerate(range(0, n, c)):
+            xc, dc = x[a:a + c], d[a:a + c]
+            qc = e.quantize(xc, out=q[: xc.size], threads=1)
+            e.dequantize(qc, out=dc, threads=1)
+            np.subtract(xc, dc, out=dc)
+            lo[i], hi[i] = xc.min(), xc.max()
+        return d, (float(lo.min()) if n else np.inf), (float(hi.max()) if n else -np.inf)
+
+
 @dataclass
 class _Seen:
     """One activation over the statistics samples: its signal and quantization noise, range, histogram sample."""
@@ -215,15 +254,20 @@ class _Seen:
     lo: float = np.inf
     hi: float = -np.inf
 
-    def add(self, e: Any, x: np.ndarray) -> None:
-        x = np.ascontiguousarray(x, np.float32)
-        y = e.fake_quantize(x).reshape(-1)   # a fresh float32 array: the noise is computed in its place
-        x = x.reshape(-1)
+    def add(self, e: Any, x: np.ndarray, scratch: "_Scratch | None" = None) -> None:
+        xs = np.ascontiguousarray(x, np.float32)
+        x = xs.reshape(-1)
+        if scratch is not None and scratch.handles(e):
+            d, lo, hi = scratch.noise(e, x)
+        else:
+            d = e.fake_quantize(xs).reshape(-1)   # a fresh array: the noise is computed in its place
+            np.subtract(x, d, out=d)
+            lo, hi = (float(x.min()), float(x.max())) if x.size else (np.inf, -np.inf)
         self.sig += _sumsq(x)
-        self.noise += _sumsq(np.subtract(x, y, out=y))
+        self.noise += _sumsq(d)
         if x.size:
-            self.lo = min(self.lo, float(x.min()))
-            self.hi = max(self.hi, float(x.max()))
+            self.lo = min(self.lo, lo)
+            self.hi = max(self.hi, hi)
         self.hist.add(x)
 
     def histogram(self, st: TensorStat) -> dict | None:
@@ -249,6 +293,7 @@ def _activation_stats(qm: Any, encs: list[Any], start: int, n_stat: int) -> dict
         return seen
     fetch = [e.name for e in encs if e.name not in ref_inputs]
     fs_stats = float_stats_session(qm, fetch)
+    scratch = _Scratch()
     done = start
     for feed in ds.batches(start, start + n_stat, cfg.batch_size):
         b = ds.batch_len(feed)
@@ -256,7 +301,7 @@ def _activation_stats(qm: Any, encs: list[Any], start: int, n_stat: int) -> dict
         fv.update(feed)
         # tensors are independent (each keeps its own batch order): numpy and the kernels release the GIL, so a
         # pool of its own (not the kernels' pool, which the kernels wait on) keeps every core busy
-        list(_stats_pool().map(lambda e: seen[e.name].add(e, fv[e.name]), encs))
+        list(_stats_pool().map(lambda e: seen[e.name].add(e, fv[e.name], scratch), encs))
         done += b
     return seen
 
