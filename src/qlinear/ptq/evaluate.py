@@ -229,16 +229,17 @@ class _Scratch:
             setattr(self.local, key, b)
         return b[: n * dtype.itemsize].view(dtype)
 
-    def noise(self, e: Any, x: np.ndarray) -> tuple[np.ndarray, float, float]:
-        """``x - DQ(Q(x))`` of a flat float32 ``x`` (a per-thread buffer), ``x.min()`` and ``x.max()``."""
+    def noise(self, e: Any, x: np.ndarray, threads: int | None = None) -> tuple[np.ndarray, float, float]:
+        """``x - DQ(Q(x))`` of a flat float32 ``x`` (a per-thread buffer), ``x.min()`` and ``x.max()``; ``threads``
+        for the kernels (None: automatic)."""
         n, c = x.size, self.CHUNK
         d = self._buf("d", n, np.dtype(np.float32))
         q = self._buf("q", min(n, c), e.qtype.storage)
         lo, hi = np.empty(-(-n // c), np.float32), np.empty(-(-n // c), np.float32)
         for i, a in enumerate(range(0, n, c)):
             xc, dc = x[a:a + c], d[a:a + c]
-            qc = e.quantize(xc, out=q[: xc.size], threads=1)
-            e.dequantize(qc, out=dc, threads=1)
+            qc = e.quantize(xc, out=q[: xc.size], threads=threads)
+            e.dequantize(qc, out=dc, threads=threads)
             np.subtract(xc, dc, out=dc)
             lo[i], hi[i] = xc.min(), xc.max()
         return d, (float(lo.min()) if n else np.inf), (float(hi.max()) if n else -np.inf)
@@ -254,11 +255,11 @@ class _Seen:
     lo: float = np.inf
     hi: float = -np.inf
 
-    def add(self, e: Any, x: np.ndarray, scratch: "_Scratch | None" = None) -> None:
+    def add(self, e: Any, x: np.ndarray, scratch: "_Scratch | None" = None, threads: int | None = None) -> None:
         xs = np.ascontiguousarray(x, np.float32)
         x = xs.reshape(-1)
         if scratch is not None and scratch.handles(e):
-            d, lo, hi = scratch.noise(e, x)
+            d, lo, hi = scratch.noise(e, x, threads)
         else:
             d = e.fake_quantize(xs).reshape(-1)   # a fresh array: the noise is computed in its place
             np.subtract(x, d, out=d)
@@ -299,9 +300,15 @@ def _activation_stats(qm: Any, encs: list[Any], start: int, n_stat: int) -> dict
         b = ds.batch_len(feed)
         fv = dict(zip(fetch, fs_stats.run(fetch, feed, where=f"{ds.source}, samples {done}..{done + b - 1}")))
         fv.update(feed)
-        # tensors are independent (each keeps its own batch order): numpy and the kernels release the GIL, so a
-        # pool of its own (not the kernels' pool, which the kernels wait on) keeps every core busy
-        list(_stats_pool().map(lambda e: seen[e.name].add(e, fv[e.name], scratch), encs))
+        # tensors are independent (each keeps its own batch order): numpy and the kernels release the GIL, so the
+        # large ones go to a pool of their own (not the kernels' pool, which the kernels wait on), one core each,
+        # while this thread does the small ones (for which the GIL-bound Python around the kernels dominates)
+        big = [e for e in encs if fv[e.name].size >= _Scratch.CHUNK]
+        jobs = _stats_pool().map(lambda e: seen[e.name].add(e, fv[e.name], scratch, 1), big) if big else ()
+        for e in encs:
+            if fv[e.name].size < _Scratch.CHUNK:
+                seen[e.name].add(e, fv[e.name], scratch)
+        list(jobs)
         done += b
     return seen
 
