@@ -24,8 +24,8 @@ QuantizeLinear/DequantizeLinear runs as the operator, float operators in between
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Callable
@@ -304,11 +304,12 @@ def _activation_stats(qm: Any, encs: list[Any], start: int, n_stat: int) -> dict
         # large ones go to a pool of their own (not the kernels' pool, which the kernels wait on), one core each,
         # while this thread does the small ones (for which the GIL-bound Python around the kernels dominates)
         big = [e for e in encs if fv[e.name].size >= _Scratch.CHUNK]
-        jobs = _stats_pool().map(lambda e: seen[e.name].add(e, fv[e.name], scratch, 1), big) if big else ()
+        jobs = [_stats_pool().submit(seen[e.name].add, e, fv[e.name], scratch, 1) for e in big]
         for e in encs:
             if fv[e.name].size < _Scratch.CHUNK:
                 seen[e.name].add(e, fv[e.name], scratch)
-        list(jobs)
+        for j in jobs:
+            j.result()
         done += b
     return seen
 
