@@ -24,11 +24,15 @@ QuantizeLinear/DequantizeLinear runs as the operator, float operators in between
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, Callable
 
 import numpy as np
 
+from qlinear.core.native import cpu_count
 from qlinear.errors import DataError
 from qlinear.graph.ops import EMBEDDING_PRODUCERS, LAYOUT_PASSTHROUGH, QUANTIZE_OPS
 
@@ -202,6 +206,45 @@ def _stat_encodings(qm: Any) -> list[Any]:
             and e.name not in qm.plan.inherit]
 
 
+class _Scratch:
+    """The statistics' quantize/dequantize of a per-tensor integer encoding, in cache-sized chunks into per-thread
+    buffers reused from tensor to tensor (tens of MB of fresh arrays cost more in page faults and memory traffic
+    than the kernels): the noise ``x - DQ(Q(x))`` and the chunks' minima/maxima in one sweep over ``x``. Every
+    value is the one of ``fake_quantize`` on the whole tensor (element-wise), and so are the minimum/maximum."""
+
+    CHUNK = 1 << 20
+    REUSABLE = (np.dtype(np.uint8), np.dtype(np.int8), np.dtype(np.uint16), np.dtype(np.int16))
+
+    def __init__(self) -> None:
+        self.local = threading.local()
+
+    def handles(self, e: Any) -> bool:
+        t = e.qtype
+        return t.is_int and t.storage in self.REUSABLE and not e.block_size and e.granularity == "per_tensor"
+
+    def _buf(self, key: str, n: int, dtype: np.dtype) -> np.ndarray:
+        b = getattr(self.local, key, None)
+        if b is None or b.nbytes < n * dtype.itemsize:
+            b = np.empty(n * dtype.itemsize, np.uint8)
+            setattr(self.local, key, b)
+        return b[: n * dtype.itemsize].view(dtype)
+
+    def noise(self, e: Any, x: np.ndarray, threads: int | None = None) -> tuple[np.ndarray, float, float]:
+        """``x - DQ(Q(x))`` of a flat float32 ``x`` (a per-thread buffer), ``x.min()`` and ``x.max()``; ``threads``
+        for the kernels (None: automatic)."""
+        n, c = x.size, self.CHUNK
+        d = self._buf("d", n, np.dtype(np.float32))
+        q = self._buf("q", min(n, c), e.qtype.storage)
+        lo, hi = np.empty(-(-n // c), np.float32), np.empty(-(-n // c), np.float32)
+        for i, a in enumerate(range(0, n, c)):
+            xc, dc = x[a:a + c], d[a:a + c]
+            qc = e.quantize(xc, out=q[: xc.size], threads=threads)
+            e.dequantize(qc, out=dc, threads=threads)
+            np.subtract(xc, dc, out=dc)
+            lo[i], hi[i] = xc.min(), xc.max()
+        return d, (float(lo.min()) if n else np.inf), (float(hi.max()) if n else -np.inf)
+
+
 @dataclass
 class _Seen:
     """One activation over the statistics samples: its signal and quantization noise, range, histogram sample."""
@@ -212,15 +255,20 @@ class _Seen:
     lo: float = np.inf
     hi: float = -np.inf
 
-    def add(self, e: Any, x: np.ndarray) -> None:
-        x = np.ascontiguousarray(x, np.float32)
-        y = e.fake_quantize(x).reshape(-1)
-        x = x.reshape(-1)
+    def add(self, e: Any, x: np.ndarray, scratch: "_Scratch | None" = None, threads: int | None = None) -> None:
+        xs = np.ascontiguousarray(x, np.float32)
+        x = xs.reshape(-1)
+        if scratch is not None and scratch.handles(e):
+            d, lo, hi = scratch.noise(e, x, threads)
+        else:
+            d = e.fake_quantize(xs).reshape(-1)   # a fresh array: the noise is computed in its place
+            np.subtract(x, d, out=d)
+            lo, hi = (float(x.min()), float(x.max())) if x.size else (np.inf, -np.inf)
         self.sig += _sumsq(x)
-        self.noise += _sumsq(x - y)
+        self.noise += _sumsq(d)
         if x.size:
-            self.lo = min(self.lo, float(x.min()))
-            self.hi = max(self.hi, float(x.max()))
+            self.lo = min(self.lo, lo)
+            self.hi = max(self.hi, hi)
         self.hist.add(x)
 
     def histogram(self, st: TensorStat) -> dict | None:
@@ -246,15 +294,29 @@ def _activation_stats(qm: Any, encs: list[Any], start: int, n_stat: int) -> dict
         return seen
     fetch = [e.name for e in encs if e.name not in ref_inputs]
     fs_stats = float_stats_session(qm, fetch)
+    scratch = _Scratch()
     done = start
     for feed in ds.batches(start, start + n_stat, cfg.batch_size):
         b = ds.batch_len(feed)
         fv = dict(zip(fetch, fs_stats.run(fetch, feed, where=f"{ds.source}, samples {done}..{done + b - 1}")))
         fv.update(feed)
+        # tensors are independent (each keeps its own batch order): numpy and the kernels release the GIL, so the
+        # large ones go to a pool of their own (not the kernels' pool, which the kernels wait on), one core each,
+        # while this thread does the small ones (for which the GIL-bound Python around the kernels dominates)
+        big = [e for e in encs if fv[e.name].size >= _Scratch.CHUNK]
+        jobs = [_stats_pool().submit(seen[e.name].add, e, fv[e.name], scratch, 1) for e in big]
         for e in encs:
-            seen[e.name].add(e, fv[e.name])
+            if fv[e.name].size < _Scratch.CHUNK:
+                seen[e.name].add(e, fv[e.name], scratch)
+        for j in jobs:
+            j.result()
         done += b
     return seen
+
+
+@lru_cache(maxsize=1)
+def _stats_pool() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=cpu_count(), thread_name_prefix="qlinear-stats")
 
 
 def _outputs(qm: Any, engine: str, outputs: list[str], start: int, stop: int,

@@ -1,0 +1,47 @@
+"""The report's per-tensor statistics: the chunked, buffer-reusing path gives the very numbers of the plain one
+(``fake_quantize`` on the whole tensor, ``x.min()``/``x.max()``), for every chunk split and special value."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from qlinear.encodings.model import Encoding
+from qlinear.ptq import evaluate as ev
+
+
+def _both(e: Encoding, batches: list[np.ndarray], chunk: int, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(ev._Scratch, "CHUNK", chunk)
+    plain, chunked, scratch = ev._Seen(ev._Sample(1000)), ev._Seen(ev._Sample(1000)), ev._Scratch()
+    for x in batches:
+        plain.add(e, x)
+        chunked.add(e, x, scratch)
+    return plain, chunked
+
+
+@pytest.mark.parametrize("dtype,zp", [("uint8", 128), ("int8", 0), ("uint16", 30000), ("int16", 0)])
+@pytest.mark.parametrize("chunk", [7, 64, 1 << 20])
+def test_chunked_stats_equal_plain(dtype: str, zp: int, chunk: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(chunk)
+    e = Encoding("t", dtype, scale=np.float32(0.013), zero_point=zp)
+    assert ev._Scratch().handles(e)
+    batches = [rng.standard_normal((2, 3, 11, 13)).astype(np.float32) * 2, np.zeros((0, 3), np.float32),
+               (rng.standard_normal((1, 500)) * 40).astype(np.float32)]
+    plain, chunked = _both(e, batches, chunk, monkeypatch)
+    assert (plain.sig, plain.noise, plain.lo, plain.hi) == (chunked.sig, chunked.noise, chunked.lo, chunked.hi)
+    assert plain.noise > 0 and np.isfinite(plain.lo)
+    assert np.array_equal(plain.hist.values(), chunked.hist.values())
+
+
+def test_chunked_stats_nan_like_plain(monkeypatch: pytest.MonkeyPatch) -> None:
+    e = Encoding("t", "uint8", scale=np.float32(0.1), zero_point=10)
+    x = np.linspace(-3, 5, 300, dtype=np.float32)
+    x[157] = np.nan
+    plain, chunked = _both(e, [x, x[:100]], 16, monkeypatch)
+    assert (plain.lo, plain.hi) == (chunked.lo, chunked.hi) == (-3.0, float(x[99]))
+    assert np.isnan(plain.noise) and np.isnan(chunked.noise)
+
+
+def test_per_channel_keeps_the_plain_path() -> None:
+    e = Encoding("t", "int8", scale=np.array([0.1, 0.2], np.float32), zero_point=np.zeros(2, np.int8), axis=1)
+    assert not ev._Scratch().handles(e)
