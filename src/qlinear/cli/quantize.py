@@ -49,6 +49,9 @@ def quantize(
                                                    "input NAME (default: its first dynamic dimension); repeatable."),
     report: bool = typer.Option(True, "--report/--no-report", help="Evaluate on the held-out samples and write "
                                 "report.json and report.html (--no-report: only the model and encodings)."),
+    sensitivity: bool = typer.Option(False, "--sensitivity", help="Add to the report the output's sensitivity to each "
+                                     "quantized weight and activation (only it quantized / only it float, on 4 "
+                                     "held-out samples; 2 runs per tensor)."),
 ) -> None:
     """Calibrate, then write OUTDIR/model.qdq.onnx, model.encodings (and model.float.onnx when BatchNorm folding or
     equalization changed the float model), report.html and report.json, and print the accuracy."""
@@ -81,7 +84,7 @@ def quantize(
     folder = OutputFolder(output)
     folder.check()  # before any work: a folder that cannot be written fails now, not after calibration
     qm, files = _run(model, data, cfg, folder, con, report=report, encodings_version=encodings_version,
-                     image_mean=image_mean, image_std=image_std)
+                     image_mean=image_mean, image_std=image_std, sensitivity=SENSITIVITY_SAMPLES if sensitivity else 0)
     _print_result(qm, Path(model).name, files, output, report)
     if any(n.startswith("WARNING: accuracy target") for n in qm.notes):
         raise typer.Exit(1)  # EXIT_PROBLEMS: written, but the asked accuracy is not reached
@@ -103,7 +106,10 @@ def settled_config(model: Path, config: Optional[Path], over: dict):
     return cfg
 
 
-def _run(model, data, cfg, folder, con, *, report, encodings_version, image_mean, image_std):
+SENSITIVITY_SAMPLES = 4  #: held-out samples ``--sensitivity`` runs on
+
+
+def _run(model, data, cfg, folder, con, *, report, encodings_version, image_mean, image_std, sensitivity=0):
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     import qlinear
@@ -120,8 +126,10 @@ def _run(model, data, cfg, folder, con, *, report, encodings_version, image_mean
         start, stop = qm.held_out()
         if report and start == 0 and qm.fitted:  # weight-only round to nearest never sees the data
             qm.notes.append("no held-out samples: the report evaluates on the calibration samples")
+        if report and sensitivity:  # computed (and cached) before save writes the report
+            qm.report(progress=bar("evaluating", stop - start), sensitivity=sensitivity)
         files = qm.save(folder, encodings_version=encodings_version, report=report,
-                        progress=bar("evaluating", stop - start) if report else None)
+                        progress=bar("evaluating", stop - start) if report and not sensitivity else None)
     return qm, files
 
 

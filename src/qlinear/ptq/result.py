@@ -119,14 +119,23 @@ class QuantizedModel:
             return 0, min(n, self.config.evaluation_samples or n)
         return start, stop
 
-    def report(self, *, samples: int | None = None, progress: Callable[[int], None] | None = None):  # noqa: ANN201
+    def report(self, *, samples: int | None = None, progress: Callable[[int], None] | None = None,  # noqa: ANN201
+               sensitivity: int = 0):
         """Accuracy report on the held-out samples (computed once): per-tensor SQNR, sensitivity ranking, output
-        agreement; see :mod:`qlinear.ptq.evaluate`."""
+        agreement; see :mod:`qlinear.ptq.evaluate`. ``sensitivity``: also the output's sensitivity to each quantized
+        tensor on that many held-out samples (:mod:`qlinear.ptq.sensitivity`; 0: not computed)."""
         check_samples(samples)
+        if sensitivity:
+            check_samples(sensitivity)
         if self._report is None:
             from qlinear.ptq.evaluate import evaluate
 
             self._report = evaluate(self, samples=samples, progress=progress)
+        if sensitivity and not self._report.sensitivity:
+            from qlinear.ptq.sensitivity import as_dicts
+            from qlinear.ptq.sensitivity import sensitivity as sensitivity_of
+
+            self._report.sensitivity = as_dicts(sensitivity_of(self, samples=sensitivity))
         return self._report
 
     def save(self, outdir: str | Path | Any, *, encodings_version: str = "2.0.0", report: bool = True,
