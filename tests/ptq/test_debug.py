@@ -87,13 +87,18 @@ def _exposing(m: onnx.ModelProto, name: str) -> onnx.ModelProto:
     return m2
 
 
-@pytest.mark.parametrize("tensor", ["input", "relu_out", "relu6_out", "pw_out", "res_out", "logits"])
+@pytest.mark.parametrize("tensor", ["input", "relu_out", "relu6_out", "pw_out", "res_out", "logits", "stem.weight",
+                                    "pw.weight", "fc.weight"])
 def test_corrupted_scale_is_the_first_jump_qlinear(qlinear_pair, tensor):
     fm, qm = qlinear_pair
     r = compare_models(fm, _scaled(qm, f"{tensor}_scale"), DATA)
     assert r.first_jump == tensor
     (j,) = [t for t in r.tensors if t.jump]
-    assert j.drop_db > 12 and j.local_db < j.sqnr_db + 12
+    assert j.drop_db > 12
+    if j.local_db is not None:  # its own quantization is what lost it: ~20 dB noisier than a min-max grid
+        assert j.local_db < j.sqnr_db + 12 and j.excess_db > 15
+    clean = {t.tensor: t for t in compare_models(fm, qm, DATA).tensors}
+    assert all(t.excess_db is None or t.excess_db < 6 for t in clean.values())
 
 
 @pytest.mark.parametrize("tensor", ["stem_out", "relu_out", "relu6_out", "pw_out", "res_out"])

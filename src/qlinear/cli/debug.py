@@ -29,7 +29,8 @@ def debug(
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """FLOAT.onnx QUANT.onnx --data X: run both on the samples and print each tensor's SQNR in graph order, marking
-    the first tensor whose SQNR drops by more than --jump-db below its inputs'. QUANT.onnx MODEL.tflite (or QUANT.onnx
+    the first tensor whose SQNR drops by more than --jump-db below its inputs' (or whose own quantization is that much
+    noisier than a min-max grid of its bits). QUANT.onnx MODEL.tflite (or QUANT.onnx
     --runtime ort_fused): run qlinear's integer kernels and the runtime, and name the first tensor that differs bit
     for bit. Exit status 1 when a jump or a difference is found."""
     from qlinear.errors import ConfigError
@@ -82,22 +83,23 @@ def _print_models(res, first: Path, second: Path, as_json: bool) -> None:
     from rich.table import Table
 
     t = Table(title=f"{second.name} against {first.name}: SQNR per tensor on {res.samples} samples, graph order")
-    for c in ("tensor", "role", "op", "quantized as", "SQNR dB", "own quantization dB", "drop dB", ""):
+    for c in ("tensor", "role", "op", "quantized as", "SQNR dB", "own quantization dB", "drop dB", "excess dB", ""):
         t.add_column(c, overflow="fold")
     for d in res.tensors:
         t.add_row(d.tensor, d.role, d.op, d.quant_tensor if d.quant_tensor != d.tensor else "", _fmt(d.sqnr_db),
-                  _fmt(d.local_db), _fmt(d.drop_db), "<- first jump" if d.jump else "",
+                  _fmt(d.local_db), _fmt(d.drop_db), _fmt(d.excess_db), "<- first jump" if d.jump else "",
                   style="bold red" if d.jump else "")
     con = _console()
     con.print(t)
     if res.unmatched:
         con.print(f"not observable in the quantized model (fused away): {', '.join(res.unmatched)}", highlight=False)
     if res.first_jump is None:
-        con.print(f"no tensor loses more than {res.jump_db:g} dB against its inputs", highlight=False)
+        con.print(f"no tensor loses more than {res.jump_db:g} dB against its inputs or a min-max grid", highlight=False)
     else:
         d = next(x for x in res.tensors if x.tensor == res.first_jump)
         con.print(f"first jump: {d.tensor} ({d.op} {d.node}): {_fmt(d.sqnr_db)} dB, {_fmt(d.drop_db)} dB below its "
-                  f"inputs" + (f"; its own quantization alone {_fmt(d.local_db)} dB" if d.local_db is not None else ""),
+                  f"inputs" + (f"; its own quantization alone {_fmt(d.local_db)} dB, {_fmt(d.excess_db)} dB noisier "
+                               "than a min-max grid" if d.local_db is not None else ""),
                   highlight=False)
 
 

@@ -9,9 +9,14 @@ consumers see); a weight ``W`` to the ``DequantizeLinear`` output the matched no
 tensor: ``sqnr_db = 10 log10(sum T^2 / sum (T - T')^2)`` over all samples (``T'`` its value in ``QUANT``: the error
 carried from every earlier layer plus its own), ``local_db`` the SQNR of its own quantization alone (the
 dequantized value against ``QUANT``'s value before its ``QuantizeLinear``), and ``drop_db``, how much worse it is
-than its inputs (the lowest SQNR of the nearest matched activations the node reads, capped at :func:`ideal_db` of
-the tensor's bit width, which is also what an exact float input counts as). The **first jump** is the first activation in graph order whose drop passes
-``jump_db``: a tensor whose quantization parameters are wrong (a scale ten times too large loses ~20 dB) shows there.
+than its inputs (the lowest SQNR of the nearest matched activations and the weights the node reads, capped at
+:func:`ideal_db` of the tensor's bit width, which is also what an exact float input counts as; a graph input's drop
+is against that ideal alone, a weight's against the median SQNR of the model's weights of its bit width; an int32
+bias has none), and ``excess_db``, its own quantization noise against the noise a min-max grid of its bit width
+would add to the same values (about 0 dB or less for any calibration). The **first jump** is the first tensor in
+graph order whose drop or excess passes ``jump_db``: a tensor whose quantization parameters are wrong shows there (a
+scale ten times too large: ~20 dB of excess, and a drop of 15-25 dB where the error carried in is still small; deep
+in a network, where the carried error dominates, the excess still shows it).
 
 **Integer kernels against a runtime** (:func:`compare_runtime`): the integers :func:`qlinear.kernels.run_integer`
 computes for every quantized tensor against the ones a runtime computes (a ``.tflite`` by LiteRT's interpreter with
@@ -57,6 +62,7 @@ class TensorDiff:
     sqnr_db: float
     local_db: float | None = None
     drop_db: float | None = None
+    excess_db: float | None = None   # own quantization noise against a min-max grid of its bits (:meth:`_Acc.excess_db`)
     jump: bool = False
 
 
@@ -77,8 +83,9 @@ class ModelDiff:
 
 def ideal_db(bits: int) -> float:
     """The SQNR of a full-scale sine on a uniform ``bits``-bit grid, ``6.02 bits + 1.76`` dB: the reference a tensor
-    whose inputs are exact is measured against (a well-calibrated 8-bit tensor loses a few dB to it)."""
-    return 6.02 * bits + 1.76
+    whose inputs are exact is measured against (a well-calibrated 8-bit tensor loses a few dB to it; a float type,
+    ``bits`` 0, counts as 8 bits)."""
+    return 6.02 * (bits or 8) + 1.76
 
 
 def sqnr_db(sig: float, noise: float) -> float:
@@ -126,14 +133,16 @@ def _dequantized(t: str, cons: dict[str, list[onnx.NodeProto]], types: dict[str,
 
 
 def _bits(q: onnx.NodeProto, types: dict[str, int]) -> int:
-    """The bit width of a QuantizeLinear's output (its zero point's type, else ``output_dtype``, else uint8)."""
+    """The bit width of a QuantizeLinear's (or DequantizeLinear's) integer type (its zero point's type, else
+    ``output_dtype``, else uint8), 0 for a float type (float8, float4)."""
     et = types.get(q.input[2], 0) if len(q.input) > 2 and q.input[2] else 0
     if not et:
         et = next((a.i for a in q.attribute if a.name == "output_dtype"), 0)
-    try:
-        return int(np.dtype(onnx.helper.tensor_dtype_to_np_dtype(et)).itemsize * 8) if et else 8
-    except (KeyError, TypeError, ValueError):  # 4-bit and float8 types: no NumPy dtype
-        return {onnx.TensorProto.INT4: 4, onnx.TensorProto.UINT4: 4}.get(et, 8)
+    if not et:
+        return 8
+    ints = {onnx.TensorProto.INT4: 4, onnx.TensorProto.UINT4: 4, onnx.TensorProto.INT8: 8, onnx.TensorProto.UINT8: 8,
+            onnx.TensorProto.INT16: 16, onnx.TensorProto.UINT16: 16, onnx.TensorProto.INT32: 32}
+    return ints.get(et, {22: 2, 23: 2}.get(et, 0))  # 22/23: int2/uint2 (opset 25)
 
 
 def match_tensors(fm: onnx.ModelProto, qm: onnx.ModelProto) -> tuple[list[_Match], list[str]]:
@@ -164,7 +173,7 @@ def match_tensors(fm: onnx.ModelProto, qm: onnx.ModelProto) -> tuple[list[_Match
                 p = qprod.get(u)
                 if p is not None and p.op_type == "DequantizeLinear":
                     role = "bias" if types.get(p.input[0]) == onnx.TensorProto.INT32 else "weight"
-                    out.append(_Match(t, role, n.name, n.op_type, u, quantized=True))
+                    out.append(_Match(t, role, n.name, n.op_type, u, None, _bits(p, types), True))
                     seen.add(t)
         for k, t in enumerate(n.output):
             if not t or t in seen:
@@ -210,6 +219,16 @@ class _Acc:
 
     def __init__(self) -> None:
         self.sig = self.noise = self.lsig = self.lnoise = 0.0
+        self.lo, self.hi, self.count = math.inf, -math.inf, 0
+
+    def excess_db(self, bits: int) -> float | None:
+        """The own quantization noise against the noise of a min-max grid of ``bits`` over the values seen
+        (``s^2 / 12`` per value, ``s = (max - min) / (2^bits - 1)``): about 0 dB or less for any calibration (a
+        clipping method trades the same noise for a finer grid), +20 dB for a scale ten times too large."""
+        if not bits or not self.count or not self.hi > self.lo or self.lnoise <= 0:
+            return None
+        s = (self.hi - self.lo) / (2 ** bits - 1)
+        return float(10 * np.log10(self.lnoise / (self.count * s * s / 12)))
 
     def add(self, f: np.ndarray, q: np.ndarray, pre: np.ndarray | None) -> None:
         f64 = np.asarray(f, np.float64)
@@ -222,6 +241,9 @@ class _Acc:
             p64 = np.asarray(pre, np.float64)
             self.lsig += float(np.sum(p64 * p64))
             self.lnoise += float(np.sum((p64 - q64) ** 2))
+            if p64.size:
+                self.lo, self.hi = min(self.lo, float(p64.min())), max(self.hi, float(p64.max()))
+                self.count += p64.size
 
 
 def compare_models(float_model: Any, quant_model: Any, data: Any, *, samples: int = 16, batch_size: int = 8,
@@ -268,6 +290,9 @@ def _diff(fm: onnx.ModelProto, matches: list[_Match], acc: dict[str, _Acc], n: i
     db = {mt.tensor: sqnr_db(acc[mt.tensor].sig, acc[mt.tensor].noise) for mt in matches}
     prod = _producers(fm)
     inits = {t.name for t in fm.graph.initializer}
+    weights = {mt.tensor: mt.role == "weight" for mt in matches}
+    typical = {b: float(np.median([db[mt.tensor] for mt in matches if mt.role == "weight" and mt.bits == b]))
+               for b in {mt.bits for mt in matches if mt.role == "weight"}}
     memo: dict[str, float] = {}
 
     def level(t: str, depth: int = 0) -> float:
@@ -287,11 +312,16 @@ def _diff(fm: onnx.ModelProto, matches: list[_Match], acc: dict[str, _Acc], n: i
                         db[mt.tensor], sqnr_db(a.lsig, a.lnoise) if mt.pre else None)
         if mt.role == "activation":
             p = prod[mt.tensor]
-            ref = min((level(i) for i in p.input if i and i not in inits), default=math.inf)
+            ref = min((level(i) for i in p.input if i and (i not in inits or weights.get(i))), default=math.inf)
             td.drop_db = min(ref, ideal_db(mt.bits)) - td.sqnr_db
         elif mt.role == "input":
             td.drop_db = ideal_db(mt.bits) - td.sqnr_db
-        if td.drop_db is not None and td.drop_db > jump_db and res.first_jump is None:
+        elif mt.role == "weight":
+            td.drop_db = typical[mt.bits] - td.sqnr_db
+        if mt.pre:
+            td.excess_db = a.excess_db(mt.bits)
+        if ((td.drop_db is not None and td.drop_db > jump_db) or (td.excess_db is not None and td.excess_db > jump_db))\
+                and res.first_jump is None:
             td.jump = True
             res.first_jump = mt.tensor
         res.tensors.append(td)
