@@ -54,3 +54,13 @@ def test_debug_usage_errors(tmp_path, capsys):
     assert main(["debug", str(MODEL), "--data", str(DATA)]) == EXIT_ERROR
     assert main(["debug", str(MODEL), "--data", str(DATA), "--runtime", "tvm"]) == EXIT_ERROR
     assert "--runtime 'tvm'" in capsys.readouterr().err
+
+
+def test_quantize_sensitivity_option(tmp_path):
+    out = tmp_path / "out"
+    assert main(["quantize", "-o", str(out), "--sensitivity"]) == EXIT_OK
+    doc = json.loads((out / "report.json").read_text())
+    roles = {r["role"] for r in doc["sensitivity"]}
+    assert roles == {"weight", "activation"} and len(doc["sensitivity"]) == 11  # 4 weights, 7 activations
+    assert main(["quantize", "-o", str(tmp_path / "plain")]) == EXIT_OK
+    assert "sensitivity" not in json.loads((tmp_path / "plain" / "report.json").read_text())
