@@ -24,13 +24,15 @@ def debug(
     samples: int = typer.Option(16, "--samples", help="How many samples to run (from the first)."),
     mode: Optional[str] = typer.Option(None, "--mode", help="run_integer mode or profile to compare with the runtime "
                                        "(default: the runtime's own, litert_ref or ort_fused)."),
-    jump_db: float = typer.Option(12.0, "--jump-db", help="SQNR drop (dB) against a tensor's inputs that marks the "
-                                  "first jump."),
+    jump_db: float = typer.Option(15.0, "--jump-db", help="SQNR drop (dB) against a tensor's inputs that marks a "
+                                  "jump."),
+    excess_db: float = typer.Option(12.0, "--excess-db", help="Excess (dB) of a tensor's own quantization noise over "
+                                    "a min-max grid of its bits that marks a jump."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """FLOAT.onnx QUANT.onnx --data X: run both on the samples and print each tensor's SQNR in graph order, marking
-    the first tensor whose SQNR drops by more than --jump-db below its inputs' (or whose own quantization is that much
-    noisier than a min-max grid of its bits). QUANT.onnx MODEL.tflite (or QUANT.onnx
+    the first tensor whose SQNR drops by more than --jump-db below its inputs' (or whose own quantization is more than
+    --excess-db noisier than a min-max grid of its bits). QUANT.onnx MODEL.tflite (or QUANT.onnx
     --runtime ort_fused): run qlinear's integer kernels and the runtime, and name the first tensor that differs bit
     for bit. Exit status 1 when a jump or a difference is found."""
     from qlinear.errors import ConfigError
@@ -43,7 +45,7 @@ def debug(
         if second is None:
             raise ConfigError("qlinear debug: give FLOAT.onnx QUANT.onnx, QUANT.onnx MODEL.tflite, or QUANT.onnx "
                               "--runtime ort_fused")
-        res = D.compare_models(first, second, data, samples=samples, jump_db=jump_db)
+        res = D.compare_models(first, second, data, samples=samples, jump_db=jump_db, excess_db=excess_db)
         _print_models(res, first, second, as_json)
         if res.first_jump is not None:
             raise typer.Exit(1)
@@ -94,7 +96,8 @@ def _print_models(res, first: Path, second: Path, as_json: bool) -> None:
     if res.unmatched:
         con.print(f"not observable in the quantized model (fused away): {', '.join(res.unmatched)}", highlight=False)
     if res.first_jump is None:
-        con.print(f"no tensor loses more than {res.jump_db:g} dB against its inputs or a min-max grid", highlight=False)
+        con.print(f"no tensor loses more than {res.jump_db:g} dB against its inputs or is more than "
+                  f"{res.excess_db:g} dB noisier than a min-max grid", highlight=False)
     else:
         d = next(x for x in res.tensors if x.tensor == res.first_jump)
         con.print(f"first jump: {d.tensor} ({d.op} {d.node}): {_fmt(d.sqnr_db)} dB, {_fmt(d.drop_db)} dB below its "

@@ -14,7 +14,7 @@ than its inputs (the lowest SQNR of the nearest matched activations and the weig
 is against that ideal alone, a weight's against the median SQNR of the model's weights of its bit width; an int32
 bias has none), and ``excess_db``, its own quantization noise against the noise a min-max grid of its bit width
 would add to the same values (about 0 dB or less for any calibration). The **first jump** is the first tensor in
-graph order whose drop or excess passes ``jump_db``: a tensor whose quantization parameters are wrong shows there (a
+graph order whose drop passes ``jump_db`` (15 dB) or whose excess passes ``excess_db`` (12 dB): a tensor whose quantization parameters are wrong shows there (a
 scale ten times too large: ~20 dB of excess, and a drop of 15-25 dB where the error carried in is still small; deep
 in a network, where the carried error dominates, the excess still shows it).
 
@@ -38,14 +38,15 @@ import onnx
 from qlinear.errors import ConfigError, DataError, QlinearError
 from qlinear.graph import ops
 from qlinear.graph.model import load_model
-from qlinear.graph.qdq import QdqGraph
+from qlinear.graph.qdq import ACTIVATIONS, QdqGraph, clip_bounds
 from qlinear.kernels.profiles import PROFILES
 from qlinear.kernels.run import IntegerModel
 from qlinear.kernels.steps import Env
 from qlinear.ptq.data import load_dataset, model_inputs
 from qlinear.ptq.session import Session
 
-JUMP_DB = 12.0       #: default drop that marks the first jump (a scale 10x too large loses ~15-25 dB)
+JUMP_DB = 15.0       #: default drop (dB) against the inputs that marks a jump
+EXCESS_DB = 12.0     #: default excess (dB) over a min-max grid that marks a jump (a scale 10x too large: ~20 dB)
 _CONST = ("weight", "bias")
 
 
@@ -72,12 +73,14 @@ class ModelDiff:
 
     samples: int
     jump_db: float
+    excess_db: float
     tensors: list[TensorDiff] = field(default_factory=list)
     first_jump: str | None = None
     unmatched: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"samples": self.samples, "jump_db": self.jump_db, "first_jump": self.first_jump,
+        return {"samples": self.samples, "jump_db": self.jump_db, "excess_db": self.excess_db,
+                "first_jump": self.first_jump,
                 "tensors": [asdict(t) for t in self.tensors], "unmatched": self.unmatched}
 
 
@@ -106,6 +109,8 @@ class _Match:
     pre: str | None = None    # its value before the QuantizeLinear (None: none, or a constant)
     bits: int = 8             # bit width of its quantization (8 when not quantized)
     quantized: bool = False   # whether a QuantizeLinear/DequantizeLinear stands between
+    fused: bool = False       # the quantizer's input is computed by another operator (a Relu/Clip fused away)
+    clip: tuple[float, float] | None = None  # then: the fused clamp, applied to ``pre`` to compare like with like
 
 
 def _producers(m: onnx.ModelProto) -> dict[str, onnx.NodeProto]:
@@ -154,6 +159,10 @@ def match_tensors(fm: onnx.ModelProto, qm: onnx.ModelProto) -> tuple[list[_Match
     types = {t.name: t.data_type for t in qm.graph.initializer}
     finits = {t.name for t in fm.graph.initializer}
     ftensors = {o for n in fm.graph.node for o in n.output}
+    fconsts = {t.name: onnx.numpy_helper.to_array(t) for t in fm.graph.initializer if t.name in
+               {i for n in fm.graph.node if n.op_type in ACTIVATIONS for i in n.input[1:]}}
+    fconsts.update({n.output[0]: onnx.numpy_helper.to_array(n.attribute[0].t) for n in fm.graph.node
+                    if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value"})
     out: list[_Match] = []
     seen: set[str] = set()
     for v in fm.graph.input:
@@ -184,6 +193,9 @@ def match_tensors(fm: onnx.ModelProto, qm: onnx.ModelProto) -> tuple[list[_Match
                 unmatched.append(t)
                 continue
             mt.node, mt.op = n.name or t, n.op_type
+            if mt.fused:  # the value before quantization lacks the fused clamp: apply it, or do without
+                mt.clip = clip_bounds(n, fconsts) if n.op_type in ACTIVATIONS else None
+                mt.pre = mt.pre if mt.clip is not None else None
             out.append(mt)
             seen.add(t)
     return out, unmatched
@@ -201,8 +213,8 @@ def _activation(t: str, op: str, u: str | None, ftensors: set[str], qnames: set[
         q = qprod.get(p.input[0]) if p is not None and p.op_type == "DequantizeLinear" else None
         if q is not None and q.op_type == "QuantizeLinear":
             src = qprod.get(q.input[0])
-            same = src is None or src.op_type == op
-            return _Match(t, "activation", "", "", t, q.input[0] if same else None, _bits(q, types), same)
+            return _Match(t, "activation", "", "", t, q.input[0], _bits(q, types), True,
+                          fused=not (src is None or src.op_type == op))
         pre = t
     elif u is not None and u not in ftensors:
         pre = u
@@ -210,8 +222,8 @@ def _activation(t: str, op: str, u: str | None, ftensors: set[str], qnames: set[
         return None
     dq, bits = _dequantized(pre, qcons, types)
     src = qprod.get(pre)
-    same = src is None or src.op_type == op
-    return _Match(t, "activation", "", "", dq or pre, pre if dq and same else None, bits, bool(dq))
+    return _Match(t, "activation", "", "", dq or pre, pre if dq else None, bits, bool(dq),
+                  fused=bool(dq) and not (src is None or src.op_type == op))
 
 
 class _Acc:
@@ -247,7 +259,8 @@ class _Acc:
 
 
 def compare_models(float_model: Any, quant_model: Any, data: Any, *, samples: int = 16, batch_size: int = 8,
-                   jump_db: float = JUMP_DB, batch_axes: dict[str, int] | None = None) -> ModelDiff:
+                   jump_db: float = JUMP_DB, excess_db: float = EXCESS_DB,
+                   batch_axes: dict[str, int] | None = None) -> ModelDiff:
     """Run ``float_model`` and ``quant_model`` side by side on the first ``samples`` of ``data`` and compare every
     matched tensor (module docstring)."""
     if samples < 1:
@@ -277,16 +290,20 @@ def compare_models(float_model: Any, quant_model: Any, data: Any, *, samples: in
                 continue  # constants: once
             f = finits[mt.tensor] if mt.role in _CONST else fv[mt.tensor]
             try:
-                acc[mt.tensor].add(f, qv[mt.post], qv[mt.pre] if mt.pre else None)
+                pre = qv[mt.pre] if mt.pre else None
+                if pre is not None and mt.clip is not None:
+                    pre = np.clip(pre, np.float32(mt.clip[0]), np.float32(mt.clip[1]))
+                acc[mt.tensor].add(f, qv[mt.post], pre)
             except DataError as e:
                 raise DataError(f"{mt.tensor} (quantized model: {mt.post}): {e}") from None
         done += ds.batch_len(feed)
-    return _diff(fm, matches, acc, done, jump_db, unmatched)
+    return _diff(fm, matches, acc, done, (jump_db, excess_db), unmatched)
 
 
-def _diff(fm: onnx.ModelProto, matches: list[_Match], acc: dict[str, _Acc], n: int, jump_db: float,
+def _diff(fm: onnx.ModelProto, matches: list[_Match], acc: dict[str, _Acc], n: int, limits: tuple[float, float],
           unmatched: list[str]) -> ModelDiff:
-    res = ModelDiff(n, jump_db, unmatched=unmatched)
+    jump_db, excess_db = limits
+    res = ModelDiff(n, jump_db, excess_db, unmatched=unmatched)
     db = {mt.tensor: sqnr_db(acc[mt.tensor].sig, acc[mt.tensor].noise) for mt in matches}
     prod = _producers(fm)
     inits = {t.name for t in fm.graph.initializer}
@@ -302,7 +319,7 @@ def _diff(fm: onnx.ModelProto, matches: list[_Match], acc: dict[str, _Acc], n: i
         if t in memo:
             return memo[t]
         p = prod.get(t)
-        ins = [i for i in (p.input if p is not None else []) if i and i not in inits]
+        ins = [i for i in (p.input if p is not None else []) if i and (i not in inits or weights.get(i))]
         memo[t] = min((level(i, depth + 1) for i in ins), default=math.inf) if depth < 200 else math.inf
         return memo[t]
 
@@ -320,7 +337,7 @@ def _diff(fm: onnx.ModelProto, matches: list[_Match], acc: dict[str, _Acc], n: i
             td.drop_db = typical[mt.bits] - td.sqnr_db
         if mt.pre:
             td.excess_db = a.excess_db(mt.bits)
-        if ((td.drop_db is not None and td.drop_db > jump_db) or (td.excess_db is not None and td.excess_db > jump_db))\
+        if ((td.drop_db is not None and td.drop_db > jump_db) or (td.excess_db is not None and td.excess_db > excess_db))\
                 and res.first_jump is None:
             td.jump = True
             res.first_jump = mt.tensor
