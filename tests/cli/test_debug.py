@@ -64,3 +64,8 @@ def test_quantize_sensitivity_option(tmp_path):
     assert roles == {"weight", "activation"} and len(doc["sensitivity"]) == 11  # 4 weights, 7 activations
     assert main(["quantize", "-o", str(tmp_path / "plain")]) == EXIT_OK
     assert "sensitivity" not in json.loads((tmp_path / "plain" / "report.json").read_text())
+    # refused before any work where there is no report to put it in
+    assert main(["quantize", "-o", str(tmp_path / "x"), "--no-report", "--sensitivity"]) == EXIT_ERROR
+    assert main(["quantize", str(MODEL), "--data", str(DATA), "--activation-type", "float", "-o", str(tmp_path / "y"),
+                 "--sensitivity"]) == EXIT_ERROR
+    assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()

@@ -60,6 +60,14 @@ def test_only_quantized_equals_an_independent_single_tensor_model(qm, tensor):
     assert res[tensor].metric == "sqnr_db(logits)"
 
 
+def test_bad_sample_count_is_refused(qm):
+    from qlinear.errors import ConfigError
+
+    for bad in (-1, True, 2.5):
+        with pytest.raises(ConfigError, match="sensitivity: expected"):
+            qm.report(sensitivity=bad)
+
+
 def test_ranked_in_report_json(tmp_path, qm):
     rep = qm.report(sensitivity=4)
     qm.save(tmp_path / "out")

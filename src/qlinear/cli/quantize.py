@@ -81,6 +81,10 @@ def quantize(
         raise ConfigError("--data is required with a model (an .npz file or a folder of samples); only weight-only "
                           "round to nearest (--activation-type float, --weight-method minmax or mse) runs without it")
     report = report and data is not None  # a weight-only run without data has nothing to evaluate on
+    if sensitivity and (cfg.weight_only or not report):
+        raise ConfigError("--sensitivity: " + ("not available in weight-only mode (--activation-type float)"
+                                               if cfg.weight_only else "it is part of the report; drop --no-report "
+                                               "and give --data"))
     folder = OutputFolder(output)
     folder.check()  # before any work: a folder that cannot be written fails now, not after calibration
     qm, files = _run(model, data, cfg, folder, con, report=report, encodings_version=encodings_version,

@@ -125,8 +125,8 @@ class QuantizedModel:
         agreement; see :mod:`qlinear.ptq.evaluate`. ``sensitivity``: also the output's sensitivity to each quantized
         tensor on that many held-out samples (:mod:`qlinear.ptq.sensitivity`; 0: not computed)."""
         check_samples(samples)
-        if sensitivity:
-            check_samples(sensitivity)
+        if isinstance(sensitivity, bool) or not isinstance(sensitivity, (int, np.integer)) or sensitivity < 0:
+            raise ConfigError(f"sensitivity: expected a number of held-out samples (0: none), got {sensitivity!r}")
         if self._report is None:
             from qlinear.ptq.evaluate import evaluate
 
