@@ -168,6 +168,16 @@ def test_litert_wrong_formula_names_first_tensor_and_formula(tflite_pair):
     assert r.tensors[0].differing == 0  # the input QuantizeLinear agrees
 
 
+def test_litert_default_resolver_outputs(tflite_pair):
+    pytest.importorskip("ai_edge_litert")
+    q, t = tflite_pair
+    r = compare_runtime(q, DATA, runtime="litert_xnnpack", tflite=t, samples=8)
+    assert [d.tensor for d in r.tensors] == ["logits_quantized"] and "only the graph outputs" in r.notes[0]
+    assert r.first_difference is None and r.mode == "litert_xnnpack"
+    r = compare_runtime(q, DATA, runtime="litert_xnnpack", tflite=t, samples=8, mode="litert_ref")
+    assert r.first_difference == "logits_quantized"  # the reference formulas do not give XNNPACK's logits
+
+
 def test_ort_fused_outputs(qlinear_pair):
     _, qm = qlinear_pair
     r = compare_runtime(qm, DATA, runtime="ort_fused", samples=8)

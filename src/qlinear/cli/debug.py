@@ -19,8 +19,9 @@ def debug(
     data: Optional[Path] = typer.Option(None, "--data", "-d", help="Input samples (as for `qlinear quantize`); "
                                         "the first --samples are used."),
     runtime: Optional[str] = typer.Option(None, "--runtime", help="Compare run_integer with a runtime: litert "
-                                          "(the .tflite, default with one) or ort_fused (ONNX Runtime's default "
-                                          "session of QUANT.onnx: outputs only)."),
+                                          "(the .tflite by LiteRT's reference kernels, every tensor; default with a "
+                                          ".tflite), litert_xnnpack (its default resolver: outputs only) or ort_fused "
+                                          "(ONNX Runtime's default session of QUANT.onnx: outputs only)."),
     samples: int = typer.Option(16, "--samples", help="How many samples to run (from the first)."),
     mode: Optional[str] = typer.Option(None, "--mode", help="run_integer mode or profile to compare with the runtime "
                                        "(default: the runtime's own, litert_ref or ort_fused)."),
@@ -53,9 +54,9 @@ def debug(
     rt = runtime or "litert"
     if rt not in D.RUNTIMES:
         raise ConfigError(f"--runtime {rt!r}: expected one of {', '.join(D.RUNTIMES)}")
-    if (rt == "litert") != tfl:
-        raise ConfigError("--runtime litert compares with a .tflite given as the second argument; --runtime ort_fused "
-                          "takes QUANT.onnx alone")
+    if rt.startswith("litert") != tfl:
+        raise ConfigError(f"--runtime {rt}: " + ("give the .tflite as the second argument" if rt.startswith("litert")
+                                                 else "takes QUANT.onnx alone, without a second model"))
     rr = D.compare_runtime(first, data, runtime=rt, tflite=second if tfl else None, samples=samples, mode=mode)
     _print_runtime(rr, as_json)
     if rr.first_difference is not None:

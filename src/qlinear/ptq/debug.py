@@ -20,7 +20,8 @@ in a network, where the carried error dominates, the excess still shows it).
 
 **Integer kernels against a runtime** (:func:`compare_runtime`): the integers :func:`qlinear.kernels.run_integer`
 computes for every quantized tensor against the ones a runtime computes (a ``.tflite`` by LiteRT's interpreter with
-``experimental_preserve_all_tensors``, reference kernels; or ``ort_fused``: ONNX Runtime's default session of the
+``experimental_preserve_all_tensors``, reference kernels; ``litert_xnnpack``: its default resolver, whose XNNPACK
+delegate keeps its tensors, so only the outputs are compared; or ``ort_fused``: ONNX Runtime's default session of the
 Q/DQ model, whose fused kernels keep their internal tensors, so only the outputs are compared), the first tensor that
 differs bit for bit, its operator, the largest difference in integer steps and, when another formula of the kernel
 registry (:data:`qlinear.kernels.PROFILES`) reproduces the runtime there, what that formula changes.
@@ -347,7 +348,11 @@ def _diff(fm: onnx.ModelProto, matches: list[_Match], acc: dict[str, _Acc], n: i
 
 # --------------------------------------------------------------------------------------------- integer vs runtime
 #: runtimes :func:`compare_runtime` reads, and the run_integer profile that models each
-RUNTIMES = {"litert": "litert_ref", "ort_fused": "ort_fused"}
+RUNTIMES = {"litert": "litert_ref", "litert_xnnpack": "litert_xnnpack", "ort_fused": "ort_fused"}
+#: what each runtime lets :func:`compare_runtime` read when it keeps its internal tensors
+OUTPUTS_ONLY = {"litert_xnnpack": "litert_xnnpack: the XNNPACK delegate keeps the tensors of the subgraph it runs",
+                "ort_fused": "ort_fused: ONNX Runtime's fused kernels keep their internal tensors (fetching one as an "
+                             "output would change the fusion)"}
 #: what each formula of :mod:`qlinear.kernels.requant` and :class:`qlinear.kernels.Profile` computes
 FORMULAS = {"fixed_double": "int32 fixed-point multiplier, rounding twice (TFLite's MultiplyByQuantizedMultiplier)",
             "fixed_single": "int32 fixed-point multiplier, rounding once", "ruy_x86": "ruy's x86 fixed-point path",
@@ -441,14 +446,14 @@ def compare_runtime(quant_model: Any, data: Any, *, runtime: str = "litert", tfl
         raise DataError(f"{ds.source}: no samples")
     env = integer_trace(im, feed)
     res = RuntimeDiff(runtime, mode, ds.batch_len(feed))
-    if runtime == "litert":
+    if runtime.startswith("litert"):
         if tflite is None:
-            raise ConfigError("runtime litert: give the .tflite exported from the Q/DQ model")
-        got = _litert_tensors(tflite, im.qg, feed)
+            raise ConfigError(f"runtime {runtime}: give the .tflite exported from the Q/DQ model")
+        got = _litert_tensors(tflite, im.qg, feed, reference=runtime == "litert")
     else:
-        got = _ort_outputs(qm, im.qg, feed)
-        res.notes.append("ort_fused: ONNX Runtime's fused kernels keep their internal tensors (fetching one as an "
-                         "output would change the fusion), so only the graph outputs are compared")
+        got = _as_ints(_ort_outputs(qm, feed), im.qg)
+    if runtime in OUTPUTS_ONLY:
+        res.notes.append(f"{OUTPUTS_ONLY[runtime]}, so only the graph outputs are compared")
     for t, node, op in _graph_order(im.qg) + _output_ints(im.qg):
         if t not in got or t not in env.ints or any(d.tensor == t for d in res.tensors):
             continue
@@ -461,7 +466,7 @@ def compare_runtime(quant_model: Any, data: Any, *, runtime: str = "litert", tfl
         if k and res.first_difference is None:
             res.first_difference = t
             res.tensors[-1].formula = _formula(qm, feed, im, t, b, op)
-    if runtime == "litert":
+    if runtime == "litert":  # every tensor is readable: say which the .tflite does not have
         missing = [t for t, _, _ in _graph_order(im.qg) if t not in got]
         if missing:
             res.notes.append(f"not in the .tflite (fused or renamed): {', '.join(missing)}")
@@ -478,17 +483,19 @@ def _output_ints(qg: QdqGraph) -> list[tuple[str, str, str]]:
     return out
 
 
-def _litert_tensors(tflite: Any, qg: QdqGraph, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Every integer tensor of the ``.tflite`` after one run by LiteRT's reference kernels, by the Q/DQ model's
-    integer tensor it stands for (matched by the float name the exporter gives it), NCHW."""
+def _litert_tensors(tflite: Any, qg: QdqGraph, feed: dict[str, np.ndarray], *,
+                    reference: bool = True) -> dict[str, np.ndarray]:
+    """The integer tensors of the ``.tflite`` after one run by LiteRT, by the Q/DQ model's integer tensor each stands
+    for (matched by the float name the exporter gives it), NCHW: every tensor under the reference kernels
+    (``experimental_preserve_all_tensors``), the outputs under the default resolver (XNNPACK delegate)."""
     try:
         from ai_edge_litert.interpreter import Interpreter, OpResolverType
     except ModuleNotFoundError:
         raise ConfigError("runtime litert: the ai-edge-litert package is not installed (pip install ai-edge-litert)") \
             from None
     raw = tflite if isinstance(tflite, (bytes, bytearray)) else open(tflite, "rb").read()  # noqa: SIM115
-    it = Interpreter(model_content=bytes(raw), experimental_op_resolver_type=OpResolverType.BUILTIN_REF,
-                     experimental_preserve_all_tensors=True, num_threads=1)
+    it = Interpreter(model_content=bytes(raw), num_threads=1, experimental_preserve_all_tensors=reference,
+                     experimental_op_resolver_type=OpResolverType.BUILTIN_REF if reference else OpResolverType.AUTO)
     for d in it.get_input_details():
         x = np.asarray(feed[d["name"]])
         it.resize_tensor_input(d["index"], list(x.transpose(0, 2, 3, 1).shape if x.ndim == 4 else x.shape))
@@ -497,31 +504,41 @@ def _litert_tensors(tflite: Any, qg: QdqGraph, feed: dict[str, np.ndarray]) -> d
         x = np.asarray(feed[d["name"]])
         it.set_tensor(d["index"], (x.transpose(0, 2, 3, 1) if x.ndim == 4 else x).astype(d["dtype"]))
     it.invoke()
+
+    def nchw(y: np.ndarray) -> np.ndarray:
+        return y.transpose(0, 3, 1, 2) if y.ndim == 4 else y
+
+    if not reference:
+        return _as_ints({d["name"]: nchw(it.get_tensor(d["index"])) for d in it.get_output_details()}, qg)
     by_float = {v.float_name: v.name for v in qg.values.values() if v.const is None}
     out = {}
     for d in it.get_tensor_details():
         t = by_float.get(d["name"])
-        if t is None or np.dtype(d["dtype"]).kind not in "iu":
-            continue
-        y = it.get_tensor(d["index"])
-        out[t] = y.transpose(0, 3, 1, 2) if y.ndim == 4 else y
+        if t is not None and np.dtype(d["dtype"]).kind in "iu":
+            out[t] = nchw(it.get_tensor(d["index"]))
     return out
 
 
-def _ort_outputs(qm: onnx.ModelProto, qg: QdqGraph, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The integer tensors the graph outputs dequantize, recovered from ONNX Runtime's default session (its fused
-    int8 kernels): ``round(y / scale) + zero point`` is exact for a dequantized integer."""
+def _ort_outputs(qm: onnx.ModelProto, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The graph outputs of ONNX Runtime's default session (its fused int8 kernels)."""
     outs = [o.name for o in qm.graph.output]
     sess = Session(qm, level="all", label="the quantized model (ONNX Runtime's default session)")
-    got = dict(zip(outs, sess.run(outs, feed)))
+    return dict(zip(outs, sess.run(outs, feed)))
+
+
+def _as_ints(got: dict[str, np.ndarray], qg: QdqGraph) -> dict[str, np.ndarray]:
+    """Dequantized graph outputs back as the integer tensors they dequantize: ``round(y / scale) + zero point`` is
+    exact for a dequantized integer (per-tensor integer types; integer outputs as they are)."""
     res = {}
-    for o in outs:
+    for o, y in got.items():
         src = qg.dq.get(o)
         v = qg.values.get(src) if src else None
         if v is None or not v.params.per_tensor or not v.params.dtype.is_int:
             continue
-        q = np.round(np.asarray(got[o], np.float64) / np.float64(np.float32(v.params.s))) + v.params.z
-        res[src] = q.astype(np.int64)
+        y = np.asarray(y)
+        q = y if y.dtype.kind in "iu" else np.round(np.asarray(y, np.float64) / np.float64(np.float32(v.params.s))) \
+            + v.params.z
+        res[src] = np.asarray(q).astype(np.int64)
     return res
 
 
