@@ -49,9 +49,8 @@ def quantize(
                                                    "input NAME (default: its first dynamic dimension); repeatable."),
     report: bool = typer.Option(True, "--report/--no-report", help="Evaluate on the held-out samples and write "
                                 "report.json and report.html (--no-report: only the model and encodings)."),
-    sensitivity: bool = typer.Option(False, "--sensitivity", help="Add to the report the output's sensitivity to each "
-                                     "quantized weight and activation (only it quantized / only it float, on 4 "
-                                     "held-out samples; 2 runs per tensor)."),
+    sensitivity: bool = typer.Option(False, "--sensitivity", help="Add to the report the output metric with only each "
+                                     "tensor quantized / left float (4 held-out samples, 2 runs per tensor)."),
 ) -> None:
     """Calibrate, then write OUTDIR/model.qdq.onnx, model.encodings (and model.float.onnx when BatchNorm folding or
     equalization changed the float model), report.html and report.json, and print the accuracy."""
@@ -81,14 +80,11 @@ def quantize(
         raise ConfigError("--data is required with a model (an .npz file or a folder of samples); only weight-only "
                           "round to nearest (--activation-type float, --weight-method minmax or mse) runs without it")
     report = report and data is not None  # a weight-only run without data has nothing to evaluate on
-    if sensitivity and (cfg.weight_only or not report):
-        raise ConfigError("--sensitivity: " + ("not available in weight-only mode (--activation-type float)"
-                                               if cfg.weight_only else "it is part of the report; drop --no-report "
-                                               "and give --data"))
+    n_sensitivity = _sensitivity_samples(sensitivity, cfg, report)
     folder = OutputFolder(output)
     folder.check()  # before any work: a folder that cannot be written fails now, not after calibration
     qm, files = _run(model, data, cfg, folder, con, report=report, encodings_version=encodings_version,
-                     image_mean=image_mean, image_std=image_std, sensitivity=SENSITIVITY_SAMPLES if sensitivity else 0)
+                     image_mean=image_mean, image_std=image_std, sensitivity=n_sensitivity)
     _print_result(qm, Path(model).name, files, output, report)
     if any(n.startswith("WARNING: accuracy target") for n in qm.notes):
         raise typer.Exit(1)  # EXIT_PROBLEMS: written, but the asked accuracy is not reached
@@ -111,6 +107,18 @@ def settled_config(model: Path, config: Optional[Path], over: dict):
 
 
 SENSITIVITY_SAMPLES = 4  #: held-out samples ``--sensitivity`` runs on
+
+
+def _sensitivity_samples(sensitivity: bool, cfg, report: bool) -> int:
+    """How many held-out samples ``--sensitivity`` runs on (0: not asked); refused before any work where there is no
+    report to put it in."""
+    from qlinear.errors import ConfigError
+
+    if sensitivity and (cfg.weight_only or not report):
+        raise ConfigError("--sensitivity: " + ("not available in weight-only mode (--activation-type float)"
+                                               if cfg.weight_only else "it is part of the report; drop --no-report "
+                                               "and give --data"))
+    return SENSITIVITY_SAMPLES if sensitivity else 0
 
 
 def _run(model, data, cfg, folder, con, *, report, encodings_version, image_mean, image_std, sensitivity=0):
