@@ -139,7 +139,7 @@ def _run(model, data, cfg, folder, con, *, report, encodings_version, image_mean
         if report and start == 0 and qm.fitted:  # weight-only round to nearest never sees the data
             qm.notes.append("no held-out samples: the report evaluates on the calibration samples")
         if report and sensitivity:  # computed (and cached) before save writes the report
-            qm.report(progress=bar("evaluating", stop - start), sensitivity=sensitivity)
+            qm.report(progress=bar("evaluating", stop - start), sensitivity=sensitivity, sensitivity_progress=bar)
         files = qm.save(folder, encodings_version=encodings_version, report=report,
                         progress=bar("evaluating", stop - start) if report and not sensitivity else None)
     return qm, files

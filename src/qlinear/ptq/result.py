@@ -120,10 +120,11 @@ class QuantizedModel:
         return start, stop
 
     def report(self, *, samples: int | None = None, progress: Callable[[int], None] | None = None,  # noqa: ANN201
-               sensitivity: int = 0):
+               sensitivity: int = 0, sensitivity_progress: Callable[[str, int], Callable[[int], None]] | None = None):
         """Accuracy report on the held-out samples (computed once): per-tensor SQNR, sensitivity ranking, output
         agreement; see :mod:`qlinear.ptq.evaluate`. ``sensitivity``: also the output's sensitivity to each quantized
-        tensor on that many held-out samples (:mod:`qlinear.ptq.sensitivity`; 0: not computed)."""
+        tensor on that many held-out samples (:mod:`qlinear.ptq.sensitivity`; 0: not computed), with a progress bar
+        from ``sensitivity_progress(task, total)``."""
         check_samples(samples)
         if isinstance(sensitivity, bool) or not isinstance(sensitivity, (int, np.integer)) or sensitivity < 0:
             raise ConfigError(f"sensitivity: expected a number of held-out samples (0: none), got {sensitivity!r}")
@@ -135,7 +136,8 @@ class QuantizedModel:
             from qlinear.ptq.sensitivity import as_dicts
             from qlinear.ptq.sensitivity import sensitivity as sensitivity_of
 
-            self._report.sensitivity = as_dicts(sensitivity_of(self, samples=sensitivity))
+            self._report.sensitivity = as_dicts(sensitivity_of(self, samples=sensitivity,
+                                                               progress=sensitivity_progress))
         return self._report
 
     def save(self, outdir: str | Path | Any, *, encodings_version: str = "2.0.0", report: bool = True,

@@ -126,9 +126,10 @@ def _gate(dq: onnx.NodeProto, x: str, y: str, k: int, q: onnx.NodeProto | None,
 
 
 def sensitivity(qm: Any, *, samples: int = 8, start: int | None = None,
-                progress: Callable[[int], None] | None = None) -> list[TensorSensitivity]:
+                progress: Callable[[str, int], Callable[[int], None]] | None = None) -> list[TensorSensitivity]:
     """The ranked sensitivity of ``qm`` (a :class:`~qlinear.ptq.result.QuantizedModel`) on ``samples`` held-out
-    samples (from ``start``, default the first held-out one), module docstring."""
+    samples (from ``start``, default the first held-out one), module docstring. ``progress(task, total)`` returns the
+    callback advanced after each run (as :func:`qlinear.quantize`'s)."""
     ds = qm.dataset
     s0, s1 = qm.held_out()
     start = s0 if start is None else start
@@ -146,15 +147,16 @@ def sensitivity(qm: Any, *, samples: int = 8, start: int | None = None,
     sess = Session(gm, (), level="basic", label="the gated quantized model", disable_qdq_fusion=True)
     feeds = list(ds.batches(start, stop, max(1, stop - start)))
     out = next((o for o in outs if _is_float(gm, o)), outs[0])
+    k = len(gates)
+    advance = progress("sensitivity", 2 * k + 1) if progress else None
 
     def run(mask: np.ndarray) -> list[np.ndarray]:
         res = [sess.run([out], {**f, MASK: mask}, where=f"{ds.source}, samples {start}..{stop - 1}")[0]
                for f in feeds]
-        if progress:
-            progress(1)
+        if advance:
+            advance(1)
         return res
 
-    k = len(gates)
     ref = run(np.zeros(k, bool))
     res = []
     for i, (t, role) in enumerate(gates):
