@@ -81,3 +81,22 @@ def test_ranked_in_report_json(tmp_path, qm):
     assert all(r["only_quantized"] > r["only_float"] - 1.0 for r in s)
     assert min(r["only_quantized"] for r in s) > allq - 6.0
     assert "Sensitivity" in (tmp_path / "out" / "report.html").read_text()
+
+
+def test_suffix_runs_equal_full_runs(qm):
+    """Runs started at a cut from the saved all-float / all-quantized tensors give the full runs' outputs exactly."""
+    from qlinear.ptq import sensitivity as S
+
+    gm, gates = gated_model(qm.model, qm.encoded_model, _names(qm), {"flat_out": "gap_out"})
+    feeds = [{"input": np.load(DATA)["input"][20:26]}]
+    r = S._Suffixes(gm, "logits", gates, feeds, "test")
+    k = len(gates)
+    r.start(np.zeros(k, bool), None)
+    r.start(np.ones(k, bool), None)
+    assert len(set(r.piece.values())) > 2  # the gates are spread over several pieces
+    full = Session(gm, level="basic", disable_qdq_fusion=True)
+    for i in range(k):
+        only = np.eye(k, dtype=bool)[i]
+        for mask, from_q in ((only, False), (~only, True)):
+            want = full.run(["logits"], {**feeds[0], S.MASK: mask})[0]
+            assert np.array_equal(r.run(i, mask, from_quantized=from_q)[0], want)
