@@ -186,3 +186,19 @@ def test_ort_fused_outputs(qlinear_pair):
         assert r.first_difference is None
     with pytest.raises(ConfigError, match="runtime"):
         compare_runtime(qm, DATA, runtime="tvm")
+
+
+@pytest.mark.parametrize("tensor", ["h_smoothed", "probs", "gelu"])
+def test_transformer_encoder(tmp_path, tensor):
+    """A BERT-like encoder (smoothing, masked attention: scores_m holds -3.4e38 where masked, whose SQNR says nothing
+    about its error): no jump in qlinear's model; a corrupted scale is named (the first tensor after float
+    LayerNorm, the softmax output, the Gelu output)."""
+    from tiny_models import encoder_data, tiny_encoder
+
+    data = encoder_data()
+    qlinear.quantize(tiny_encoder(), data, dict(calibration_samples=32, evaluation_samples=32)).save(
+        tmp_path / "o", report=False)
+    fm, qm = onnx.load(tmp_path / "o" / "model.float.onnx"), onnx.load(tmp_path / "o" / "model.qdq.onnx")
+    clean = compare_models(fm, qm, data)
+    assert clean.first_jump is None and not clean.unmatched
+    assert compare_models(fm, _scaled(qm, f"{tensor}_scale"), data).first_jump == tensor

@@ -9,10 +9,10 @@ consumers see); a weight ``W`` to the ``DequantizeLinear`` output the matched no
 tensor: ``sqnr_db = 10 log10(sum T^2 / sum (T - T')^2)`` over all samples (``T'`` its value in ``QUANT``: the error
 carried from every earlier layer plus its own), ``local_db`` the SQNR of its own quantization alone (the
 dequantized value against ``QUANT``'s value before its ``QuantizeLinear``), and ``drop_db``, how much worse it is
-than its inputs (the lowest SQNR of the nearest matched activations and the weights the node reads, capped at
-:func:`ideal_db` of the tensor's bit width, which is also what an exact float input counts as; a graph input's drop
-is against that ideal alone, a weight's against the median SQNR of the model's weights of its bit width; an int32
-bias has none), and ``excess_db``, its own quantization noise against the noise a min-max grid of its bit width
+than its inputs (the lowest SQNR of the nearest matched activations and the weights the node reads, capped at the
+SQNR a min-max grid of the tensor's bit width would give its values, :meth:`_Acc.grid_db`, or :func:`ideal_db` when
+it is not quantized; a graph input's drop is against that cap alone, a weight's against the median SQNR of the
+model's weights of its bit width; an int32 bias has none), and ``excess_db``, its own quantization noise against the noise a min-max grid of its bit width
 would add to the same values (about 0 dB or less for any calibration). The **first jump** is the first tensor in
 graph order whose drop passes ``jump_db`` (15 dB) or whose excess passes ``excess_db`` (12 dB): a tensor whose quantization parameters are wrong shows there (a
 scale ten times too large: ~20 dB of excess, and a drop of 15-25 dB where the error carried in is still small; deep
@@ -234,6 +234,14 @@ class _Acc:
         self.sig = self.noise = self.lsig = self.lnoise = 0.0
         self.lo, self.hi, self.count = math.inf, -math.inf, 0
 
+    def grid_db(self, bits: int) -> float:
+        """The SQNR a min-max grid of ``bits`` gives these values (``sum x^2 / (count s^2 / 12)``): the best a
+        quantizer of that width can be expected to do on them (:func:`ideal_db` when not known)."""
+        if not bits or not self.count or not self.hi > self.lo or self.lsig <= 0:
+            return ideal_db(bits)
+        s = (self.hi - self.lo) / (2 ** bits - 1)
+        return float(10 * np.log10(self.lsig / (self.count * s * s / 12)))
+
     def excess_db(self, bits: int) -> float | None:
         """The own quantization noise against the noise of a min-max grid of ``bits`` over the values seen
         (``s^2 / 12`` per value, ``s = (max - min) / (2^bits - 1)``): about 0 dB or less for any calibration (a
@@ -313,15 +321,20 @@ def _diff(fm: onnx.ModelProto, matches: list[_Match], acc: dict[str, _Acc], n: i
                for b in {mt.bits for mt in matches if mt.role == "weight"}}
     memo: dict[str, float] = {}
 
+    quantized = {mt.tensor: mt.quantized for mt in matches}
+
     def level(t: str, depth: int = 0) -> float:
-        """The SQNR a tensor reaches a node with: its own when matched, else its nearest matched inputs'."""
-        if t in db:
+        """The SQNR a tensor reaches a node with: its own when it is quantized (or a weight, or a graph input), else
+        its nearest matched inputs', and no more than its own when matched (a float operator adds no quantization
+        noise: an SQNR above its inputs' comes from its signal, e.g. -3.4e38 added by an attention mask)."""
+        if t in db and (quantized[t] or t not in prod):
             return db[t]
         if t in memo:
             return memo[t]
         p = prod.get(t)
         ins = [i for i in (p.input if p is not None else []) if i and (i not in inits or weights.get(i))]
         memo[t] = min((level(i, depth + 1) for i in ins), default=math.inf) if depth < 200 else math.inf
+        memo[t] = min(memo[t], db.get(t, math.inf))
         return memo[t]
 
     for mt in matches:
@@ -331,9 +344,9 @@ def _diff(fm: onnx.ModelProto, matches: list[_Match], acc: dict[str, _Acc], n: i
         if mt.role == "activation":
             p = prod[mt.tensor]
             ref = min((level(i) for i in p.input if i and (i not in inits or weights.get(i))), default=math.inf)
-            td.drop_db = min(ref, ideal_db(mt.bits)) - td.sqnr_db
+            td.drop_db = min(ref, a.grid_db(mt.bits) if mt.pre else ideal_db(mt.bits)) - td.sqnr_db
         elif mt.role == "input":
-            td.drop_db = ideal_db(mt.bits) - td.sqnr_db
+            td.drop_db = (a.grid_db(mt.bits) if mt.pre else ideal_db(mt.bits)) - td.sqnr_db
         elif mt.role == "weight":
             td.drop_db = typical[mt.bits] - td.sqnr_db
         if mt.pre:
