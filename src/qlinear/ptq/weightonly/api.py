@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Callable
 
@@ -35,12 +36,13 @@ from qlinear.encodings import Encoding, EncodingSet
 from qlinear.errors import ConfigError, GraphError, OutputError, UnsupportedError
 from qlinear.graph.ops import WEIGHT_BEARING
 from qlinear.graph.save import needs_external
+from qlinear.ptq.algorithms.gptq import gptq
 from qlinear.ptq.algorithms.grids import BlockQuant, padded, quantize_blocks, quantize_rtn
 from qlinear.ptq.config import QuantizeConfig
 from qlinear.ptq.result import QuantizedModel, check_samples, is_binary, is_file, path_of
 from qlinear.ptq.weightonly.plan import Linear, find_linears
 from qlinear.ptq.weightonly.tensors import Tensors
-from qlinear.ptq.weightonly.writer import WeightResult, Writer
+from qlinear.ptq.weightonly.writer import WeightResult, build, write
 
 Progress = Callable[[str, int], Callable[[int], None]]
 
@@ -92,11 +94,10 @@ class WeightOnlyModel(QuantizedModel):
     (the Q/DQ or MatMulNBits model is never whole in memory). ``save_tflite`` is refused: activations stay float."""
 
     def __init__(self, graph: onnx.ModelProto, tensors: Tensors, results: list[WeightResult],
-                 found: dict[str, Encoding], config: QuantizeConfig, label: str, source: Any, dataset: Any = None,
+                 config: QuantizeConfig, label: str, source: Any, dataset: Any = None,
                  timings: dict[str, float] | None = None, notes: list[str] | None = None, *,
                  skipped: dict[str, str] | None = None) -> None:
         self.graph, self.tensors, self.results = graph, tensors, results
-        self.found = found  # weight -> encoding, filled as weights are quantized (lazily for round to nearest)
         self.config, self.label, self.source, self.dataset = config, label, source, dataset
         self.timings = {} if timings is None else timings
         self.notes = [] if notes is None else notes
@@ -114,13 +115,10 @@ class WeightOnlyModel(QuantizedModel):
 
     @property
     def encodings(self) -> EncodingSet:
-        """The encodings of every quantized weight (round to nearest computes the missing ones now)."""
-        for r in self.results:
-            if r.name not in self.found:
-                r.on_computed(r.compute())
+        """The encodings of every quantized weight."""
         from qlinear import __version__
 
-        return EncodingSet(tuple(self.found[r.name] for r in self.results),
+        return EncodingSet(tuple(r.encoding for r in self.results),
                            producer={"package": "qlinear", "version": __version__}, version="2.0.0")
 
     @property
@@ -152,8 +150,8 @@ class WeightOnlyModel(QuantizedModel):
         if external is None:
             total = sum(self.tensors.nbytes(t.name) for t in self.graph.graph.initializer)
             external = self.tensors.external or needs_external(total)
-        w = Writer(self.graph, self.tensors, self.results, output_format or self.config.output_format)
-        return w.write(p, external=external)
+        model = build(self.graph, self.tensors, self.results, output_format or self.config.output_format)
+        return write(model, p, external=external)
 
     write_onnx = save_onnx  #: the former name of :meth:`save_onnx`
 
@@ -292,26 +290,26 @@ def _as_nk(w: np.ndarray, lin: Linear) -> np.ndarray:
     return np.ascontiguousarray(w.T if lin.k_first else w, np.float32)
 
 
-def _encoding(r: WeightResult, bq: BlockQuant) -> Encoding:
+def _encoding(g: _Grid, bq: BlockQuant) -> Encoding:
     """The AIMET encoding of the weight in its initializer's layout."""
-    lin = r.lin
-    off = 2 ** (r.bits - 1) if r.unsigned else 0
+    lin = g.lin
+    off = 2 ** (g.bits - 1) if g.unsigned else 0
     z = None if bq.zero_point is None else bq.zero_point.astype(np.int64) + off
     if z is None and off:
         z = np.full(bq.scale.shape, off, np.int64)
-    if r.per_channel:
-        return Encoding(r.name, r.dtype, scale=bq.scale[:, 0].astype(np.float64),
+    if g.per_channel:
+        return Encoding(lin.weight, g.dtype, scale=bq.scale[:, 0].astype(np.float64),
                         zero_point=None if z is None else z[:, 0], axis=lin.channel_axis, role="param")
-    if r.lpbq:
-        pc = r.pc_scale.astype(np.float64)
+    if g.lpbq:
+        pc = g.pc_scale.astype(np.float64)
         shape = (1, -1) if lin.k_first else (-1, 1)
-        ints = r.int_scale.T if lin.k_first else r.int_scale
-        return Encoding(r.name, r.dtype, scale=pc.reshape(shape), int_scale=ints, axis=lin.block_axis,
-                        block_size=r.block, role="param", decompressed_bits=8)
+        ints = g.int_scale.T if lin.k_first else g.int_scale
+        return Encoding(lin.weight, g.dtype, scale=pc.reshape(shape), int_scale=ints, axis=lin.block_axis,
+                        block_size=g.block, role="param", decompressed_bits=8)
     s = bq.scale.T if lin.k_first else bq.scale
     zz = None if z is None else (z.T if lin.k_first else z)
-    return Encoding(r.name, r.dtype, scale=s.astype(np.float64), zero_point=zz, axis=lin.block_axis,
-                    block_size=r.block, role="param")
+    return Encoding(lin.weight, g.dtype, scale=s.astype(np.float64), zero_point=zz, axis=lin.block_axis,
+                    block_size=g.block, role="param")
 
 
 def quantize_weights(model: Any, data: Any, cfg: QuantizeConfig, *, progress: Progress | None = None,
@@ -331,14 +329,13 @@ def quantize_weights(model: Any, data: Any, cfg: QuantizeConfig, *, progress: Pr
     hess = _hessians(m, base, by_weight, ds, cfg, label, progress, timings, notes)
     t0 = time.perf_counter()
     adv = progress("quantizing weights", len(by_weight)) if progress else None
-    found: dict[str, Encoding] = {}
     shared = _other_readers(m, by_weight)
-    results = [_quantize_weight(name, lins, tensors, cfg, hess, found, shared, notes, adv)
+    results = [_quantize_weight(name, lins, tensors, cfg, hess, shared, notes, adv)
                for name, lins in by_weight.items()]
     timings["quantize"] = time.perf_counter() - t0
     timings["total"] = time.perf_counter() - t_all
     notes.append(coverage_note(m, set(by_weight), skipped))
-    return WeightOnlyModel(m, tensors, results, found, cfg, label, model, ds, timings, notes, skipped=skipped)
+    return WeightOnlyModel(m, tensors, results, cfg, label, model, ds, timings, notes, skipped=skipped)
 
 
 def group_by_weight(linears: list[Linear], skipped: dict[str, str], label: str) -> dict[str, list[Linear]]:
@@ -405,10 +402,10 @@ def _other_readers(m: onnx.ModelProto, by_weight: dict[str, list[Linear]]) -> di
 
 
 def _quantize_weight(name: str, lins: list[Linear], tensors: Tensors, cfg: QuantizeConfig,
-                     hess: dict[str, tuple[np.ndarray, int]], found: dict[str, Encoding],
-                     shared: dict[str, set[str]], notes: list[str], adv: Callable[[int], None] | None
-                     ) -> WeightResult:
-    """One weight's result: GPTQ's integers now (kept), or round to nearest computed when written."""
+                     hess: dict[str, tuple[np.ndarray, int]], shared: dict[str, set[str]], notes: list[str],
+                     adv: Callable[[int], None] | None) -> WeightResult:
+    """One weight's result: its encoding now; its integers GPTQ's (kept, int8) or round to nearest redone from the
+    weight when written (only the scales are kept: memory holds one weight at a time)."""
     lin, method, grid = lins[0], cfg.weight_method or "minmax", grid_for(cfg)
     bits = int(cfg.weight_type.lstrip("u").removeprefix("int"))
     wdt = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensors.by_name[name].data_type))
@@ -416,25 +413,67 @@ def _quantize_weight(name: str, lins: list[Linear], tensors: Tensors, cfg: Quant
         raise ConfigError(f"{name}: LPBQ of float16 weights is not supported (the effective scale "
                           "int_scale * float scale is float32); convert the model to float32 or use per-block")
     per_channel = cfg.weights == "per-channel"
-    block = lin.k if per_channel else int(cfg.block_size)
-    r = WeightResult(lins, cfg.weight_type, block, per_channel, compute=lambda: None, weight_dtype=wdt,
-                     has_zero_point=grid != "symmetric")
-    if cfg.weights == "lpbq":
-        r.lpbq, r.has_zero_point = True, r.unsigned
-    r.on_computed = (lambda bq, r=r: found.__setitem__(r.name, _encoding(r, bq)))
+    g = _Grid(lin, cfg.weight_type, bits, lin.k if per_channel else int(cfg.block_size), per_channel,
+              cfg.weights == "lpbq", wdt)
     if method == "gptq" and name in shared:
         notes.append(f"{name}: also read by {', '.join(sorted(shared[name]))} (a tied embedding): GPTQ's error "
                      "compensation would shift the lookup too, so this weight is rounded to nearest")
+    w = _as_nk(tensors.array(name), lin)
     if method == "gptq" and name not in shared:
-        w = _as_nk(tensors.array(name), lin)
-        bq = _quantize_one(w, r, bits, grid, method, cfg, hess.get(lin.input, (None, 0))[0])
-        r.on_computed(bq)
-        r.compute = (lambda b=bq: b)      # GPTQ's integers are the result: kept
-        if adv:
-            adv(1)
-    else:  # round to nearest: computed when written, one weight at a time (the encodings are recorded then)
-        r.compute = _recompute(tensors, r, bits, grid, "minmax" if method == "gptq" else method, adv)
-    return r
+        bq = _quantize_one(w, g, grid, method, cfg, hess.get(lin.input, (None, 0))[0])
+        kept = _stored(bq.q, g)
+        integers = (lambda: kept)      # GPTQ's integers are the result: kept
+    else:  # round to nearest: the integers are redone from the scales when the weight is written
+        bq = _quantize_one(w, g, grid, "minmax" if method == "gptq" else method, None, None)
+        integers = _requantize(tensors, name, g, bq.scale, bq.zero_point)
+    del w
+    if adv:
+        adv(1)
+    has_zp = (g.unsigned if g.lpbq else grid != "symmetric")
+    return WeightResult(lins, cfg.weight_type, g.block, per_channel, _encoding(g, bq), integers, weight_dtype=wdt,
+                        lpbq=g.lpbq, has_zero_point=has_zp)
+
+
+@dataclass
+class _Grid:
+    """One weight's quantization: its linear, type, block, granularity, float type; LPBQ's integer and
+    per-channel scales once computed."""
+
+    lin: Linear
+    dtype: str
+    bits: int
+    block: int
+    per_channel: bool
+    lpbq: bool
+    weight_dtype: np.dtype
+    int_scale: np.ndarray | None = None
+    pc_scale: np.ndarray | None = None
+
+    @property
+    def unsigned(self) -> bool:
+        return self.dtype.startswith("u")
+
+    @property
+    def scale_dtype(self) -> np.dtype:
+        return np.dtype(np.float16) if self.weight_dtype == np.float16 else np.dtype(np.float32)
+
+
+def _stored(q: np.ndarray, g: _Grid) -> np.ndarray:
+    """Integers ``[N, K]`` in the initializer's layout and the stored type's range (unsigned types shifted)."""
+    off = 2 ** (g.bits - 1) if g.unsigned else 0
+    q = q.astype(np.int16) + off if off else q
+    return np.ascontiguousarray(q.T) if g.lin.k_first else q
+
+
+def _requantize(tensors: Tensors, name: str, g: _Grid, scale: np.ndarray,
+                zero_point: np.ndarray | None) -> Callable[[], np.ndarray]:
+    """Round to nearest of the weight on its known grid, when written (the integers of :func:`quantize_rtn`)."""
+    def f() -> np.ndarray:
+        w = _as_nk(tensors.array(name), g.lin)
+        z = np.zeros(scale.shape, np.int64) if zero_point is None else zero_point.astype(np.int64)
+        q = quantize_blocks(padded(w, g.block), scale, z, g.bits).reshape(w.shape[0], -1)[:, :w.shape[1]]
+        return _stored(q, g)
+    return f
 
 
 def coverage_note(m: onnx.ModelProto, quantized: set[str], skipped: dict[str, str]) -> str:
@@ -472,48 +511,34 @@ def _check_upgrade(given: list[onnx.ModelProto], m: onnx.ModelProto, tensors: Te
     notes.append(check_upgrade(given[0], m, [ds.sample(i) for i in range(min(4, len(ds)))], label))
 
 
-def _recompute(tensors: Tensors, r: WeightResult, bits: int, grid: str, method: str,
-               adv: Callable[[int], None] | None) -> Callable[[], BlockQuant]:
-    def f() -> BlockQuant:
-        w = _as_nk(tensors.array(r.name), r.lin)
-        bq = _quantize_one(w, r, bits, grid, method, None, None)
-        if adv:
-            adv(1)
-        return bq
-    return f
-
-
-def _quantize_one(w: np.ndarray, r: WeightResult, bits: int, grid: str, method: str, cfg: QuantizeConfig | None,
+def _quantize_one(w: np.ndarray, g: _Grid, grid: str, method: str, cfg: QuantizeConfig | None,
                   h: np.ndarray | None) -> BlockQuant:
-    sd = np.dtype(np.float16) if r.weight_dtype == np.float16 else np.dtype(np.float32)
-    lpbq = r.lpbq
+    sd = g.scale_dtype
     if method == "gptq" and h is not None:
-        from qlinear.ptq.algorithms.gptq import gptq
-
         fixed = None
-        if lpbq:
-            rtn = quantize_rtn(w, bits, r.block, grid, scale_dtype=sd)
-            s, _ = _lpbq(r, rtn.scale)
+        if g.lpbq:
+            rtn = quantize_rtn(w, g.bits, g.block, grid, scale_dtype=sd)
+            s, _ = _lpbq(g, rtn.scale)
             fixed = (s, np.zeros(s.shape, np.int64))
-        return gptq(w, h, bits, r.block, grid, damp=cfg.gptq_damp, act_order=cfg.gptq_act_order, fixed=fixed,
+        return gptq(w, h, g.bits, g.block, grid, damp=cfg.gptq_damp, act_order=cfg.gptq_act_order, fixed=fixed,
                     scale_dtype=sd)
-    bq = quantize_rtn(w, bits, r.block, grid, method="mse" if method == "mse" else "minmax", scale_dtype=sd)
-    if lpbq:
-        s, _ = _lpbq(r, bq.scale)
-        wb = padded(w, r.block)
-        q = quantize_blocks(wb, s, np.zeros(s.shape, np.int64), bits).reshape(w.shape[0], -1)[:, :w.shape[1]]
-        bq = BlockQuant(np.ascontiguousarray(q), s, None, r.block)
+    bq = quantize_rtn(w, g.bits, g.block, grid, method="mse" if method == "mse" else "minmax", scale_dtype=sd)
+    if g.lpbq:
+        s, _ = _lpbq(g, bq.scale)
+        wb = padded(w, g.block)
+        q = quantize_blocks(wb, s, np.zeros(s.shape, np.int64), g.bits).reshape(w.shape[0], -1)[:, :w.shape[1]]
+        bq = BlockQuant(np.ascontiguousarray(q), s, None, g.block)
     return bq
 
 
-def _lpbq(r: WeightResult, block_scale: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _lpbq(g: _Grid, block_scale: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """LPBQ of ``[N, nb]`` block scales (spec §1.2, 4-bit integer scales): the effective float32 scales, recorded
-    on ``r`` (int scales and per-channel float scale)."""
-    if r.int_scale is None:
+    on ``g`` (int scales and per-channel float scale)."""
+    if g.int_scale is None:
         pc, ints = lpbq_decompose(block_scale, 1, scale_bits=4)
-        r.int_scale, r.pc_scale = ints.astype(np.int64), pc.reshape(-1).astype(np.float32)
-    eff = (r.int_scale.astype(np.float32) * r.pc_scale[:, None]).astype(np.float32)
-    return eff, r.int_scale
+        g.int_scale, g.pc_scale = ints.astype(np.int64), pc.reshape(-1).astype(np.float32)
+    eff = (g.int_scale.astype(np.float32) * g.pc_scale[:, None]).astype(np.float32)
+    return eff, g.int_scale
 
 
 __all__ = ["WeightOnlyModel", "grid_for", "load_graph", "quantize_weights"]
