@@ -34,6 +34,7 @@ import onnx
 from qlinear.calibration.policies import lpbq as lpbq_decompose
 from qlinear.encodings import Encoding, EncodingSet
 from qlinear.errors import ConfigError, GraphError, OutputError, UnsupportedError
+from qlinear.graph.load import load_checked, model_dir
 from qlinear.graph.ops import WEIGHT_BEARING
 from qlinear.graph.save import needs_external
 from qlinear.ptq.algorithms.gptq import gptq
@@ -45,41 +46,6 @@ from qlinear.ptq.weightonly.tensors import Tensors
 from qlinear.ptq.weightonly.writer import WeightResult, build, write
 
 Progress = Callable[[str, int], Callable[[int], None]]
-
-
-def load_graph(model: Any, notes: list[str] | None = None,
-               upgraded_from: list[onnx.ModelProto] | None = None) -> tuple[onnx.ModelProto, Path | None, str]:
-    """The model's graph without external data, its folder, a label; checked with ``onnx.checker`` (opset 7..25)
-    and normalized (:func:`qlinear.graph.passes.normalize.normalize`: opset below 13 upgraded, Constant weights
-    made initializers); what normalizing changed is appended to ``notes``, the graph as given to ``upgraded_from``
-    when its opset was upgraded."""
-    from qlinear.graph.model import load_model, opset
-    from qlinear.graph.passes.normalize import normalize
-
-    if isinstance(model, (str, Path)):
-        p = Path(model)
-        m = load_model(p, load_external=False)
-        try:
-            onnx.checker.check_model(str(p))
-        except Exception as e:  # noqa: BLE001
-            raise GraphError(f"{p}: not a valid ONNX model: {str(e).splitlines()[0]}") from None
-        base, label = p.parent, str(p)
-    else:
-        m = load_model(model)
-        try:
-            onnx.checker.check_model(m)
-        except Exception as e:  # noqa: BLE001
-            raise GraphError(f"model: not a valid ONNX model: {str(e).splitlines()[0]}") from None
-        base, label = None, "model"
-    if not 7 <= opset(m) <= 25:
-        raise GraphError(f"{label}: opset {opset(m)} is outside the supported range 7..25; re-export the model at "
-                         "opset 13 or newer")
-    if upgraded_from is not None and opset(m) < 13:
-        upgraded_from.append(m)
-    m, changed = normalize(m, label, copy=False)
-    if notes is not None:
-        notes += changed
-    return m, base, label
 
 
 def grid_for(cfg: QuantizeConfig) -> str:
@@ -319,7 +285,8 @@ def quantize_weights(model: Any, data: Any, cfg: QuantizeConfig, *, progress: Pr
     t_all = time.perf_counter()
     notes = list(notes or [])
     given: list[onnx.ModelProto] = []
-    m, base, label = load_graph(model, notes, given)
+    m, label = load_checked(model, notes, load_external=False, given=given)
+    base = model_dir(model)
     tensors = Tensors(m, base, label)
     linears, skipped = find_linears(m, exclude_nodes=cfg.exclude_nodes, exclude_op_types=cfg.exclude_op_types)
     by_weight = group_by_weight(linears, skipped, label)
@@ -497,7 +464,7 @@ def coverage_note(m: onnx.ModelProto, quantized: set[str], skipped: dict[str, st
 
 def _check_upgrade(given: list[onnx.ModelProto], m: onnx.ModelProto, tensors: Tensors, ds: Any, label: str,
                    notes: list[str]) -> None:
-    """When :func:`load_graph` upgraded the opset of the model as ``given`` (``[model]``, else ``[]``): ``m``
+    """When :func:`~qlinear.graph.load.load_checked` upgraded the opset of the model as ``given`` (``[model]``, else ``[]``): ``m``
     computes what it does on the first samples (models without external data, with data given; else a note says
     the upgrade was not checked)."""
     from qlinear.graph.passes.normalize import check_upgrade
@@ -541,4 +508,4 @@ def _lpbq(g: _Grid, block_scale: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return eff, g.int_scale
 
 
-__all__ = ["WeightOnlyModel", "grid_for", "load_graph", "quantize_weights"]
+__all__ = ["WeightOnlyModel", "grid_for", "quantize_weights"]
