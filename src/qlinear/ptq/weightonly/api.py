@@ -41,6 +41,9 @@ from qlinear.ptq.algorithms.gptq import gptq
 from qlinear.ptq.algorithms.grids import BlockQuant, padded, quantize_blocks, quantize_rtn
 from qlinear.ptq.config import QuantizeConfig
 from qlinear.ptq.result import QuantizedModel, check_samples, is_binary, is_file, path_of
+from qlinear.ptq.session import Session
+from qlinear.ptq.stats import Gram, accumulate
+from qlinear.ptq.stats.stream import fetched
 from qlinear.ptq.weightonly.plan import Linear, find_linears
 from qlinear.ptq.weightonly.tensors import Tensors
 from qlinear.ptq.weightonly.writer import WeightResult, build, write
@@ -154,31 +157,8 @@ class WeightOnlyModel(QuantizedModel):
                 self._report = _evaluate(self, model_path, samples, progress)
         return self._report
 
-    def save(self, outdir: Any, *, encodings_version: str = "2.0.0", report: bool = True,
-             progress: Callable[[int], None] | None = None) -> list[str]:
-        """Write ``model.qdq.onnx`` (or ``model.matmulnbits.onnx``, with ``.data`` when external), ``model.encodings``
-        and, with ``report`` and data, ``report.json``/``report.html``, as one transaction."""
-        from qlinear.encodings import VERSIONS
-        from qlinear.outdir import OutputFolder
-
-        if encodings_version not in VERSIONS:
-            raise ConfigError(f"encodings version {encodings_version!r}: expected one of {', '.join(VERSIONS)}")
-        folder = outdir if isinstance(outdir, OutputFolder) else OutputFolder(outdir)
-        folder.check()
-        with folder.transaction() as stage:
-            t0 = time.perf_counter()
-            self.save_onnx(stage / self.model_file)
-            self.timings["write"] = time.perf_counter() - t0
-            self.save_encodings(stage / "model.encodings", version=encodings_version)
-            if report and self.dataset is not None and self.config.evaluation_samples:
-                rep = self.report(progress=progress, model_path=stage / self.model_file)
-                from qlinear._atomic import write_text
-                from qlinear.ptq.report import to_html, to_json
-
-                write_text(stage / "report.json", to_json(self, rep))
-                write_text(stage / "report.html", to_html(self, rep))
-            written = sorted(p.name for p in stage.iterdir())
-        return written
+    def reportable(self, report: bool) -> bool:
+        return report and self.dataset is not None and bool(self.config.evaluation_samples)
 
 
 def _evaluate(wm: WeightOnlyModel, path: Path, samples: int | None, progress: Any) -> Any:
@@ -343,17 +323,30 @@ def _hessians(m: onnx.ModelProto, base: Path | None, by_weight: dict[str, list[L
     if ds is None:
         raise ConfigError("weight_method gptq needs calibration data (--data); round to nearest (minmax, mse) "
                           "needs none")
-    from qlinear.ptq.weightonly.hessian import collect_hessians
-
     n_cal = min(cfg.calibration_samples, len(ds))
     t0 = time.perf_counter()
     adv = progress("collecting Hessians", n_cal) if progress else None
-    inputs = [ls[0].input for ls in by_weight.values()]
-    hess = collect_hessians(m, base, inputs, ds, n_cal, cfg.batch_size, label=label, progress=adv)
+    hess = _gram_matrices(m, base, [ls[0].input for ls in by_weight.values()], ds, n_cal, cfg.batch_size, label,
+                          adv)
     timings["calibration"] = time.perf_counter() - t0
     notes.append(f"GPTQ on {n_cal} calibration samples ({len(hess)} distinct linear inputs), damp "
                  f"{cfg.gptq_damp}, act_order {cfg.gptq_act_order}")
     return hess
+
+
+def _gram_matrices(m: onnx.ModelProto, base: Path | None, inputs: list[str], ds: Any, n: int, batch_size: int,
+                   label: str, progress: Callable[[int], None] | None) -> dict[str, tuple[np.ndarray, int]]:
+    """``{input: (X^T X, tokens)}`` of the linears' inputs over samples ``[0, n)``: GPTQ's Hessians, from the one
+    statistics pass (linears that share an input share one matrix); ONNX Runtime's memory arena off (the fetched
+    activations of one batch are returned after each run)."""
+    names = list(dict.fromkeys(inputs))
+    graph_inputs = [i.name for i in m.graph.input]
+    sess = Session(m, fetched(graph_inputs, names), level="basic", label=label,
+                   external_dir=str(base) if base else None, arena=False)
+    grams = {t: Gram() for t in names}
+    accumulate(sess, ds, 0, n, batch_size, {t: [g] for t, g in grams.items()}, inputs=graph_inputs,
+               progress=progress)
+    return {t: (g.matrix, g.rows) for t, g in grams.items() if g.matrix is not None}
 
 
 def _other_readers(m: onnx.ModelProto, by_weight: dict[str, list[Linear]]) -> dict[str, set[str]]:
