@@ -1,18 +1,20 @@
 """Weight-only quantization (``activation_type: "float"``): the MatMul/Gemm weights of a model become blocked (or
 per-channel, or LPBQ) integers, activations stay float — W4A16 / W8A16 for LLM decoders.
 
-Steps, one tensor at a time (peak memory: the largest weight plus, with GPTQ, ONNX Runtime's session of the float
-model and one ``K x K`` Hessian per distinct linear input):
+Steps, the full-integer pipeline's own where they are the same (peak memory: the largest weight plus, with GPTQ,
+ONNX Runtime's session of the float model and one ``K x K`` Hessian per distinct linear input):
 
-1. the model's graph is read without its external data (:mod:`.tensors`); :func:`.plan.find_linears` finds the
-   weights;
-2. ``minmax`` / ``mse``: round to nearest on each block's grid (:mod:`.grids`); ``gptq``: the Hessians of the
-   linears' inputs from one ONNX Runtime pass over the calibration samples (:mod:`.hessian`), then GPTQ per weight
-   (:mod:`qlinear.ptq.algorithms.gptq`), whose integers are kept (int8 storage, a quarter of the float weights);
-3. the result is a :class:`~qlinear.ptq.QuantizedModel` (:class:`WeightOnlyModel`, the same protocol as a
-   full-integer run's): :meth:`~WeightOnlyModel.save` writes ``model.qdq.onnx`` (or ``model.matmulnbits.onnx``) with
-   external data when the input had it or the tensors pass :func:`qlinear.graph.save.needs_external` (:mod:`.writer`,
-   tensor names and int2 storage by :mod:`qlinear.graph.storage`, as :func:`qlinear.graph.apply` writes them), the
+1. the model is read and checked by :func:`qlinear.graph.load.load_checked` without its external data (weights read
+   one at a time by :mod:`.tensors`); :func:`.plan.find_linears` finds the weights;
+2. ``minmax`` / ``mse``: round to nearest on each block's grid (:mod:`qlinear.ptq.algorithms.grids`; only the scales
+   are kept, the integers are redone when written); ``gptq``: the Hessians of the linears' inputs are
+   :class:`~qlinear.ptq.stats.Gram` accumulators of the one statistics pass (:mod:`qlinear.ptq.stats`), then GPTQ
+   per weight (:mod:`qlinear.ptq.algorithms.gptq`), whose integers are kept (int8 storage, a quarter of the float
+   weights);
+3. the result is a :class:`~qlinear.ptq.QuantizedModel` (:class:`WeightOnlyModel`: the float graph, the weights'
+   encodings and integer sources); its ``save`` (the full-integer one) writes ``model.qdq.onnx`` (or
+   ``model.matmulnbits.onnx``) built by :mod:`.writer` with the graph passes ``InsertQDQ`` and ``LowerMatMulNBits``,
+   with external data when the input had it or the tensors pass :func:`qlinear.graph.save.needs_external`, the
    AIMET encodings of the weights (LPBQ for ``lpbq``), and with data a report comparing the outputs with the float
    model on held-out samples (cosine, SQNR, top-1 agreement for classifiers).
 
