@@ -136,18 +136,25 @@ def _read_lazily(model: ir.Model, tensors: Tensors) -> None:
 
 
 def _insert(model: ir.Model, results: list[WeightResult]) -> None:
-    """Q/DQ of every weight; the DequantizeLinear nodes (constants only) go first in the graph, the last weight's
-    first."""
+    """Q/DQ of every weight in one pass; the DequantizeLinear nodes (constants only) go first in the graph, the last
+    weight's first (LPBQ: the scale's DequantizeLinear, then the weight's)."""
     g = model.graph
-    for r in results:
-        before = len(g)
-        InsertQDQ([r.encoding], sources={r.name: r.source()})(model)
-        new = [g.node(i) for i in range(before, len(g))]
-        g.remove(new)
-        if len(g):
-            g.insert_before(g.node(0), new)
-        else:
-            g.extend(new)
+    before = len(g)
+    InsertQDQ([r.encoding for r in results], sources={r.name: r.source() for r in results})(model)
+    new = [g.node(i) for i in range(before, len(g))]
+    sizes = [2 if r.lpbq else 1 for r in results]
+    if sum(sizes) != len(new):  # not one node per weight (two for LPBQ): left where the pass put them
+        return
+    groups, at = [], 0
+    for k in sizes:
+        groups.append(new[at:at + k])
+        at += k
+    ordered = [n for grp in reversed(groups) for n in grp]
+    g.remove(ordered)
+    if len(g):
+        g.insert_before(g.node(0), ordered)
+    else:
+        g.extend(ordered)
 
 
 def _group_initializers(model: ir.Model, original: list[str], results: list[WeightResult]) -> None:
