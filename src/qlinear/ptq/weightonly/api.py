@@ -36,6 +36,7 @@ import onnx
 from qlinear.calibration.policies import lpbq as lpbq_decompose
 from qlinear.encodings import Encoding, EncodingSet
 from qlinear.errors import ConfigError, GraphError, OutputError, UnsupportedError
+from qlinear.graph.ir import to_proto
 from qlinear.graph.load import load_checked, model_dir
 from qlinear.graph.ops import WEIGHT_BEARING
 from qlinear.graph.save import needs_external
@@ -113,16 +114,25 @@ class WeightOnlyModel(QuantizedModel):
             if external:
                 raise OutputError("save_onnx: external data needs a file path (the .data file is written beside "
                                   "it), not a file object")
-            with tempfile.TemporaryDirectory() as d:
-                names = self.save_onnx(Path(d) / self.model_file, output_format=output_format, external=False)
-                path.write((Path(d) / names[0]).read_bytes())
+            path.write(self.model_bytes(output_format))
             return []
         p = path_of(path, "save_onnx")
         if external is None:
             total = sum(self.tensors.nbytes(t.name) for t in self.graph.graph.initializer)
             external = self.tensors.external or needs_external(total)
-        model = build(self.graph, self.tensors, self.results, output_format or self.config.output_format)
-        return write(model, p, external=external)
+        return write(self.build(output_format), p, external=external)
+
+    def build(self, output_format: str | None = None) -> Any:
+        """The quantized model as an ``onnx_ir`` model whose tensors are computed when it is serialized."""
+        return build(self.graph, self.tensors, self.results, output_format or self.config.output_format)
+
+    def model_bytes(self, output_format: str | None = None) -> bytes:
+        """The serialized quantized model without external data (small models)."""
+        try:
+            return to_proto(self.build(output_format)).SerializeToString()
+        except ValueError as e:
+            raise GraphError(f"{self.label}: the quantized model is over 2 GB ({e}); save it to a file path (written "
+                             "with external data)") from None
 
     write_onnx = save_onnx  #: the former name of :meth:`save_onnx`
 
@@ -134,10 +144,7 @@ class WeightOnlyModel(QuantizedModel):
     @property
     def model(self) -> onnx.ModelProto:
         """The quantized model in memory (small models; large ones: :meth:`save_onnx`)."""
-        with tempfile.TemporaryDirectory() as d:
-            p = Path(d) / "m.onnx"
-            self.save_onnx(p, external=False)
-            return onnx.load(str(p))
+        return onnx.load_from_string(self.model_bytes())
 
     @property
     def fitted(self) -> bool:
