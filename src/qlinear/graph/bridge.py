@@ -158,16 +158,13 @@ def _validate_one(e: Encoding, g: GraphIndex, rep: Report) -> None:
 
 
 # --------------------------------------------------------------------------------------------- apply
-_NEEDS_OPSET = {"int4": 21, "uint4": 21, "int16": 21, "uint16": 21, "int2": 25, "uint2": 25, "float4e2m1": 23,
-                "float8e4m3fn": 19, "float8e4m3fnuz": 19, "float8e5m2": 19, "float8e5m2fnuz": 19}
-
-
 def _required_opset(es: EncodingSet) -> int:
+    """The lowest opset whose Q/DQ take every type written (``QType.opset``: float6 needs 28), at least 13."""
     need = 13
     for e in es:
         if e.qtype.kind is Kind.REAL:
             continue
-        need = max(need, _NEEDS_OPSET.get(storage_type(e), 13))
+        need = max(need, qtype(storage_type(e)).opset)
         if e.qtype.is_float and e.role != "param":
             need = max(need, 21)  # QuantizeLinear output_dtype (no float8 zero point: see _apply_activation)
         if e.block_size:
@@ -186,6 +183,8 @@ def _set_opset(m: onnx.ModelProto, need: int) -> onnx.ModelProto:
     except Exception as e:  # noqa: BLE001 - the converter raises assorted errors
         raise GraphError(f"the encodings need opset {need} (the model has {have}) and onnx's version converter "
                          f"failed: {e}") from None
+    if need >= 28:  # float6 tensors exist from IR 14 on (onnx.proto); older opsets keep the model's IR as before
+        m2.ir_version = max(m2.ir_version, onnx.helper.find_min_ir_version_for([onnx.helper.make_opsetid("", need)]))
     return m2
 
 
