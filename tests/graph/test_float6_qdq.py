@@ -14,6 +14,7 @@ from tiny_models import make_model
 import qlinear
 from qlinear import graph as G
 from qlinear.encodings.model import Encoding, EncodingSet
+from qlinear.graph.model import check_model
 
 
 def _matmul(opset=18, seed=0):
@@ -53,6 +54,15 @@ def test_apply_writes_opset_28_and_reference_agrees(wt, xt):
     want = np.matmul(ex.fake_quantize(x), ew.dequantize(qw))
     assert bits_equal(y, want.astype(np.float32))
     assert G.extract(q) == es
+
+
+def test_saved_float6_model_reads_back(tmp_path):
+    m, _ = _matmul()
+    es = _encodings("float6e3m2", "float6e2m3")
+    q = G.apply(es, m)
+    check_model(q)  # initializer sizes: 48 float6 weights are 36 packed bytes
+    onnx.save(q, tmp_path / "q.onnx")
+    assert G.extract(str(tmp_path / "q.onnx")) == es
 
 
 def test_opset_rises_only_when_needed():
