@@ -99,6 +99,21 @@ def test_every_float16_per_tensor(name, division, saturate):
             _check_quantize(x, np.array(s, np.float32).astype(sdt), z, t, saturate=saturate, precision=precision)
 
 
+@pytest.mark.parametrize("name", F6)
+def test_every_bfloat16_and_int32_inputs(name):
+    # bfloat16 x: every bit pattern, divided in bfloat16 (its scale's type) or float32; int32 x with the division
+    # type made explicit for the reference (without it NumPy divides int32 by float32 in float64, deviation R3)
+    t = qtype(name)
+    xb = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(ml_dtypes.bfloat16).reshape(64, -1)
+    z = _codes(t)
+    for s in (np.array(0.3, ml_dtypes.bfloat16), np.full(64, 0.0625, ml_dtypes.bfloat16)):
+        _check_quantize(xb, s, z if s.ndim else None, t, axis=0)
+        _check_quantize(xb, s.astype(np.float32), z if s.ndim else np.array(1.0, t.storage), t, axis=0)
+    xi = np.random.default_rng(3).integers(-(2**31), 2**31, (64, 256), dtype=np.int64).astype(np.int32)
+    xi[:, :128] //= 2**26  # small quotients as well as saturated ones
+    _check_quantize(xi, np.linspace(0.5, 40, 64).astype(np.float32), z, t, axis=0, precision="float32")
+
+
 @pytest.mark.parametrize("saturate", [True, False])
 @pytest.mark.parametrize("name", F6)
 def test_every_float16_per_axis_every_zero_point(name, saturate):
