@@ -37,7 +37,8 @@ OPSET = 28
 
 
 def _codes(t, n=None, rng=None):
-    c = np.arange(64, dtype=np.uint8) if rng is None else rng.integers(0, 64, n).astype(np.uint8)
+    k = 1 << t.bits
+    c = np.arange(k, dtype=np.uint8) if rng is None else rng.integers(0, k, n).astype(np.uint8)
     return c.view(t.storage)
 
 
@@ -226,20 +227,21 @@ def test_saturation_and_infinities(name):
 
 
 @pytest.mark.parametrize("precision", ["float16", "bfloat16"])
-@pytest.mark.parametrize("name", F6)
+@pytest.mark.parametrize("name", F6 + ["float4e2m1"])
 def test_zero_point_added_once_after_a_narrow_division(name, precision):
     # every float16 / bfloat16 quotient + every zero point: one rounding of the exact sum (float64 is exact
-    # here), not a float16 sum rounded again; and what the reference computes
+    # here), not a float16 sum rounded again; and what the reference computes (it adds float4 zero points too)
     t = qtype(name)
     pt = qtype(precision).storage
     q = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(pt)
     q = q[np.isfinite(q.astype(np.float32))]
-    x = np.tile(q, (64, 1))
     z = _codes(t)
-    ours = qlinear.quantize_linear(x, np.ones(64, pt), z, axis=0)
+    x = np.tile(q, (z.size, 1))
+    ones = np.ones(z.size, pt)
+    ours = qlinear.quantize_linear(x, ones, z, axis=0)
     exact = to_lowp_float(x.astype(np.float64) + z.astype(np.float64)[:, None], t, True)
     assert bits_equal(ours, exact)
-    ref = _ref_quantize(x, np.ones(64, pt), z, t, axis=0, precision=precision)
+    ref = _ref_quantize(x, ones, z, t, axis=0, precision=precision)
     assert bits_equal(ours, ref)
     # the double rounding avoided: 0.25 + 2^-12 + 4 is 4.25 (a tie -> 4) in float16; exactly it rounds to 4.5
     if name == "float6e2m3" and precision == "float16":
