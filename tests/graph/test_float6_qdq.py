@@ -4,6 +4,7 @@ written model exactly as qlinear's own Q/DQ arithmetic predicts (ONNX Runtime 1.
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import onnx
 import pytest
@@ -14,6 +15,7 @@ from tiny_models import make_model
 import qlinear
 from qlinear import graph as G
 from qlinear.encodings.model import Encoding, EncodingSet
+from qlinear.errors import UnsupportedError
 from qlinear.graph.model import check_model
 
 
@@ -73,3 +75,26 @@ def test_opset_rises_only_when_needed():
     m28.ir_version = 14
     q = G.apply(_encodings("float6e2m3", "float6e3m2"), m28)
     assert q.opset_import[0].version == 28 and q.ir_version == 14
+
+
+def test_extract_refuses_a_nonzero_float6_zero_point():
+    # a float zero point is valid ONNX (and onnx.reference applies it for float6), but an encoding of a float
+    # type has none: dropping it would change the model's values, so extract refuses; a zero one is dropped
+    m, _ = _matmul()
+    q = G.apply(_encodings("float6e2m3", "float6e3m2"), m)
+    for zval, ok in ((0.0, True), (-0.0, True), (0.5, False)):
+        qq = onnx.ModelProto()
+        qq.CopyFrom(q)
+        z = numpy_helper.from_array(np.array(zval, ml_dtypes.float6_e3m2fn), "x_zp")
+        qq.graph.initializer.append(z)
+        for n in qq.graph.node:
+            if n.op_type in ("QuantizeLinear", "DequantizeLinear") and n.input[0] in ("x", "x_quantized"):
+                n.input.append("x_zp")
+                for a in list(n.attribute):
+                    if a.name == "output_dtype":
+                        n.attribute.remove(a)
+        if ok:
+            assert G.extract(qq)["x"].zero_point is None
+        else:
+            with pytest.raises(UnsupportedError, match="x: its float6e3m2 zero point holds 0.5"):
+                G.extract(qq)
