@@ -148,8 +148,7 @@ def _tflite_model(model: Any, cfg: QuantizeConfig) -> None:
     if bad:
         raise ConfigError(f"target: tflite cannot express operator(s) {', '.join(bad)} (the TFLite export writes "
                           f"{', '.join(SUPPORTED)}); use target ort or qnn")
-    at = cfg.activation_qtype
-    if at.is_int and at.bits == 16 and any(n.op_type == "HardSwish" for n in model.graph.node):
+    if cfg.activation_type in ("int16", "uint16") and any(n.op_type == "HardSwish" for n in model.graph.node):
         raise ConfigError("activation_type: 16-bit (16x8) with target tflite, but LiteRT's HARD_SWISH has int8 kernels "
                           "only; use int8 activations for this model")
     if cfg.exclude_nodes or cfg.exclude_op_types:

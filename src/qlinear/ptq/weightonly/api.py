@@ -31,7 +31,6 @@ import numpy as np
 import onnx
 
 from qlinear.calibration.policies import lpbq as lpbq_decompose
-from qlinear.core.granularity import LPBQ, PerBlock
 from qlinear.encodings import Encoding, EncodingSet
 from qlinear.errors import ConfigError, GraphError, OutputError, UnsupportedError
 from qlinear.graph.ops import WEIGHT_BEARING
@@ -84,7 +83,7 @@ def load_graph(model: Any, notes: list[str] | None = None,
 def grid_for(cfg: QuantizeConfig) -> str:
     if not cfg.weight_symmetric:
         return "asymmetric"
-    return "symmetric" if isinstance(cfg.weight_granularity, LPBQ) or cfg.target == "qnn" else "full"
+    return "symmetric" if cfg.weights == "lpbq" or cfg.target == "qnn" else "full"
 
 
 class WeightOnlyModel(QuantizedModel):
@@ -411,16 +410,16 @@ def _quantize_weight(name: str, lins: list[Linear], tensors: Tensors, cfg: Quant
                      ) -> WeightResult:
     """One weight's result: GPTQ's integers now (kept), or round to nearest computed when written."""
     lin, method, grid = lins[0], cfg.weight_method or "minmax", grid_for(cfg)
-    bits, g = cfg.weight_qtype.bits, cfg.weight_granularity
+    bits = int(cfg.weight_type.lstrip("u").removeprefix("int"))
     wdt = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensors.by_name[name].data_type))
-    if wdt == np.float16 and isinstance(g, LPBQ):
+    if wdt == np.float16 and cfg.weights == "lpbq":
         raise ConfigError(f"{name}: LPBQ of float16 weights is not supported (the effective scale "
                           "int_scale * float scale is float32); convert the model to float32 or use per-block")
-    per_channel = not isinstance(g, PerBlock)  # per-tensor is refused by the config
-    block = lin.k if per_channel else int(g.block_size)
+    per_channel = cfg.weights == "per-channel"
+    block = lin.k if per_channel else int(cfg.block_size)
     r = WeightResult(lins, cfg.weight_type, block, per_channel, compute=lambda: None, weight_dtype=wdt,
                      has_zero_point=grid != "symmetric")
-    if isinstance(g, LPBQ):
+    if cfg.weights == "lpbq":
         r.lpbq, r.has_zero_point = True, r.unsigned
     r.on_computed = (lambda bq, r=r: found.__setitem__(r.name, _encoding(r, bq)))
     if method == "gptq" and name in shared:

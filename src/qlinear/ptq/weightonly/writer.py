@@ -30,7 +30,6 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from qlinear.core.types import qtype
 from qlinear.errors import ConfigError, GraphError
 from qlinear.graph.save import INLINE_MAX
 from qlinear.graph.storage import STORAGE, lpbq_names, param_names, storage_type
@@ -68,11 +67,11 @@ class WeightResult:
 
     @property
     def bits(self) -> int:
-        return qtype(self.dtype).bits
+        return int(self.dtype.lstrip("u").removeprefix("int"))
 
     @property
     def unsigned(self) -> bool:
-        return not qtype(self.dtype).signed
+        return self.dtype.startswith("u")
 
 
 def stored(bq: BlockQuant, r: WeightResult) -> tuple[np.ndarray, np.ndarray | None]:
