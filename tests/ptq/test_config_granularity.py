@@ -10,10 +10,17 @@ from qlinear.core import granularity as G
 from qlinear.core.types import TABLE, Kind, int_type, qtype
 from qlinear.errors import AxisError, ConfigError, DTypeError
 from qlinear.graph.plan import WeightSpec
-from qlinear.ptq.config import (ACTIVATION_TYPES, GRANULARITIES, LPBQ_SCALE_BITS, WEIGHT_TYPES, QuantizeConfig,
-                                granularity_name, granularity_of)
+from qlinear.ptq.config import (
+    ACTIVATION_TYPES,
+    GRANULARITIES,
+    LPBQ_SCALE_BITS,
+    WEIGHT_TYPES,
+    QuantizeConfig,
+    granularity_name,
+    granularity_of,
+)
 from qlinear.ptq.encode import weight_encoding
-from qlinear.ptq.settle import per_channel_instead
+from qlinear.ptq.settle import per_channel_instead, settle
 
 CORE_CLASSES = (G.PerTensor, G.PerAxis, G.PerBlock, G.LPBQ)
 
@@ -100,3 +107,24 @@ def test_weight_encoding_has_the_config_granularity(weights, op):
     assert got == (G.PerBlock(want.axis, want.block_size) if isinstance(want, G.LPBQ) else want)
     assert (e.int_scale is not None) == isinstance(want, G.LPBQ)
     assert e.qtype is cfg.weight_qtype
+
+
+@pytest.mark.parametrize("target, asked, want", [
+    ("qnn", "float", "float"),        # weight-only keeps the config spelling (not the table's float32)
+    ("qnn", "int16", "uint16"), ("qnn", "int8", "uint8"), ("qnn", "float8e4m3fn", "float8e4m3fn"),
+    ("tflite", "uint16", "int16"), ("tflite", "uint8", "int8"), ("ort", "int16", "int16"),
+])
+def test_settled_activation_types(target, asked, want):
+    weight_only = {"weights": "per-block", "weight_type": "int4"} if asked == "float" else {}
+    cfg = QuantizeConfig(target=target, activation_type=asked, **weight_only)
+    used, notes = settle(cfg)
+    assert used.activation_type == want and used.activation_qtype is qtype(want)
+    assert bool(notes) == (want != asked)  # a requested type changed only with a note
+
+
+def test_lpbq_defaults_settle_to_core_types():
+    used, _ = settle(QuantizeConfig(target="qnn", weights="lpbq"))
+    assert used.weight_qtype is int_type(4, True) and used.activation_qtype is int_type(16, False)
+    assert used.weight_granularity == G.LPBQ(None, 32, LPBQ_SCALE_BITS)
+    used, notes = settle(QuantizeConfig(target="tflite", weights="per-block"))
+    assert used.weight_granularity == G.PerAxis(None) and notes
