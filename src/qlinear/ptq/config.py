@@ -129,10 +129,10 @@ class QuantizeConfig:
         if self.weight_only:
             if self.weight_method is not None:
                 one_of("weight_method", WEIGHT_ONLY_METHODS)
-            if not (self.weight_qtype.is_int and self.weight_qtype.bits <= 8):
+            if self.weight_type not in ("int8", "uint8", "int4", "uint4", "int2"):
                 raise ConfigError(f"weight_type: {self.weight_type!r} with activation_type float (weight-only): "
                                   "expected int8, uint8, int4, uint4 or int2")
-            if isinstance(self.weight_granularity, PerTensor):
+            if self.weights == "per-tensor":
                 raise ConfigError("weights: per-tensor weight-only quantization is not offered (it loses too much); "
                                   "use per-channel, per-block or lpbq")
             if self.target == "tflite":

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from qlinear.core.types import qtype
 from qlinear.errors import ConfigError
 
 GRIDS = ("full", "symmetric", "asymmetric")
@@ -157,3 +158,8 @@ def _representable(s: np.ndarray, dtype: np.dtype) -> np.ndarray:
     t = s.astype(dtype)
     tiny = np.finfo(dtype).smallest_subnormal
     return np.where(t > 0, t, tiny).astype(np.float32)
+
+
+def bits_of(type_name: str) -> int:
+    t = qtype(type_name)
+    return int(t.bits)
