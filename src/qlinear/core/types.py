@@ -202,6 +202,18 @@ _ML_ALIASES = {"float4e2m1fn": "float4e2m1", "float8e8m0fnu": "float8e8m0", "flo
                "float6e3m2fn": "float6e3m2"}
 
 
+def int_type(bits: int, signed: bool, *, arg: str = "dtype") -> QType:
+    """The integer type of ``bits`` bits and signedness ``signed`` (``int_type(16, False)`` is uint16)."""
+    t = _BY_INT.get((int(bits), bool(signed)))
+    if t is None:
+        raise DTypeError(f"{arg}: there is no {bits}-bit {'signed' if signed else 'unsigned'} integer type; expected "
+                         f"one of {', '.join(t.name for t in TABLE if t.is_int)}")
+    return t
+
+
+_BY_INT = {(t.bits, t.signed): t for t in TABLE if t.kind is Kind.INT}
+
+
 def dtype_of(a: np.ndarray, *, arg: str, allowed: tuple[str, ...] | None = None, what: str = "the type") -> QType:
     """The :class:`QType` of an array's dtype; with ``allowed``, also checks membership. Errors name ``arg``."""
     t = _BY_DTYPE.get(a.dtype)
@@ -219,4 +231,4 @@ def require(t: QType, allowed: tuple[str, ...], *, arg: str, what: str) -> QType
     return t
 
 
-__all__ = ["Kind", "QType", "TABLE", "qtype", "dtype_of", "require"]
+__all__ = ["Kind", "QType", "TABLE", "qtype", "dtype_of", "int_type", "require"]

@@ -138,7 +138,7 @@ def _rewrite(run: _Run) -> tuple[onnx.ModelProto, str]:
         notes.append("transformer placement: quantizers on MatMul/Gemm inputs only (LayerNorm, Softmax, Gelu and "
                      "residual adds stay float)")
     if cfg.smoothing or (cfg.smoothing is None and placement == "matmul"
-                         and qtype_bits(cfg.activation_type) <= 8):
+                         and cfg.activation_qtype.bits <= 8):
         from qlinear.ptq.smooth import smooth
 
         t0 = time.perf_counter()
@@ -232,12 +232,6 @@ def _integer_check(qm: onnx.ModelProto, notes: list[str]) -> Any:
     if not ic.ok:
         notes.append(f"WARNING: {ic}")
     return ic
-
-
-def qtype_bits(name: str) -> int:
-    from qlinear.core.types import qtype
-
-    return int(qtype(name).bits)
 
 
 def _version() -> str:
