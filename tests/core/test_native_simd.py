@@ -29,14 +29,14 @@ INT_OUT = ["uint8", "int8", "uint16", "int16", "uint4", "int4", "uint2", "int2"]
 F32 = np.float32
 
 
-def _on_every_path(fn):
-    """{path: fn()} for every SIMD entry of this CPU, the entry in use restored afterwards."""
+def _on_every_path(fn, *args, **kwargs):
+    """{path: bytes of fn(*args, **kwargs)} for every SIMD entry of this CPU, the entry in use restored afterwards."""
     prev = native.simd()
     out = {}
     try:
         for p in PATHS:
             native.set_simd(p)
-            out[p] = fn()
+            out[p] = fn(*args, **kwargs).tobytes()
     finally:
         native.set_simd(prev)
     return out
@@ -70,7 +70,7 @@ def test_special_values_equal_baseline_and_onnxruntime(out):
             z = np.array(zp).astype(t.storage)
             for start in (0, 1, 5):  # unaligned starts reach the masked / scalar heads and tails
                 x = SPECIAL[start:]
-                got = _on_every_path(lambda: qlinear.quantize_linear(x, s, z, output_dtype=out).tobytes())
+                got = _on_every_path(qlinear.quantize_linear, x, s, z, output_dtype=out)
                 assert len(set(got.values())) == 1, f"{out} s={s} zp={zp}: paths differ: {list(got)}"
             feeds = {"x": SPECIAL, "s": s, "z": z}
             m = single_node_model("QuantizeLinear", feeds, t.onnx_type, [SPECIAL.size])
@@ -101,11 +101,11 @@ def test_special_values_every_granularity(out):
         g = gr.resolve(x.shape, s.shape, axis, bs)
         ref = qm._quantize_numpy(x, s, z, t, g, np.dtype(F32), True)
         for packed in (False, True) if t.is_subbyte else (False,):
-            got = _on_every_path(lambda: qlinear.quantize_linear(x, s, z, axis=axis, block_size=bs, output_dtype=out,
-                                                                 packed=packed, threads=2))
+            got = _on_every_path(qlinear.quantize_linear, x, s, z, axis=axis, block_size=bs, output_dtype=out,
+                                 packed=packed, threads=2)
+            want = qlinear.pack(ref).tobytes() if packed else ref.tobytes()
             for p, v in got.items():
-                v = v.unpack() if packed else v
-                assert v.tobytes() == ref.tobytes(), f"{p}: {out} axis={axis} block={bs} packed={packed}"
+                assert v == want, f"{p}: {out} axis={axis} block={bs} packed={packed}"
 
 
 @settings(max_examples=60, deadline=None)
@@ -126,14 +126,14 @@ def test_random_runs_equal_numpy_path(n, start, out, stream, threads, seed):
     old_q, old_dq = native.set_quantize_stream_min(0 if stream else 1 << 22), native.STREAM_MIN_BYTES
     native.STREAM_MIN_BYTES = 0 if stream else old_dq
     try:
-        got = _on_every_path(lambda: (qlinear.quantize_linear(x, s, z, output_dtype=out, threads=threads).tobytes(),
-                                      qlinear.dequantize_linear(ref, s, z, threads=threads).tobytes()))
+        got_q = _on_every_path(qlinear.quantize_linear, x, s, z, output_dtype=out, threads=threads)
+        got_dq = _on_every_path(qlinear.dequantize_linear, ref, s, z, threads=threads)
     finally:
         native.set_quantize_stream_min(old_q)
         native.STREAM_MIN_BYTES = old_dq
-    for p, (q, dq) in got.items():
-        assert q == ref.tobytes(), f"{p}: quantize {out} n={n} start={start}"
-        assert dq == ref_dq.tobytes(), f"{p}: dequantize {out} n={n} start={start}"
+    for p in PATHS:
+        assert got_q[p] == ref.tobytes(), f"{p}: quantize {out} n={n} start={start}"
+        assert got_dq[p] == ref_dq.tobytes(), f"{p}: dequantize {out} n={n} start={start}"
 
 
 @pytest.mark.parametrize("itype", INT_OUT)
@@ -153,8 +153,7 @@ def test_dequantize_every_granularity(itype):
                     old = native.STREAM_MIN_BYTES
                     native.STREAM_MIN_BYTES = 0 if stream else old
                     try:
-                        got = _on_every_path(lambda: qlinear.dequantize_linear(inp, s, z, axis=axis, block_size=bs,
-                                                                               threads=2).tobytes())
+                        got = _on_every_path(qlinear.dequantize_linear, inp, s, z, axis=axis, block_size=bs, threads=2)
                     finally:
                         native.STREAM_MIN_BYTES = old
                     assert set(got.values()) == {ref.tobytes()}, f"{itype} {sshape} block={bs} stream={stream}"
