@@ -12,10 +12,13 @@ Engines, same data, same process:
   ORT      single-node opset-25 model, optimizations off, IOBinding with a preallocated output,
            intra_op_num_threads 1 and 2
   numpy    the naive expression ``clip(rint(x / s) + zp)`` / ``(q - zp) * s`` (int4 left unpacked)
-Metric: median of --reps runs after a warm-up, GB/s of the *input* read (4 B/elem for Q, 1 B/elem for
-8-bit DQ, 0.5 B/elem for packed int4). Every qlinear output is checked bit-exact against ORT first.
+Metric: best of --reps (15) interleaved rounds (each round runs every engine and thread count once, after one
+warm-up call each), GB/s of the *input* read (4 B/elem for Q, 1 B/elem for 8-bit DQ, 0.5 B/elem for packed
+int4). Every qlinear output is checked bit-exact against ORT first. The memory limit: ``np.copyto`` of the same
+number of float32 (split over the threads) gives the bytes moved (read + write) per second; "of copy" is a row's
+input + output bytes per second as a share of it. The CPU's SIMD flags and qlinear's kernel entry are printed.
 
-Usage: python benchmarks/bench_qdq.py [--log2n 26] [--reps 7] [--markdown]
+Usage: python benchmarks/bench_qdq.py [--log2n 26] [--reps 15] [--only ROW ...] [--no-numpy] [--simd avx2]
 """
 
 from __future__ import annotations
@@ -24,8 +27,9 @@ import argparse
 import ctypes
 import os
 import platform
-import statistics
 import time
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 
 import ml_dtypes
 import numpy as np
@@ -34,16 +38,59 @@ from onnx import TensorProto as T
 from onnx import helper
 
 import qlinear
+from qlinear.core import native
 
 
-def timeit(fn, reps: int) -> float:
-    fn()
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
+def best_interleaved(fns: dict[str, object], reps: int) -> dict[str, float]:
+    """Best (minimum) wall time of each function over ``reps`` rounds; each round calls every function once, in turn,
+    so that a noisy neighbour or a frequency change hits all engines alike. One warm-up call each first."""
+    for fn in fns.values():
         fn()
-        ts.append(time.perf_counter() - t0)
-    return statistics.median(ts)
+    best = dict.fromkeys(fns, float("inf"))
+    for _ in range(reps):
+        for k, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            best[k] = min(best[k], time.perf_counter() - t0)
+    return best
+
+
+class Copier:
+    """``np.copyto`` of n float32 split over ``threads`` (NumPy releases the GIL while copying): the machine's practical
+    limit for a streaming kernel. ``gbs(t)`` = bytes moved (read + write) per second for a call that took t seconds."""
+
+    def __init__(self, n: int, threads: int, pool: ThreadPoolExecutor, src: np.ndarray, dst: np.ndarray):
+        self.bounds = np.linspace(0, n, threads + 1).astype(int)
+        self.pool, self.src, self.dst = pool, src, dst
+
+    def __call__(self):
+        if len(self.bounds) == 2:
+            np.copyto(self.dst, self.src)
+        else:
+            list(self.pool.map(self._part, self.bounds[:-1], self.bounds[1:]))
+
+    def _part(self, a: int, b: int):
+        np.copyto(self.dst[a:b], self.src[a:b])
+
+    def gbs(self, t: float) -> float:
+        return 2 * self.src.nbytes / t / 1e9
+
+
+def cpu_description() -> str:
+    """Model name and the SIMD flags that matter here (from /proc/cpuinfo on Linux)."""
+    model, flags = platform.processor() or platform.machine(), set()
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name") and model in ("", platform.machine()):
+                model = line.split(":", 1)[1].strip()
+            elif line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                break
+    except OSError:
+        pass
+    keep = ["sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512_vnni",
+            "avx512_bf16", "avx512_fp16", "avx_vnni", "amx_int8"]
+    return f"{model}; flags: {' '.join(f for f in keep if f in flags) or 'n/a'}"
 
 
 def model(op, xt, yt, shape, sshape, zt=None, **attrs):
@@ -149,40 +196,59 @@ def configs(n: int):
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--log2n", type=int, default=26)
-    ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--only", nargs="*", help="row names to run")
     ap.add_argument("--no-numpy", action="store_true")
+    ap.add_argument("--simd", default="auto", help="qlinear kernel entry: auto (the CPU's best), avx512, avx2, scalar")
     args = ap.parse_args()
     n = 1 << args.log2n
-    print(f"# qlinear {qlinear.__version__}, onnxruntime {ort.__version__}, numpy {np.__version__}; "
-          f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores; N = 2^{args.log2n}; "
-          f"median of {args.reps}; GB/s of input read")
+    native.set_simd(args.simd)
+    print(f"# qlinear {qlinear.__version__} (kernel entry: {native.simd()}), onnxruntime {ort.__version__}, "
+          f"numpy {np.__version__}; {os.cpu_count()} cores; N = 2^{args.log2n}")
+    print(f"# CPU: {cpu_description()}")
+    print(f"# best of {args.reps} interleaved runs; GB/s of the input read; 'of copy' = qlinear's (input + output bytes) "
+          f"/ time as a share of np.copyto's bytes moved per second, same thread count, timed in the same rounds")
     print(f"# loadavg before: {open('/proc/loadavg').read().split()[:3]}")
+    pool = ThreadPoolExecutor(max(args.threads))
+    src, dst = np.ones(n, np.float32), np.empty(n, np.float32)
+    copiers = {th: Copier(n, th, pool, src, dst) for th in args.threads}
+    copy_best = dict.fromkeys(args.threads, 0.0)
     heads = [f"qlinear {t}t" for t in args.threads] + [f"ORT {t}t" for t in args.threads] + ([] if args.no_numpy else ["numpy"])
-    heads += [f"ratio {t}t" for t in args.threads]
+    heads += [f"ratio {t}t" for t in args.threads] + [f"of copy {t}t" for t in args.threads]
     print("| config | " + " | ".join(heads) + " |")
     print("|---|" + "---|" * len(heads))
     for name, nbytes, qfn, out, (m, feeds, oshape, otype), npfn in configs(n):
         if args.only and name not in args.only:
             continue
-        cells, q_t, o_t = [], {}, {}
-        for th in args.threads:
-            q_t[th] = timeit(lambda: qfn(th, out), args.reps)
+        fns = {}
         for th in args.threads:
             r = OrtRunner(m, feeds, oshape, otype, th)
-            o_t[th] = timeit(r, args.reps)
+            r()
             ours = qfn(th, out)
             ours_bytes = (ours.data if isinstance(ours, qlinear.PackedTensor) else ours).tobytes()
             assert ours_bytes == r.result_bytes(), f"{name}: qlinear output differs from ORT"
-            del r
-        gb = lambda t: f"{nbytes / t / 1e9:.2f} ({t * 1e3:.1f} ms)"  # noqa: E731
-        cells += [gb(q_t[t]) for t in args.threads] + [gb(o_t[t]) for t in args.threads]
+            fns[("q", th)] = partial(qfn, th, out)
+            fns[("o", th)] = r
+            fns[("c", th)] = copiers[th]
+        best = best_interleaved(fns, args.reps)
+        del fns
+        moved = nbytes + out.nbytes
+        copy = {t: copiers[t].gbs(best[("c", t)]) for t in args.threads}
+        copy_best = {t: max(copy_best[t], copy[t]) for t in args.threads}
+
+        def gb(t, nb=nbytes):
+            return f"{nb / t / 1e9:.2f} ({t * 1e3:.1f} ms)"
+
+        cells = [gb(best[("q", t)]) for t in args.threads] + [gb(best[("o", t)]) for t in args.threads]
         if not args.no_numpy:
-            cells.append(gb(timeit(npfn, max(1, args.reps // 3))))
-        cells += [f"{o_t[t] / q_t[t]:.2f}x" for t in args.threads]
+            cells.append(gb(best_interleaved({"np": npfn}, max(1, args.reps // 5))["np"]))
+        cells += [f"{best[('o', t)] / best[('q', t)]:.2f}x" for t in args.threads]
+        cells += [f"{moved / best[('q', t)] / 1e9 / copy[t]:.0%}" for t in args.threads]
         print(f"| {name} | " + " | ".join(cells) + " |", flush=True)
     print(f"# loadavg after: {open('/proc/loadavg').read().split()[:3]}")
+    print("# copy bandwidth (np.copyto, read + write, best over all rows): "
+          + ", ".join(f"{t}t {copy_best[t]:.1f} GB/s" for t in args.threads))
     print("# ratio = ORT time / qlinear time at the same thread count (> 1: qlinear faster); outputs bit-identical")
 
 

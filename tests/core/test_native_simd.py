@@ -202,3 +202,16 @@ def test_set_simd_refuses_unknown_and_unsupported():
         native.set_simd(prev)
     assert native.set_simd("auto") == prev and native.simd() == native.simd_supported()
     native.set_simd(prev)
+
+
+@pytest.mark.parametrize("n,threads,align", [(8 << 20, 2, 2), ((8 << 20) + 3, 2, 4), ((8 << 20) - 1, 2, 1), (1000, 3, 2)])
+def test_parallel_ranges_cover_each_element_once(n, threads, align):
+    """Large inputs go out in PIECES_PER_THREAD pieces per thread, small ones in one range per thread."""
+    seen = []
+    native.parallel_ranges(lambda a, b: seen.append((a, b)), n, threads, align)
+    seen.sort()
+    assert seen[0][0] == 0 and seen[-1][1] == n
+    assert all(b0 == a1 for (_, b0), (a1, _) in zip(seen, seen[1:]))
+    assert all(a % align == 0 for a, _ in seen)
+    big = n >= threads * native.PIECES_PER_THREAD * native.PIECE_MIN
+    assert len(seen) == (threads * native.PIECES_PER_THREAD if big else threads)

@@ -164,12 +164,20 @@ def resolve_threads(threads: int | None, n: int) -> int:
     return int(threads)
 
 
+#: large inputs are split into this many pieces per thread (each of at least PIECE_MIN elements), handed out as
+#: threads become free: a thread slowed down by another process no longer holds the whole call back
+PIECES_PER_THREAD = 4
+PIECE_MIN = 1 << 20
+
+
 def parallel_ranges(fn, n: int, threads: int, align: int = 1) -> None:
-    """Call ``fn(e0, e1)`` over [0, n) split into ``threads`` ranges whose starts are multiples of ``align``."""
+    """Call ``fn(e0, e1)`` over [0, n) split into ``threads`` ranges whose starts are multiples of ``align`` (into
+    ``PIECES_PER_THREAD`` times as many when every piece still has ``PIECE_MIN`` elements), on ``threads`` threads."""
     if threads <= 1 or n < 2 * align:
         fn(0, n)
         return
-    step = -(-n // threads)
+    pieces = threads * PIECES_PER_THREAD if n >= threads * PIECES_PER_THREAD * PIECE_MIN else threads
+    step = -(-n // pieces)
     step = -(-step // align) * align
     bounds = [(a, min(a + step, n)) for a in range(0, n, step)]
     if len(bounds) == 1:
