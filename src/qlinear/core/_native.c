@@ -196,7 +196,12 @@ QL_A512 void ql_q_512(const float* x, void* y, int64_t n, const float* sv, const
             else _mm512_storeu_si512((int8_t*)y + i, r);
         }
     }
-    for (; i < n; i += 16) ql_q512_part(x, y, i, n - i < 16 ? n - i : 16, sv, zv, s1, z1, vlo, vhi, mode);
+    for (; i + 16 <= n; i += 16) { /* short runs (blocks of 16 or 32): whole vectors without masks */
+        __m512i q = QL_Q512(i, all);
+        if (wide) _mm256_storeu_si256((__m256i*)((int16_t*)y + i), _mm512_cvtepi32_epi16(q));
+        else _mm_storeu_si128((__m128i*)((int8_t*)y + i), _mm512_cvtepi32_epi8(q));
+    }
+    if (i < n) ql_q512_part(x, y, i, n - i, sv, zv, s1, z1, vlo, vhi, mode);
 }
 #undef QL_S512
 #undef QL_Z512
