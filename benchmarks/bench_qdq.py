@@ -10,7 +10,8 @@ Rows (issue 3):
 Engines, same data, same process:
   qlinear  threads 1 and 2, preallocated output (``out=``), like ORT's IOBinding
   ORT      single-node opset-25 model, optimizations off, IOBinding with a preallocated output,
-           intra_op_num_threads 1 and 2
+           intra_op_num_threads 1 and 2; idle pool threads do not spin (--ort-spin: they do, ORT's default),
+           which on 2 cores would take CPU from the engine timed next
   numpy    the naive expression ``clip(rint(x / s) + zp)`` / ``(q - zp) * s`` (int4 left unpacked)
 Metric: best of --reps (15) interleaved rounds (each round runs every engine and thread count once, after one
 warm-up call each), GB/s of the *input* read (4 B/elem for Q, 1 B/elem for 8-bit DQ, 0.5 B/elem for packed
@@ -27,6 +28,7 @@ import argparse
 import ctypes
 import os
 import platform
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -108,8 +110,11 @@ def model(op, xt, yt, shape, sshape, zt=None, **attrs):
 class OrtRunner:
     """IOBinding with inputs and a preallocated output bound once; run() only executes."""
 
-    def __init__(self, m: bytes, feeds: dict[str, tuple[np.ndarray, int]], out_shape, out_type, threads: int):
+    def __init__(self, m: bytes, feeds: dict[str, tuple[np.ndarray, int]], out_shape, out_type, threads: int,
+                 spin: bool = False):
         so = ort.SessionOptions()
+        if not spin:  # an idle spinning pool thread would take a core from the next engine timed on 2 cores
+            so.add_session_config_entry("session.intra_op.allow_spinning", "0")
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         so.intra_op_num_threads = threads
         so.inter_op_num_threads = 1
@@ -193,6 +198,25 @@ def configs(n: int):
     return C
 
 
+def measure(row, args, copiers) -> dict:
+    """Best times of one row: qlinear, ORT and np.copyto at every thread count in the same rounds, then NumPy."""
+    name, nbytes, qfn, out, (m, feeds, oshape, otype), npfn = row
+    fns = {}
+    for th in args.threads:
+        r = OrtRunner(m, feeds, oshape, otype, th, args.ort_spin)
+        r()
+        ours = qfn(th, out)
+        ours_bytes = (ours.data if isinstance(ours, qlinear.PackedTensor) else ours).tobytes()
+        assert ours_bytes == r.result_bytes(), f"{name}: qlinear output differs from ORT"
+        fns[("q", th)] = partial(qfn, th, out)
+        fns[("o", th)] = r
+        fns[("c", th)] = copiers[th]
+    best = best_interleaved(fns, args.reps)
+    if not args.no_numpy:
+        best["np"] = best_interleaved({"np": npfn}, max(1, args.reps // 5))["np"]
+    return best
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--log2n", type=int, default=26)
@@ -201,55 +225,40 @@ def main() -> None:
     ap.add_argument("--only", nargs="*", help="row names to run")
     ap.add_argument("--no-numpy", action="store_true")
     ap.add_argument("--simd", default="auto", help="qlinear kernel entry: auto (the CPU's best), avx512, avx2, scalar")
+    ap.add_argument("--ort-spin", action="store_true", help="let ORT's idle pool threads spin (its default)")
     args = ap.parse_args()
     n = 1 << args.log2n
     native.set_simd(args.simd)
-    print(f"# qlinear {qlinear.__version__} (kernel entry: {native.simd()}), onnxruntime {ort.__version__}, "
-          f"numpy {np.__version__}; {os.cpu_count()} cores; N = 2^{args.log2n}")
-    print(f"# CPU: {cpu_description()}")
-    print(f"# best of {args.reps} interleaved runs; GB/s of the input read; 'of copy' = qlinear's (input + output bytes) "
-          f"/ time as a share of np.copyto's bytes moved per second, same thread count, timed in the same rounds")
-    print(f"# loadavg before: {open('/proc/loadavg').read().split()[:3]}")
+    load0 = open("/proc/loadavg").read().split()[:3]
     pool = ThreadPoolExecutor(max(args.threads))
     src, dst = np.ones(n, np.float32), np.empty(n, np.float32)
     copiers = {th: Copier(n, th, pool, src, dst) for th in args.threads}
-    copy_best = dict.fromkeys(args.threads, 0.0)
+    rows = []
+    for row in configs(n):
+        if not args.only or row[0] in args.only:
+            rows.append((row[0], row[1] + row[3].nbytes, row[1], measure(row, args, copiers)))
+            print(f"# measured {row[0]}", file=sys.stderr, flush=True)
+    copy = {t: max(copiers[t].gbs(b[("c", t)]) for *_, b in rows) for t in args.threads}
+    print(f"# qlinear {qlinear.__version__} (kernel entry: {native.simd()}), onnxruntime {ort.__version__} "
+          f"(idle threads {'spin' if args.ort_spin else 'do not spin'}), numpy {np.__version__}; {os.cpu_count()} cores; "
+          f"N = 2^{args.log2n}; loadavg before {load0}, after {open('/proc/loadavg').read().split()[:3]}")
+    print(f"# CPU: {cpu_description()}")
+    print("# memory limit: np.copyto of N float32, read + write, best over all rounds: "
+          + ", ".join(f"{t}t {copy[t]:.1f} GB/s" for t in args.threads))
+    print(f"# best of {args.reps} interleaved rounds; GB/s of the input read (ms per call); ratio = ORT time / qlinear "
+          f"time (> 1: qlinear faster); 'of copy' = qlinear's input + output bytes per second / the copy figure")
     heads = [f"qlinear {t}t" for t in args.threads] + [f"ORT {t}t" for t in args.threads] + ([] if args.no_numpy else ["numpy"])
     heads += [f"ratio {t}t" for t in args.threads] + [f"of copy {t}t" for t in args.threads]
     print("| config | " + " | ".join(heads) + " |")
     print("|---|" + "---|" * len(heads))
-    for name, nbytes, qfn, out, (m, feeds, oshape, otype), npfn in configs(n):
-        if args.only and name not in args.only:
-            continue
-        fns = {}
-        for th in args.threads:
-            r = OrtRunner(m, feeds, oshape, otype, th)
-            r()
-            ours = qfn(th, out)
-            ours_bytes = (ours.data if isinstance(ours, qlinear.PackedTensor) else ours).tobytes()
-            assert ours_bytes == r.result_bytes(), f"{name}: qlinear output differs from ORT"
-            fns[("q", th)] = partial(qfn, th, out)
-            fns[("o", th)] = r
-            fns[("c", th)] = copiers[th]
-        best = best_interleaved(fns, args.reps)
-        del fns
-        moved = nbytes + out.nbytes
-        copy = {t: copiers[t].gbs(best[("c", t)]) for t in args.threads}
-        copy_best = {t: max(copy_best[t], copy[t]) for t in args.threads}
-
-        def gb(t, nb=nbytes):
-            return f"{nb / t / 1e9:.2f} ({t * 1e3:.1f} ms)"
-
-        cells = [gb(best[("q", t)]) for t in args.threads] + [gb(best[("o", t)]) for t in args.threads]
+    for name, moved, nbytes, best in rows:
+        cells = [f"{nbytes / best[(k, t)] / 1e9:.2f} ({best[(k, t)] * 1e3:.1f} ms)" for k in "qo" for t in args.threads]
         if not args.no_numpy:
-            cells.append(gb(best_interleaved({"np": npfn}, max(1, args.reps // 5))["np"]))
+            cells.append(f"{nbytes / best['np'] / 1e9:.2f}")
         cells += [f"{best[('o', t)] / best[('q', t)]:.2f}x" for t in args.threads]
         cells += [f"{moved / best[('q', t)] / 1e9 / copy[t]:.0%}" for t in args.threads]
-        print(f"| {name} | " + " | ".join(cells) + " |", flush=True)
-    print(f"# loadavg after: {open('/proc/loadavg').read().split()[:3]}")
-    print("# copy bandwidth (np.copyto, read + write, best over all rows): "
-          + ", ".join(f"{t}t {copy_best[t]:.1f} GB/s" for t in args.threads))
-    print("# ratio = ORT time / qlinear time at the same thread count (> 1: qlinear faster); outputs bit-identical")
+        print(f"| {name} | " + " | ".join(cells) + " |")
+    print("# outputs bit-identical with ORT (checked before timing)")
 
 
 if __name__ == "__main__":
