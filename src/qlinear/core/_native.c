@@ -16,6 +16,14 @@
  *   kind 1: one scale per element                 s[off + i]
  *   kind 2: one scale per run of kb elements      s[off + i / kb]
  * Callers pass an element range [e0, e1) so that threads can split any granularity.
+ *
+ * SIMD (issue 24): quantize and dequantize have three entries, ql_quantize_{base,avx2,avx512} (same for
+ * dequantize), built from the same macros: baseline C for any CPU, target("avx2,fma") and
+ * target("avx512f,avx512bw,avx512dq,avx512vl") with explicit intrinsics for the 8/16-bit runs. They use the
+ * same IEEE operations in the same order (vdivps, vrndscaleps/vroundps in the current rounding mode = rintf,
+ * +z, vmaxps(v, lo) = v > lo ? v : lo so NaN -> lo, vminps, then an exact conversion of the integral value and
+ * a truncating narrow), so every entry gives the bits of the baseline. The exported functions pick the entry
+ * chosen once from __builtin_cpu_supports; ql_simd_set lowers it (QLINEAR_SIMD, tests).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
