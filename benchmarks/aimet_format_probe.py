@@ -1,0 +1,249 @@
+#!/usr/bin/env python3
+"""
+Probe of the AIMET 2.42 encoding-format additions (issue 24): int2 ``zero_point_shift``, float8 / float4 entries,
+and the legacy "0.6.2" version. Runs in AIMET's own virtual environment, NOT in qlinear's:
+
+    python3 -m venv /work/venv-aimet
+    /work/venv-aimet/bin/pip install torch==2.13.0                     # CPU wheel
+    echo "torch==2.13.0" > aimet_constraints.txt
+    /work/venv-aimet/bin/pip install -c aimet_constraints.txt aimet-onnx==2.42.0
+    /work/venv-aimet/bin/pip install -c aimet_constraints.txt aimet-torch==2.42.0   # optional: float4 files
+    /work/venv-aimet/bin/python benchmarks/aimet_format_probe.py tests/encodings/aimet_formats
+
+Writes into OUTDIR (files named ``<writer>-2.42.0_<case>_v<version>.encodings``):
+  * probe_model.onnx: the model (x[1,4,8,8] -> Conv(conv.weight[32,4,3,3]) -> Relu -> GlobalAveragePool -> Flatten
+    -> Gemm(fc1.weight[64,32], transB=1) -> Relu -> MatMul(fc2.weight[64,16]) -> y), opset 17;
+  * int2 symmetric weights with zero-point shift 0.5 (``QSpec(..., shift_zero_point=True)``): per-tensor conv.weight,
+    per-channel fc1.weight, blockwise (block 16) fc2.weight, exported in every version AIMET accepts;
+  * int2_shift_qdq.npz: AIMET's own quantize-dequantize (``QcQuantizeOp.quantize_dequantize``) of each shifted
+    quantizer applied to its weight and to a probe tensor of grid points and exact ties (k/2 * scale), with the
+    exported scale: the numbers qlinear's shifted grid must reproduce;
+  * float8 weights and activations (aimet-onnx: float8e4m3fn per-channel and blockwise, float8e5m2 per-tensor,
+    float8e4m3fn activation) in 2.0.0; what 0.6.1 / 1.0.0 export says is printed;
+  * float4e2m1 (aimet-torch FloatQuantizeDequantize, per-block) in 2.0.0, if aimet-torch is installed;
+  * what ``export(encoding_version="0.6.2")`` and ``AIMET_ENCODING_VERSION=0.6.2`` do (printed).
+Deterministic: two runs write identical bytes.
+"""
+import json
+import logging
+import os
+import sys
+import warnings
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+warnings.filterwarnings("ignore")
+logging.disable(logging.WARNING)
+
+OUT = next((a for a in sys.argv[1:] if not a.startswith("--")), "./aimet_format_probe_out")
+os.makedirs(OUT, exist_ok=True)
+VERSIONS = ("0.6.1", "1.0.0", "2.0.0")
+
+
+def build_model() -> onnx.ModelProto:
+    rng = np.random.default_rng(0)
+    arrays = [((rng.standard_normal((32, 4, 3, 3)) * 0.2), "conv.weight"), ((rng.standard_normal(32) * 0.1), "conv.bias"),
+              ((rng.standard_normal((64, 32)) * 0.3), "fc1.weight"), ((rng.standard_normal(64) * 0.1), "fc1.bias"),
+              ((rng.standard_normal((64, 16)) * 0.3), "fc2.weight")]
+    inits = [numpy_helper.from_array(a.astype(np.float32), n) for a, n in arrays]
+    nodes = [
+        helper.make_node("Conv", ["x", "conv.weight", "conv.bias"], ["conv_out"], name="conv", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["conv_out"], ["relu1_out"], name="relu1"),
+        helper.make_node("GlobalAveragePool", ["relu1_out"], ["gap_out"], name="gap"),
+        helper.make_node("Flatten", ["gap_out"], ["flat_out"], name="flatten"),
+        helper.make_node("Gemm", ["flat_out", "fc1.weight", "fc1.bias"], ["fc1_out"], name="fc1", transB=1),
+        helper.make_node("Relu", ["fc1_out"], ["relu2_out"], name="relu2"),
+        helper.make_node("MatMul", ["relu2_out", "fc2.weight"], ["y"], name="fc2"),
+    ]
+    graph = helper.make_graph(nodes, "tiny", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16])], initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+def calib_data():
+    rng = np.random.default_rng(1)
+    return [{"x": rng.standard_normal((1, 4, 8, 8)).astype(np.float32)} for _ in range(8)]
+
+
+def make_sim(model):
+    import aimet_onnx
+    from aimet_onnx.quantsim import QuantizationSimModel
+    from aimet_onnx.common.defs import qtype
+    cfg = os.path.join(os.path.dirname(aimet_onnx.__file__), "common", "quantsim_config",
+                       "default_config_per_channel.json")
+    return QuantizationSimModel(onnx.ModelProto.FromString(model.SerializeToString()), param_type=qtype.int(8),
+                                activation_type=qtype.int(8), quant_scheme="tf", config_file=cfg)
+
+
+def export_all(sim, case, versions=VERSIONS):
+    for ver in versions:
+        try:
+            sim.export(OUT, f"aimet-onnx-2.42.0_{case}_v{ver}", export_model=False, encoding_version=ver)
+            print(f"  {case} {ver}: written")
+        except Exception as e:  # report what AIMET refuses, do not hide it
+            print(f"  {case} {ver}: {type(e).__name__}: {str(e).splitlines()[0][:160]}")
+
+
+def int2_shift(model, data):
+    """int2 symmetric weights with the zero-point shift, in three granularities, plus AIMET's own QDQ numbers."""
+    from aimet_onnx.defs import QSpec
+    sim = make_sim(model)
+    ops = sim.qc_quantize_op_dict
+    ops["conv.weight"].set_qspec(QSpec.per_tensor("int2", symmetric=True, shift_zero_point=True))
+    ops["fc1.weight"].set_qspec(QSpec.per_channel("int2", symmetric=True, shift_zero_point=True))
+    ops["fc2.weight"].set_qspec(QSpec.blockwise("int2", block_size=16, symmetric=True, shift_zero_point=True))
+    sim.compute_encodings(data)
+    print("int2 + zero_point_shift:")
+    for n in ("conv.weight", "fc1.weight", "fc2.weight"):
+        e = ops[n].get_encodings()
+        print(f"  {n}: shift={ops[n].get_zero_point_shift()} {len(e)} encodings, first delta={e[0].delta!r} "
+              f"offset={e[0].offset!r} min={e[0].min!r} max={e[0].max!r}")
+    export_all(sim, "int2_shift")
+    weights = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    with open(os.path.join(OUT, "aimet-onnx-2.42.0_int2_shift_v2.0.0.encodings")) as f:
+        exported = {e["name"]: e for e in json.load(f)["encodings"]}
+    qdq = {}
+    for n in ("conv.weight", "fc1.weight", "fc2.weight"):
+        w = weights[n]
+        qdq[f"{n}/w"] = w
+        qdq[f"{n}/qdq"] = ops[n].quantize_dequantize(w.copy())
+        # grid points and exact ties of the shifted grid: x = k/2 * (the element's exported scale), k = -6..6
+        s = full_scale(exported[n], w.shape).astype(np.float32)
+        k = np.resize(np.arange(-6, 7, dtype=np.float32), w.size).reshape(w.shape)
+        probe = ((k / np.float32(2.0)) * s).astype(np.float32)
+        qdq[f"{n}/probe"] = probe
+        qdq[f"{n}/probe_qdq"] = ops[n].quantize_dequantize(probe.copy())
+    np.savez(os.path.join(OUT, "int2_shift_qdq.npz"), **qdq)
+
+
+def full_scale(entry, shape):
+    """The scale of every element of a weight of ``shape``, from its 2.0.0 entry."""
+    s = np.array(entry["y_scale"], np.float64)
+    if s.ndim == 0:
+        return np.broadcast_to(s, shape)
+    if "block_size" in entry:
+        return np.repeat(s, entry["block_size"], axis=entry["axis"])
+    return np.broadcast_to(s.reshape((-1,) + (1,) * (len(shape) - 1)), shape)
+
+
+def float8(model, data):
+    sim = make_sim(model)
+    ops = sim.qc_quantize_op_dict
+    ops["fc1.weight"].set_precision("float8e4m3fn")            # per-channel (config)
+    ops["conv.weight"].set_precision("float8e5m2")
+    ops["conv.weight"].enable_per_channel_quantization(False)  # per-tensor
+    ops["relu2_out"].set_precision("float8e4m3fn")              # activation, per-tensor
+    try:
+        from aimet_onnx.quantsim import set_blockwise_quantization_for_weights
+        set_blockwise_quantization_for_weights(sim, ("MatMul",), bitwidth=8, symmetric=True, block_size=16)
+        ops["fc2.weight"].set_precision("float8e4m3fn")         # blockwise float8
+    except Exception as e:
+        print(f"  blockwise float8 setup: {type(e).__name__}: {e}")
+    sim.compute_encodings(data)
+    print("float8:")
+    export_all(sim, "float8")
+
+
+def version_0_6_2(model, data):
+    sim = make_sim(model)
+    sim.compute_encodings(data)
+    print("0.6.2:")
+    export_all(sim, "per_channel", versions=("0.6.2",))
+    from aimet_onnx.common import quantsim as qs
+    print(f"  VALID_ENCODING_VERSIONS = {qs.VALID_ENCODING_VERSIONS}")
+    import subprocess
+    r = subprocess.run([sys.executable, "-c", "import aimet_onnx.quantsim"], env=dict(os.environ,
+                       AIMET_ENCODING_VERSION="0.6.2"), capture_output=True, text=True)
+    print(f"  AIMET_ENCODING_VERSION=0.6.2: exit {r.returncode}: {(r.stderr.strip().splitlines() or [''])[-1][:200]}")
+
+
+def stub_torchvision():
+    """The PyPI torchvision wheel does not load against torch 2.13.0+cpu ("operator torchvision::nms does not
+    exist"); aimet_torch only needs it at import time, so a stub module stands in (as in aimet_probe.py)."""
+    import types
+    try:
+        import torchvision  # noqa: F401
+        return
+    except Exception:  # pylint: disable=broad-except
+        for k in [k for k in sys.modules if k.startswith("torchvision")]:
+            del sys.modules[k]
+
+    class _Any(types.ModuleType):
+        def __getattr__(self, name):
+            if name.startswith("__"):
+                raise AttributeError(name)
+            m = _Any(f"{self.__name__}.{name}")
+            sys.modules[m.__name__] = m
+            setattr(self, name, m)
+            return m
+    for n in ["torchvision", "torchvision.datasets", "torchvision.transforms", "torchvision.models",
+              "torchvision.ops"]:
+        sys.modules[n] = _Any(n)
+
+
+def float4_torch():
+    """float4e2m1 (per-block) and float8 (fnuz per-channel, e5m2 per-tensor) weights written by aimet-torch's
+    ``sim.onnx.export``; each case also tries 1.0.0 and prints AIMET's refusal."""
+    stub_torchvision()
+    try:
+        import torch
+        from aimet_torch.quantsim import QuantizationSimModel as TorchSim
+        from aimet_torch.quantization.float import FloatQuantizeDequantize
+    except Exception as e:  # aimet-torch not installed: say so
+        print(f"float4: aimet-torch unavailable ({type(e).__name__}: {e})")
+        return
+
+    class Lin(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1 = torch.nn.Linear(64, 8)
+
+        def forward(self, x):
+            return self.fc1(x)
+
+    cases = {
+        "float4_block": dict(exponent_bits=2, mantissa_bits=1, finite=True, unsigned_zero=False, shape=(8, 4),
+                             block_size=(1, 16)),
+        "float8_channel": dict(dtype=torch.float8_e4m3fnuz, shape=(8, 1)),
+        "float8_tensor": dict(dtype=torch.float8_e5m2),
+    }
+    print("aimet-torch float:")
+    for case, kw in cases.items():
+        torch.manual_seed(0)
+        lin, x = Lin().eval(), torch.randn(1, 64)
+        sim = TorchSim(lin, dummy_input=x, quant_scheme="tf", default_param_bw=8, default_output_bw=8)
+        sim.model.fc1.param_quantizers["weight"] = FloatQuantizeDequantize(**kw)
+        sim.compute_encodings(lambda m: [m(torch.randn(2, 64)) for _ in range(4)])
+        for ver in ("2.0.0", "1.0.0"):
+            try:
+                sim.onnx.export(x, os.path.join(OUT, f"aimet-torch-2.42.0_{case}_v{ver}.onnx"),
+                                encoding_version=ver, dynamo=False)
+                print(f"  {case} {ver}: written")
+            except Exception as e:
+                print(f"  {case} {ver}: {type(e).__name__}: {str(e).splitlines()[0][:160]}")
+                leftover = os.path.join(OUT, f"aimet-torch-2.42.0_{case}_v{ver}.onnx")  # written before the refusal
+                if os.path.exists(leftover):
+                    os.remove(leftover)
+
+
+def main():
+    import aimet_onnx
+    print("aimet_onnx", aimet_onnx.__version__)
+    model = build_model()
+    onnx.save(model, os.path.join(OUT, "probe_model.onnx"))
+    data = calib_data()
+    int2_shift(model, data)
+    float8(model, data)
+    version_0_6_2(model, data)
+    if "--torch" in sys.argv:
+        float4_torch()
+    print("written:", sorted(os.listdir(OUT)))
+
+
+if __name__ == "__main__":
+    main()
