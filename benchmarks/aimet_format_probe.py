@@ -37,6 +37,19 @@ from onnx import TensorProto, helper, numpy_helper
 warnings.filterwarnings("ignore")
 logging.disable(logging.WARNING)
 
+try:  # module-level so that aimet-torch's legacy sim.export can pickle the model
+    import torch
+
+    class TorchLin(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1 = torch.nn.Linear(64, 8)
+
+        def forward(self, x):
+            return self.fc1(x)
+except ImportError:  # aimet-torch cases are skipped
+    pass
+
 OUT = next((a for a in sys.argv[1:] if not a.startswith("--")), "./aimet_format_probe_out")
 os.makedirs(OUT, exist_ok=True)
 VERSIONS = ("0.6.1", "1.0.0", "2.0.0")
@@ -198,13 +211,7 @@ def float4_torch():
         print(f"float4: aimet-torch unavailable ({type(e).__name__}: {e})")
         return
 
-    class Lin(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.fc1 = torch.nn.Linear(64, 8)
-
-        def forward(self, x):
-            return self.fc1(x)
+    Lin = TorchLin
 
     cases = {
         "float4_block": dict(exponent_bits=2, mantissa_bits=1, finite=True, unsigned_zero=False, shape=(8, 4),
@@ -231,6 +238,63 @@ def float4_torch():
                     os.remove(leftover)
 
 
+def int2_shift_torch():
+    """int2 symmetric weights with zero_point_shift 0.5 in aimet-torch (per-tensor, per-channel, per-block 16) on a
+    Linear(64, 8): legacy ``sim.export`` (0.6.1, 1.0.0) and ``sim.onnx.export`` (1.0.0, 2.0.0), plus aimet-torch's
+    own quantize-dequantize of each weight and of a tie probe (int2_shift_qdq_torch.npz)."""
+    import torch
+    from aimet_torch.quantsim import QuantizationSimModel as TorchSim
+    from aimet_torch.quantization.affine import QuantizeDequantize
+    import aimet_torch.common.quantsim as torch_qs
+
+    Lin = TorchLin
+
+    cases = {"tensor": dict(shape=()), "channel": dict(shape=(8, 1)), "block": dict(shape=(8, 4), block_size=(1, 16))}
+    qdq = {}
+    print("aimet-torch int2 + zero_point_shift:")
+    for case, kw in cases.items():
+        torch.manual_seed(0)
+        lin, x = Lin().eval(), torch.randn(1, 64)
+        sim = TorchSim(lin, dummy_input=x, quant_scheme="tf", default_param_bw=8, default_output_bw=8)
+        sim.model.fc1.param_quantizers["weight"] = QuantizeDequantize(bitwidth=2, symmetric=True,
+                                                                      zero_point_shift=0.5, **kw)
+        sim.compute_encodings(lambda m: [m(torch.randn(2, 64)) for _ in range(4)])
+        name = f"aimet-torch-2.42.0_int2_shift_{case}"
+        for ver in ("0.6.1", "1.0.0"):
+            torch_qs.encoding_version = ver
+            try:
+                sim.export(OUT, f"{name}_legacy_v{ver}", dummy_input=x)
+                print(f"  {case} legacy {ver}: written")
+            except Exception as e:
+                print(f"  {case} legacy {ver}: {type(e).__name__}: {str(e).splitlines()[0][:160]}")
+            for ext in (".pth", ".onnx"):  # the model files of the legacy export (pickle; the same graph)
+                if os.path.exists(os.path.join(OUT, f"{name}_legacy_v{ver}{ext}")):
+                    os.remove(os.path.join(OUT, f"{name}_legacy_v{ver}{ext}"))
+        torch_qs.encoding_version = "1.0.0"
+        for ver in ("1.0.0", "2.0.0"):
+            try:
+                sim.onnx.export(x, os.path.join(OUT, f"{name}_v{ver}.onnx"), encoding_version=ver, dynamo=False)
+                print(f"  {case} onnx {ver}: written")
+            except Exception as e:
+                print(f"  {case} onnx {ver}: {type(e).__name__}: {str(e).splitlines()[0][:160]}")
+        q = sim.model.fc1.param_quantizers["weight"]
+        w = sim.model.fc1.weight.detach().clone()
+        s = q.get_scale().detach().to(torch.float32)
+        full = s.repeat_interleave(16, dim=1) if case == "block" else s.expand_as(w)
+        k = torch.arange(-6, 7, dtype=torch.float32).repeat(w.numel() // 13 + 1)[: w.numel()].reshape(w.shape)
+        probe = (k / 2) * full
+        qdq[f"{case}/w"] = w.numpy()
+        qdq[f"{case}/qdq"] = q(w).dequantize().detach().numpy()
+        qdq[f"{case}/probe"] = probe.numpy()
+        qdq[f"{case}/probe_qdq"] = q(probe).dequantize().detach().numpy()
+    for f in os.listdir(OUT):  # keep the .onnx of the 2.0.0 exports only (the 1.0.0 ones are the same model), and
+        # not the legacy export's module-keyed "_torch.encodings" (aimet-torch's own format, not a QNN encodings file)
+        if (f.startswith("aimet-torch-2.42.0_int2_shift") and f.endswith(".onnx") and "_v2.0.0" not in f) \
+                or f.endswith("_torch.encodings") or f == "temp_onnx_model_with_all_markers.onnx":
+            os.remove(os.path.join(OUT, f))
+    np.savez(os.path.join(OUT, "int2_shift_qdq_torch.npz"), **qdq)
+
+
 def main():
     import aimet_onnx
     print("aimet_onnx", aimet_onnx.__version__)
@@ -242,6 +306,7 @@ def main():
     version_0_6_2(model, data)
     if "--torch" in sys.argv:
         float4_torch()
+        int2_shift_torch()
     print("written:", sorted(os.listdir(OUT)))
 
 

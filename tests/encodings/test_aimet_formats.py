@@ -24,11 +24,21 @@ MODEL = DATA / "probe_model.onnx"
 FILES = sorted(DATA.glob("*.encodings"))
 SHIFT = {v: DATA / f"aimet-onnx-2.42.0_int2_shift_v{v}.encodings" for v in ("0.6.1", "1.0.0", "2.0.0")}
 FLOAT_FILES = [f for f in FILES if "float" in f.name]
+TORCH_SHIFT = [f for f in FILES if f.name.startswith("aimet-torch-2.42.0_int2_shift")]
 WEIGHTS = ("conv.weight", "fc1.weight", "fc2.weight")
 
 
 def _model(f: Path) -> Path:
-    return f.with_suffix(".onnx") if f.name.startswith("aimet-torch") else MODEL
+    """The model of a file: the probe model for aimet-onnx files, the 2.0.0 export's ONNX for aimet-torch ones."""
+    if not f.name.startswith("aimet-torch"):
+        return MODEL
+    stem = f.name.split("_legacy_v")[0].split("_v")[0]
+    return f.parent / f"{stem}_v2.0.0.onnx"
+
+
+def _canon(entries: dict) -> dict:
+    """Entries as canonical text (an int offset -2 and a float -2.0 differ, as in the file)."""
+    return {k: json.dumps(v, sort_keys=True) for k, v in entries.items()}
 
 
 def _entries(doc: dict, version: str) -> dict:
@@ -40,8 +50,9 @@ def _entries(doc: dict, version: str) -> dict:
 
 
 def test_the_probe_files_are_there():
-    assert len(FILES) == 7 and len(FLOAT_FILES) == 4
-    assert (DATA / "int2_shift_qdq.npz").exists() and MODEL.exists()
+    assert len(FILES) == 19 and len(FLOAT_FILES) == 4 and len(TORCH_SHIFT) == 12
+    assert (DATA / "int2_shift_qdq.npz").exists() and (DATA / "int2_shift_qdq_torch.npz").exists() and MODEL.exists()
+    assert all(_model(f).exists() for f in FILES)
 
 
 @pytest.mark.parametrize("f", FILES, ids=lambda p: p.name)
@@ -52,8 +63,8 @@ def test_aimet_files_resave_byte_for_byte(f, tmp_path):
     out = tmp_path / f.name
     E.save(es, out)
     assert out.read_bytes() == f.read_bytes()
-    if f.name.endswith("v0.6.1.encodings"):
-        return  # AIMET writes the per-block fc2.weight into 0.6.1 as 64 flat entries: no axes fit it (below)
+    if f.name.endswith("v0.6.1.encodings") and ("block" in f.name or f.name.startswith("aimet-onnx")):
+        return  # AIMET writes per-block weights into 0.6.1 as flat per-block dicts: no axes fit them (below)
     resolved = G.resolve(E.load(f), _model(f))
     assert E.dumps(resolved) == text  # axes from the model change no byte of a file that had them or lacked them
 
@@ -92,6 +103,7 @@ def test_conversions_write_what_aimet_wrote(src, dst):
     aimet = _entries(json.loads(SHIFT[dst].read_text()), dst)
     common = set(ours) & set(aimet)
     assert {"conv.weight", "fc1.weight", "x", "y"} <= common
+    ours, aimet = _canon(ours), _canon(aimet)
     for n in common:
         assert ours[n] == aimet[n], n
     back = G.resolve(E.loads(E.dumps(es, dst)), MODEL)
@@ -256,3 +268,58 @@ def test_version_0_6_2_is_refused_with_the_version_to_use():
     with pytest.raises(EncodingError, match="use version 0.6.1"):
         E.dumps(E.load(SHIFT["1.0.0"]), "0.6.2")
     assert "Unsupported encoding_version '0.6.2'" in (DATA / "probe_output.txt").read_text()
+
+
+@pytest.mark.parametrize("case", ["tensor", "channel", "block"])
+def test_aimet_torch_int2_shift_files_agree(case):
+    """aimet-torch writes the shift its own way: 0.6.1 integer offset -2 plus "zero_point_shift": 0.5 in each dict
+    (min/max of the unshifted grid), 1.0.0 integer offsets plus the shift list, 2.0.0 y_zero_point -0.5. All four
+    files of a case hold the same fc1.weight encoding."""
+    files = sorted(DATA.glob(f"aimet-torch-2.42.0_int2_shift_{case}_*.encodings"))
+    assert len(files) == 4
+    model = DATA / f"aimet-torch-2.42.0_int2_shift_{case}_v2.0.0.onnx"
+    want = G.resolve(E.load(files[-1]), model)["fc1.weight"]  # the 2.0.0 file (names sort last)
+    assert want.shifted and want.granularity == {"tensor": "per_tensor", "channel": "per_channel",
+                                                 "block": "per_block"}[case]
+    for f in files:
+        es = E.load(f)
+        assert es["fc1.weight"].shifted, f.name
+        if f.name.endswith("v0.6.1.encodings") and case == "block":
+            continue  # 32 flat per-block dicts, no axes
+        assert G.resolve(es, model)["fc1.weight"] == want, f.name
+
+
+@pytest.mark.parametrize("case", ["tensor", "channel"])
+def test_aimet_torch_style_conversion_writes_what_aimet_torch_wrote(case):
+    """A file with integer offsets (aimet-torch) converted to 0.6.1 states the shift as aimet-torch does."""
+    one = E.load(DATA / f"aimet-torch-2.42.0_int2_shift_{case}_legacy_v1.0.0.encodings")
+    ours = _canon(_entries(json.loads(E.dumps(one, "0.6.1")), "0.6.1"))
+    aimet = _canon(_entries(json.loads(
+        (DATA / f"aimet-torch-2.42.0_int2_shift_{case}_legacy_v0.6.1.encodings").read_text()), "0.6.1"))
+    assert ours["fc1.weight"] == aimet["fc1.weight"]  # (activations: aimet-torch's min/max are float32 values)
+    zero = E.load(DATA / f"aimet-torch-2.42.0_int2_shift_{case}_legacy_v0.6.1.encodings")
+    ours1 = _canon(_entries(json.loads(E.dumps(zero, "1.0.0")), "1.0.0"))
+    aimet1 = _canon(_entries(json.loads(
+        (DATA / f"aimet-torch-2.42.0_int2_shift_{case}_legacy_v1.0.0.encodings").read_text()), "1.0.0"))
+    assert ours1["fc1.weight"] == aimet1["fc1.weight"]
+
+
+@pytest.mark.parametrize("case", ["tensor", "channel", "block"])
+def test_aimet_torch_rounds_shifted_ties_to_even(case):
+    """aimet-torch's quantize_dequantize (torch.round: half to even) and aimet-onnx's C++ quantizer (round half away
+    from zero) disagree on exact ties of the shifted grid (x an integer multiple of the scale); qlinear follows
+    aimet-onnx. Off the ties both, and qlinear, agree bit for bit."""
+    qdq = np.load(DATA / "int2_shift_qdq_torch.npz")
+    f = DATA / f"aimet-torch-2.42.0_int2_shift_{case}_v2.0.0.encodings"
+    e = G.resolve(E.load(f), _model(f))["fc1.weight"]
+    w = qdq[f"{case}/w"]
+    np.testing.assert_array_equal(e.fake_quantize(w).view(np.uint32), qdq[f"{case}/qdq"].view(np.uint32))
+    probe, want = qdq[f"{case}/probe"], qdq[f"{case}/probe_qdq"]
+    got = e.fake_quantize(probe)
+    s = _full_scale(e, probe.shape).astype(np.float32)
+    ratio = (probe / s).astype(np.float64)
+    tie = (np.abs(ratio - np.round(ratio)) < 1e-6) & (np.abs(ratio) <= 1.5)  # midpoints -1, 0, 1 of the grid
+    assert tie.sum() > 50 and np.array_equal(got[~tie], want[~tie])
+    differ = got != want
+    assert differ.any() and not (differ & ~tie).any()
+    np.testing.assert_allclose(np.abs(got - want)[differ], s[differ], rtol=1e-6)  # one grid step apart

@@ -5,6 +5,10 @@
 unsigned grid and ``min = offset*scale``, ``max = (offset + 2^bw - 1)*scale`` (grid-exact). Float pass-through
 entries are ``{bitwidth, dtype "float"}``. No axes are stored (per-channel encodings load unresolved).
 
+The int2 shifted grid (zero point -0.5) is ``offset -1.5`` from aimet-onnx; aimet-torch writes the integer offset -2
+with ``"zero_point_shift": 0.5`` in each dict (and min/max of the unshifted grid): both are read, and a file with
+integer offsets (the aimet-torch style) is written that way.
+
 The reader also takes hand-written QNN/SNPE override files: no ``version``, tabs, integer offsets, entries given by
 ``min``/``max`` only (scale = (max-min)/(2^bw-1), offset = round(min/scale)), a single dict instead of a list.
 0.6.1 cannot express per-block, LPBQ or float8: writing them raises.
@@ -73,6 +77,8 @@ def _entry(ctx: d.Ctx, name: str, role: Role, entries: list, where: str) -> tupl
             s = d.number(ctx, e["scale"], f"{w}.scale")
             o = d.number(ctx, e["offset"], f"{w}.offset")
             int_offsets |= isinstance(e["offset"], int) and not isinstance(e["offset"], bool)
+            if "zero_point_shift" in e:  # aimet-torch: integer offset plus the int2 half-step, min/max unshifted
+                o += shift_value(ctx, e["zero_point_shift"], f"{w}.zero_point_shift", bw)
         elif "min" in e and "max" in e:  # QNN override written with min/max only
             lo = d.number(ctx, e["min"], f"{w}.min")
             hi = d.number(ctx, e["max"], f"{w}.max")
@@ -106,6 +112,18 @@ def _entry(ctx: d.Ctx, name: str, role: Role, entries: list, where: str) -> tupl
     return d.build(ctx, where, _KEYS, name=name, dtype=dtype, scale=scale, zero_point=zp, role=role), int_offsets
 
 
+def shift_value(ctx: d.Ctx, v: Any, where: str, bw: int) -> float:
+    """A ``zero_point_shift`` (0 or 0.5, 2-bit encodings only: AIMET's int2 shifted grid)."""
+    sh = d.number(ctx, v, where)
+    if sh not in (0.0, 0.5):
+        raise ctx.error(where, f"{sh:g} is not a zero-point shift AIMET writes (0 or 0.5, the half-step of the int2 "
+                               "shifted grid)")
+    if sh and bw != 2:
+        raise ctx.error(where, f"a zero-point shift is defined for 2-bit encodings only (AIMET's int2 grid "
+                               f"{{-1.5, -0.5, 0.5, 1.5}}), got bitwidth {bw}; remove the field or set bitwidth 2")
+    return sh
+
+
 def write(es: EncodingSet, style: Style, **_: Any) -> dict:
     doc: dict[str, Any] = {}
     for section, role in _SECTIONS:
@@ -130,6 +148,11 @@ def _write_entry(e: Encoding, style: Style) -> list[dict]:
     sym = "True" if t.signed else "False"
     out = []
     for s, o in zip(sc.tolist(), off.tolist()):
-        out.append({"bitwidth": t.bits, "dtype": "int", "is_symmetric": sym, "max": (o + n) * s, "min": o * s,
-                    "offset": d.offset_value(o, style), "scale": s})
+        sh = o % 1.0 if style.int_offsets else 0.0  # aimet-torch states the int2 shift apart; aimet-onnx: -1.5
+        o -= sh
+        entry = {"bitwidth": t.bits, "dtype": "int", "is_symmetric": sym, "max": (o + n) * s, "min": o * s,
+                 "offset": d.offset_value(o, style), "scale": s}
+        if sh:
+            entry["zero_point_shift"] = sh
+        out.append(entry)
     return out
