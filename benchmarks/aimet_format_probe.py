@@ -20,7 +20,10 @@ Writes into OUTDIR (files named ``<writer>-2.42.0_<case>_v<version>.encodings``)
     exported scale: the numbers qlinear's shifted grid must reproduce;
   * float8 weights and activations (aimet-onnx: float8e4m3fn per-channel and blockwise, float8e5m2 per-tensor,
     float8e4m3fn activation) in 2.0.0; what 0.6.1 / 1.0.0 export says is printed;
-  * float4e2m1 (aimet-torch FloatQuantizeDequantize, per-block) in 2.0.0, if aimet-torch is installed;
+  * with --torch (aimet-torch installed): float4e2m1 (FloatQuantizeDequantize, per-block), float8e4m3fnuz and
+    float8e5m2 in 2.0.0; MXFP4 in 2.0.0/2.1.0 and NVFP4 (float8 block scales under a meta scale) in 2.1.0; int2
+    weights with zero_point_shift in aimet-torch's 0.6.1/1.0.0 (legacy sim.export) and 1.0.0/2.0.0 (sim.onnx.export)
+    with aimet-torch's quantize-dequantize numbers (int2_shift_qdq_torch.npz);
   * what ``export(encoding_version="0.6.2")`` and ``AIMET_ENCODING_VERSION=0.6.2`` do (printed).
 Deterministic: two runs write identical bytes.
 """
@@ -238,6 +241,37 @@ def float4_torch():
                     os.remove(leftover)
 
 
+def fp4_torch():
+    """MXFP4 (``_MXFP4QuantizeDequantize``: float4e2m1 blocks of 16 with power-of-2 scales) in 2.0.0 and 2.1.0, and
+    NVFP4 (``set_weight_quantizer_to_nvfp4_int8``: float8e4m3fn block scales under a per-tensor meta scale, then an
+    int8 per-channel weight quantizer) in 2.1.0, the only version aimet-torch writes it in."""
+    import torch
+    from aimet_torch.quantsim import QuantizationSimModel as TorchSim
+    from aimet_torch.quantization.float.quantizer import _MXFP4QuantizeDequantize
+
+    print("aimet-torch fp4:")
+    for case in ("mxfp4", "nvfp4"):
+        torch.manual_seed(0)
+        lin, x = TorchLin().eval(), torch.randn(1, 64)
+        sim = TorchSim(lin, dummy_input=x, quant_scheme="tf", default_param_bw=8, default_output_bw=8)
+        if case == "mxfp4":
+            sim.model.fc1.param_quantizers["weight"] = _MXFP4QuantizeDequantize(shape=(8, 4), block_size=(1, 16))
+        else:
+            amax = sim.model.fc1.weight.detach().reshape(8, 4, 16).abs().amax(-1)
+            meta = (amax.max() / 6 / 448).item()
+            sim.model.fc1.set_weight_quantizer_to_nvfp4_int8((amax / 6 / meta).to(torch.float8_e4m3fn), meta)
+        sim.compute_encodings(lambda m: [m(torch.randn(2, 64)) for _ in range(4)])
+        for ver in ("2.1.0", "2.0.0"):
+            path = os.path.join(OUT, f"aimet-torch-2.42.0_{case}_v{ver}.onnx")
+            try:
+                sim.onnx.export(x, path, encoding_version=ver, dynamo=False)
+                print(f"  {case} {ver}: written")
+            except Exception as e:
+                print(f"  {case} {ver}: {type(e).__name__}: {str(e).splitlines()[0][:160]}")
+                if os.path.exists(path):
+                    os.remove(path)
+
+
 def int2_shift_torch():
     """int2 symmetric weights with zero_point_shift 0.5 in aimet-torch (per-tensor, per-channel, per-block 16) on a
     Linear(64, 8): legacy ``sim.export`` (0.6.1, 1.0.0) and ``sim.onnx.export`` (1.0.0, 2.0.0), plus aimet-torch's
@@ -306,6 +340,7 @@ def main():
     version_0_6_2(model, data)
     if "--torch" in sys.argv:
         float4_torch()
+        fp4_torch()
         int2_shift_torch()
     print("written:", sorted(os.listdir(OUT)))
 

@@ -23,7 +23,7 @@ DATA = Path(__file__).parent / "aimet_formats"
 MODEL = DATA / "probe_model.onnx"
 FILES = sorted(DATA.glob("*.encodings"))
 SHIFT = {v: DATA / f"aimet-onnx-2.42.0_int2_shift_v{v}.encodings" for v in ("0.6.1", "1.0.0", "2.0.0")}
-FLOAT_FILES = [f for f in FILES if "float" in f.name]
+FLOAT_FILES = [f for f in FILES if "float" in f.name or "fp4" in f.name]
 TORCH_SHIFT = [f for f in FILES if f.name.startswith("aimet-torch-2.42.0_int2_shift")]
 WEIGHTS = ("conv.weight", "fc1.weight", "fc2.weight")
 
@@ -32,6 +32,8 @@ def _model(f: Path) -> Path:
     """The model of a file: the probe model for aimet-onnx files, the 2.0.0 export's ONNX for aimet-torch ones."""
     if not f.name.startswith("aimet-torch"):
         return MODEL
+    if f.with_suffix(".onnx").exists():
+        return f.with_suffix(".onnx")
     stem = f.name.split("_legacy_v")[0].split("_v")[0]
     return f.parent / f"{stem}_v2.0.0.onnx"
 
@@ -50,7 +52,7 @@ def _entries(doc: dict, version: str) -> dict:
 
 
 def test_the_probe_files_are_there():
-    assert len(FILES) == 19 and len(FLOAT_FILES) == 4 and len(TORCH_SHIFT) == 12
+    assert len(FILES) == 22 and len(FLOAT_FILES) == 7 and len(TORCH_SHIFT) == 12
     assert (DATA / "int2_shift_qdq.npz").exists() and (DATA / "int2_shift_qdq_torch.npz").exists() and MODEL.exists()
     assert all(_model(f).exists() for f in FILES)
 
@@ -323,3 +325,43 @@ def test_aimet_torch_rounds_shifted_ties_to_even(case):
     differ = got != want
     assert differ.any() and not (differ & ~tie).any()
     np.testing.assert_allclose(np.abs(got - want)[differ], s[differ], rtol=1e-6)  # one grid step apart
+
+
+def test_nvfp4_float_meta_scale_is_read_as_its_effective_block_scale():
+    """aimet-torch writes NVFP4 only in 2.1.0: y_scale {"x": float8e4m3fn block scales, "x_scale": per-tensor,
+    "input_dtype": "float8e4m3fn"}. qlinear reads the effective scale DequantizeLinear(x, x_scale) (float32), re-saves
+    the file byte for byte, and converts it to 2.0.0 as plain float4 blocks with the same scales."""
+    f = DATA / "aimet-torch-2.42.0_nvfp4_v2.1.0.encodings"
+    raw = _entries(json.loads(f.read_text()), "2.1.0")["fc1.weight"]["y_scale"]
+    x = np.array(raw["x"], np.float64)
+    import ml_dtypes
+
+    assert np.array_equal(x.astype(ml_dtypes.float8_e4m3fn).astype(np.float64), x)  # the file's x are float8 values
+    es = G.resolve(E.load(f), _model(f))
+    e = es["fc1.weight"]
+    assert e.dtype == "float4e2m1" and e.granularity == "per_block" and e.axis == 1 and e.block_size == 16
+    want = (x.astype(np.float32) * np.float32(raw["x_scale"])).astype(np.float64)
+    np.testing.assert_array_equal(e.scale, want)
+    assert E.dumps(es) == f.read_text()
+    plain = json.loads(E.dumps(es, "2.0.0"))
+    assert isinstance(_entries(plain, "2.0.0")["fc1.weight"]["y_scale"], list)
+    assert G.resolve(E.loads(json.dumps(plain)), _model(f)).same_parameters(es)
+    mx = E.load(DATA / "aimet-torch-2.42.0_mxfp4_v2.0.0.encodings")["fc1.weight"]  # MXFP4: power-of-2 scales
+    assert mx.dtype == "float4e2m1" and np.all(np.frexp(mx.scale)[0] == 0.5)
+    assert E.load(DATA / "aimet-torch-2.42.0_mxfp4_v2.1.0.encodings").same_parameters(
+        E.load(DATA / "aimet-torch-2.42.0_mxfp4_v2.0.0.encodings"))
+
+
+@pytest.mark.parametrize("meta,where,words", [
+    ({"x": [[416.0, 417.0]], "x_scale": 1e-4, "input_dtype": "float8e4m3fn"}, "y_scale.x[0][1]", "float8e4m3fn"),
+    ({"x": [[416.0, 0.0]], "x_scale": 1e-4, "input_dtype": "float8e4m3fn"}, "y_scale.x[0][1]", "positive"),
+    ({"x": [[416.0, 448.0]], "x_scale": 1e-4, "input_dtype": "float9"}, "y_scale.input_dtype", "float9"),
+    ({"x": [[416.0, 448.0]], "x_scale": 1e-4, "input_dtype": "float8e4m3fn", "x_zero_point": 1},
+     "y_scale.x_zero_point", "zero point"),
+])
+def test_float_meta_scale_errors_name_the_field(meta, where, words):
+    doc = {"version": "2.1.0", "encodings": [{"name": "w", "output_dtype": "float4e2m1", "y_scale": meta,
+                                               "axis": 1, "block_size": 16}]}
+    with pytest.raises(EncodingError, match=words) as ei:
+        E.loads(json.dumps(doc))
+    assert ei.value.where == f"encodings[0].{where}"

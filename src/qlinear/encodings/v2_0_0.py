@@ -156,8 +156,9 @@ def read_entry(ctx: d.Ctx, e: dict, where: str, *, meta_scales: bool = False) ->
         if isinstance(ys, dict):
             if not meta_scales:
                 raise ctx.error(f"{where}.y_scale", "a meta-encoding y_scale (an object) needs version 2.1.0")
-            keys = LPBQ_KEYS
-            kw.update(read_meta_scale(ctx, ys, f"{where}.y_scale", t, kw.get("axis")))
+            meta = read_meta_scale(ctx, ys, f"{where}.y_scale", t, kw.get("axis"))
+            keys = LPBQ_KEYS if "int_scale" in meta else dict(KEYS, scale="y_scale.x")
+            kw.update(meta)
         else:
             kw["scale"] = d.numbers(ctx, ys, f"{where}.y_scale")
         if "y_zero_point" in e:
