@@ -14,6 +14,8 @@ Conventions (spec ``aimet-encoding-format.txt`` §1, version 2.0.0, which mirror
 * 1.0.0 and 0.6.1 files store no axes: such encodings are *unresolved* (``axis is None`` with a per-channel or
   flat per-block scale) until ``qlinear.graph.resolve(es, model)`` gives them the model's axes.
 * float pass-through encodings (fp16, bf16: a cast, no scale) have ``scale is None``.
+* the 2-bit shifted grid (AIMET ``zero_point_shift``: zero point -0.5, values {-1.5, -0.5, 0.5, 1.5}·scale) has no
+  QuantizeLinear (``onnx_params`` refuses it); ``quantize``/``dequantize`` compute it as aimet-onnx's quantizer does.
 
 Values are kept at the precision of the file (float64 scales), so files round-trip exactly.
 """
