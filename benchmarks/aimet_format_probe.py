@@ -88,8 +88,8 @@ def calib_data():
 
 def make_sim(model):
     import aimet_onnx
-    from aimet_onnx.quantsim import QuantizationSimModel
     from aimet_onnx.common.defs import qtype
+    from aimet_onnx.quantsim import QuantizationSimModel
     cfg = os.path.join(os.path.dirname(aimet_onnx.__file__), "common", "quantsim_config",
                        "default_config_per_channel.json")
     return QuantizationSimModel(onnx.ModelProto.FromString(model.SerializeToString()), param_type=qtype.int(8),
@@ -208,8 +208,8 @@ def float4_torch():
     stub_torchvision()
     try:
         import torch
-        from aimet_torch.quantsim import QuantizationSimModel as TorchSim
         from aimet_torch.quantization.float import FloatQuantizeDequantize
+        from aimet_torch.quantsim import QuantizationSimModel as TorchSim
     except Exception as e:  # aimet-torch not installed: say so
         print(f"float4: aimet-torch unavailable ({type(e).__name__}: {e})")
         return
@@ -246,8 +246,8 @@ def fp4_torch():
     NVFP4 (``set_weight_quantizer_to_nvfp4_int8``: float8e4m3fn block scales under a per-tensor meta scale, then an
     int8 per-channel weight quantizer) in 2.1.0, the only version aimet-torch writes it in."""
     import torch
-    from aimet_torch.quantsim import QuantizationSimModel as TorchSim
     from aimet_torch.quantization.float.quantizer import _MXFP4QuantizeDequantize
+    from aimet_torch.quantsim import QuantizationSimModel as TorchSim
 
     print("aimet-torch fp4:")
     for case in ("mxfp4", "nvfp4"):
@@ -276,10 +276,10 @@ def int2_shift_torch():
     """int2 symmetric weights with zero_point_shift 0.5 in aimet-torch (per-tensor, per-channel, per-block 16) on a
     Linear(64, 8): legacy ``sim.export`` (0.6.1, 1.0.0) and ``sim.onnx.export`` (1.0.0, 2.0.0), plus aimet-torch's
     own quantize-dequantize of each weight and of a tie probe (int2_shift_qdq_torch.npz)."""
-    import torch
-    from aimet_torch.quantsim import QuantizationSimModel as TorchSim
-    from aimet_torch.quantization.affine import QuantizeDequantize
     import aimet_torch.common.quantsim as torch_qs
+    import torch
+    from aimet_torch.quantization.affine import QuantizeDequantize
+    from aimet_torch.quantsim import QuantizationSimModel as TorchSim
 
     Lin = TorchLin
 
