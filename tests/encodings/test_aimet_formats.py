@@ -365,3 +365,22 @@ def test_float_meta_scale_errors_name_the_field(meta, where, words):
     with pytest.raises(EncodingError, match=words) as ei:
         E.loads(json.dumps(doc))
     assert ei.value.where == f"encodings[0].{where}"
+
+
+@pytest.mark.parametrize("shape,scale_shape,axis,block", [
+    ((6, 32, 3, 3), (6, 2, 1, 1), 1, 16),  # Conv per-block as AIMET writes it: (O, I/B, 1, 1)
+    ((32, 6), (6,), 1, 0),                 # MatMul per-channel on axis 1
+    ((32, 6), (2, 6), 0, 16),              # MatMul per-block on axis 0
+])
+def test_shifted_grid_every_granularity_matches_aimet_arithmetic(shape, scale_shape, axis, block):
+    rng = np.random.default_rng(7)
+    s = rng.uniform(0.01, 0.5, scale_shape).astype(np.float32).astype(np.float64)
+    e = E.Encoding("w", "int2", scale=s, zero_point=np.full(scale_shape, -0.5), axis=axis, block_size=block,
+                   role="param")
+    full = np.repeat(s, block, axis=axis) if block else s.reshape([-1 if i == axis else 1 for i in range(len(shape))])
+    full = np.broadcast_to(full, shape)
+    k = rng.integers(-8, 9, shape)
+    x = np.where(rng.random(shape) < 0.5, (k / 2) * full, rng.normal(0, 0.5, shape)).astype(np.float32)
+    want = np.array([_aimet_reference(np.array([v], np.float32), float(sc))[0]
+                     for v, sc in zip(x.reshape(-1), full.reshape(-1))], np.float32).reshape(shape)
+    np.testing.assert_array_equal(e.fake_quantize(x), want)
