@@ -101,12 +101,21 @@ def read_lifted(doc: dict, arrays: _scan.Arrays) -> tuple[list[Encoding], list[s
             zv = r["y_zero_point"]
             k = idx(zv)
             if k is not None:
-                if not (integral[k] and lo_[k] >= t.qmin and hi_[k] <= t.qmax):
+                if integral[k] and lo_[k] >= t.qmin and hi_[k] <= t.qmax:
+                    z = arrays.ints(k)
+                elif t.bits == 2 and lo_[k] >= t.qmin - 0.5 and hi_[k] <= t.qmax:
+                    z = _shifted(arrays.floats(k))
+                    if z is None:
+                        return None
+                else:
                     return None
-                z = arrays.ints(k)
             elif type(zv) is int and t.qmin <= zv <= t.qmax:
                 z = np.array(zv, np.int64)
                 z.setflags(write=False)
+            elif type(zv) is float and t.bits == 2 and t.qmin - 0.5 <= zv <= t.qmax:
+                z = _shifted(np.array(zv))
+                if z is None:
+                    return None
             else:
                 return None
         if lpbq:
@@ -125,6 +134,17 @@ def read_lifted(doc: dict, arrays: _scan.Arrays) -> tuple[list[Encoding], list[s
     if arrays.used != arrays.count:  # an array somewhere else (quantizer_args...): read the parsed text
         return None
     return out, (list(raw[0]) if raw and isinstance(raw[0], dict) else None)
+
+
+def _shifted(z: np.ndarray) -> np.ndarray | None:
+    """A 2-bit shifted-grid zero point (AIMET ``y_zero_point -0.5``) for the bulk reader: every value an odd multiple
+    of 0.5 (what AIMET writes, always as a JSON float, so a re-save writes the same text); None otherwise."""
+    twice = z * 2
+    if not np.all((twice == np.floor(twice)) & (np.abs(np.fmod(twice, 2)) == 1)):
+        return None
+    z = np.array(z, np.float64)
+    z.setflags(write=False)
+    return z
 
 
 def read_entry(ctx: d.Ctx, e: dict, where: str, *, meta_scales: bool = False) -> Encoding:
