@@ -79,7 +79,7 @@ def read_lifted(doc: dict, arrays: _scan.Arrays) -> tuple[list[Encoding], list[s
             return None
         name, dtype, axis, block = r.get("name"), r.get("output_dtype"), r.get("axis"), r.get("block_size", 0)
         if type(name) is not str or not name or type(dtype) is not str or type(block) is not int or \
-                (axis is not None and type(axis) is not int):
+                ("axis" in r and type(axis) is not int):
             return None
         t = qtypes[dtype] if dtype in qtypes else _bulk_qtype(dtype)
         if t is None or block < 0 or ("block_size" in r and block < 1) or (lpbq and (not t.is_int or not block)):
@@ -96,27 +96,8 @@ def read_lifted(doc: dict, arrays: _scan.Arrays) -> tuple[list[Encoding], list[s
             return None
         z = n = None
         if "y_zero_point" in r:
-            if not t.is_int:
-                return None
-            zv = r["y_zero_point"]
-            k = idx(zv)
-            if k is not None:
-                if integral[k] and lo_[k] >= t.qmin and hi_[k] <= t.qmax:
-                    z = arrays.ints(k)
-                elif t.bits == 2 and lo_[k] >= t.qmin - 0.5 and hi_[k] <= t.qmax:
-                    z = _shifted(arrays.floats(k))
-                    if z is None:
-                        return None
-                else:
-                    return None
-            elif type(zv) is int and t.qmin <= zv <= t.qmax:
-                z = np.array(zv, np.int64)
-                z.setflags(write=False)
-            elif type(zv) is float and t.bits == 2 and t.qmin - 0.5 <= zv <= t.qmax:
-                z = _shifted(np.array(zv))
-                if z is None:
-                    return None
-            else:
+            z = _bulk_zero_point(r["y_zero_point"], t, arrays)
+            if z is None:
                 return None
         if lpbq:
             k = idx(r["per_block_int_scale"])
@@ -134,6 +115,27 @@ def read_lifted(doc: dict, arrays: _scan.Arrays) -> tuple[list[Encoding], list[s
     if arrays.used != arrays.count:  # an array somewhere else (quantizer_args...): read the parsed text
         return None
     return out, (list(raw[0]) if raw and isinstance(raw[0], dict) else None)
+
+
+def _bulk_zero_point(zv: Any, t: QType, arrays: _scan.Arrays) -> np.ndarray | None:
+    """A ``y_zero_point`` for :func:`read_lifted`: integers in ``t``'s range, or the 2-bit shifted grid's odd halves;
+    None for anything else (the plain reader then reads, and words, it)."""
+    if not t.is_int:
+        return None
+    k = arrays.index(zv)
+    if k is not None:
+        if arrays.integral[k] and arrays.lo[k] >= t.qmin and arrays.hi[k] <= t.qmax:
+            return arrays.ints(k)
+        if t.bits == 2 and arrays.lo[k] >= t.qmin - 0.5 and arrays.hi[k] <= t.qmax:
+            return _shifted(arrays.floats(k))
+        return None
+    if type(zv) is int and t.qmin <= zv <= t.qmax:
+        z = np.array(zv, np.int64)
+        z.setflags(write=False)
+        return z
+    if type(zv) is float and t.bits == 2 and t.qmin - 0.5 <= zv <= t.qmax:
+        return _shifted(np.array(zv))
+    return None
 
 
 def _shifted(z: np.ndarray) -> np.ndarray | None:
