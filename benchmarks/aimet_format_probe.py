@@ -24,6 +24,8 @@ Writes into OUTDIR (files named ``<writer>-2.42.0_<case>_v<version>.encodings``)
     float8e5m2 in 2.0.0; MXFP4 in 2.0.0/2.1.0 and NVFP4 (float8 block scales under a meta scale) in 2.1.0; int2
     weights with zero_point_shift in aimet-torch's 0.6.1/1.0.0 (legacy sim.export) and 1.0.0/2.0.0 (sim.onnx.export)
     with aimet-torch's quantize-dequantize numbers (int2_shift_qdq_torch.npz);
+  * int32 biases in 0.6.1 / 1.0.0 (``export_int32_bias=True``) and signed activations in 2.0.0
+    (``force_activation_as="signed"``);
   * what ``export(encoding_version="0.6.2")`` and ``AIMET_ENCODING_VERSION=0.6.2`` do (printed).
 Deterministic: two runs write identical bytes.
 """
@@ -163,6 +165,27 @@ def float8(model, data):
     sim.compute_encodings(data)
     print("float8:")
     export_all(sim, "float8")
+
+
+def export_options(model, data):
+    """The export options that change what 2.42 writes: int32 biases in 0.6.1 / 1.0.0 (``export_int32_bias=True``;
+    the default only for 2.0.0) and signed activations in 2.0.0 (``force_activation_as="signed"``)."""
+    sim = make_sim(model)
+    sim.compute_encodings(data)
+    print("export options:")
+    for ver in ("0.6.1", "1.0.0"):
+        try:
+            sim.export(OUT, f"aimet-onnx-2.42.0_int32_bias_v{ver}", export_model=False, encoding_version=ver,
+                       export_int32_bias=True)
+            print(f"  int32 bias {ver}: written")
+        except Exception as e:
+            print(f"  int32 bias {ver}: {type(e).__name__}: {str(e).splitlines()[0][:160]}")
+    try:
+        sim.export(OUT, "aimet-onnx-2.42.0_signed_act_v2.0.0", export_model=False, encoding_version="2.0.0",
+                   force_activation_as="signed")
+        print("  signed activations 2.0.0: written")
+    except Exception as e:
+        print(f"  signed activations 2.0.0: {type(e).__name__}: {str(e).splitlines()[0][:160]}")
 
 
 def version_0_6_2(model, data):
@@ -337,6 +360,7 @@ def main():
     data = calib_data()
     int2_shift(model, data)
     float8(model, data)
+    export_options(model, data)
     version_0_6_2(model, data)
     if "--torch" in sys.argv:
         float4_torch()

@@ -52,7 +52,7 @@ def _entries(doc: dict, version: str) -> dict:
 
 
 def test_the_probe_files_are_there():
-    assert len(FILES) == 22 and len(FLOAT_FILES) == 7 and len(TORCH_SHIFT) == 12
+    assert len(FILES) == 25 and len(FLOAT_FILES) == 7 and len(TORCH_SHIFT) == 12
     assert (DATA / "int2_shift_qdq.npz").exists() and (DATA / "int2_shift_qdq_torch.npz").exists() and MODEL.exists()
     assert all(_model(f).exists() for f in FILES)
 
@@ -413,3 +413,22 @@ def test_mixed_half_and_whole_zero_points_keep_their_text():
     es = E.loads(text)
     assert E.dumps(es) == text and es["w"].shifted
     np.testing.assert_array_equal(es["w"].zero_point, [-0.5, -1.0])
+
+
+def test_export_options_int32_bias_and_signed_activations():
+    """export_int32_bias=True puts int32 biases into 0.6.1 / 1.0.0; converting either file to the other gives AIMET's
+    own entries. force_activation_as="signed" writes int8 activations in 2.0.0: the model tells their role."""
+    for src, dst in (("1.0.0", "0.6.1"), ("0.6.1", "1.0.0")):
+        es = E.load(DATA / f"aimet-onnx-2.42.0_int32_bias_v{src}.encodings")
+        assert es["conv.bias"].dtype == "int32" and es["fc1.bias"].dtype == "int32"
+        ours = _canon(_entries(json.loads(E.dumps(es, dst)), dst))
+        aimet = _canon(_entries(json.loads((DATA / f"aimet-onnx-2.42.0_int32_bias_v{dst}.encodings").read_text()), dst))
+        assert ours == aimet
+    signed = G.resolve(E.load(DATA / "aimet-onnx-2.42.0_signed_act_v2.0.0.encodings"), MODEL)
+    for n in ("x", "relu1_out", "y"):
+        assert signed[n].dtype == "int8" and signed[n].role == "activation"
+    unsigned = G.resolve(E.load(SHIFT["2.0.0"]), MODEL)  # the same calibration data and activations, uint8
+    x_s, x_u = signed["x"], unsigned["x"]
+    assert x_s.scale == x_u.scale and int(x_s.zero_point_or_zeros) == int(x_u.zero_point_or_zeros) - 128
+    legacy = json.loads(E.dumps(signed, "1.0.0"))
+    assert {e["name"] for e in legacy["activation_encodings"]} >= {"x", "relu1_out", "y"}
