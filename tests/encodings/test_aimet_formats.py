@@ -432,3 +432,23 @@ def test_export_options_int32_bias_and_signed_activations():
     assert x_s.scale == x_u.scale and int(x_s.zero_point_or_zeros) == int(x_u.zero_point_or_zeros) - 128
     legacy = json.loads(E.dumps(signed, "1.0.0"))
     assert {e["name"] for e in legacy["activation_encodings"]} >= {"x", "relu1_out", "y"}
+
+
+@pytest.mark.parametrize("extra,where,words", [
+    ({"bitwidth": 8, "offset": -128}, "zero_point_shift", "2-bit"),
+    ({"zero_point_shift": 0.25}, "zero_point_shift", "0.25"),
+    ({"zero_point_shift": "0.5"}, "zero_point_shift", "string"),
+])
+def test_0_6_1_zero_point_shift_errors_name_the_field(extra, where, words):
+    entry = dict({"bitwidth": 2, "dtype": "int", "is_symmetric": "True", "min": -0.16, "max": 0.08, "offset": -2,
+                  "scale": 0.08, "zero_point_shift": 0.5}, **extra)
+    doc = {"activation_encodings": {}, "param_encodings": {"w": [entry]}, "version": "0.6.1"}
+    with pytest.raises(EncodingError, match=words) as ei:
+        E.loads(json.dumps(doc))
+    assert ei.value.where == f"param_encodings.w[0].{where}"
+
+
+def test_0_6_1_shift_applies_to_min_max_only_entries_too():
+    entry = {"bitwidth": 2, "dtype": "int", "is_symmetric": "True", "min": -1.0, "max": 0.5, "zero_point_shift": 0.5}
+    e = E.loads(json.dumps({"activation_encodings": {}, "param_encodings": {"w": [entry]}}))["w"]
+    assert e.shifted and float(e.scale) == 0.5 and float(e.zero_point) == -0.5

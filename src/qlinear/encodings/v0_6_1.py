@@ -77,8 +77,6 @@ def _entry(ctx: d.Ctx, name: str, role: Role, entries: list, where: str) -> tupl
             s = d.number(ctx, e["scale"], f"{w}.scale")
             o = d.number(ctx, e["offset"], f"{w}.offset")
             int_offsets |= isinstance(e["offset"], int) and not isinstance(e["offset"], bool)
-            if "zero_point_shift" in e:  # aimet-torch: integer offset plus the int2 half-step, min/max unshifted
-                o += shift_value(ctx, e["zero_point_shift"], f"{w}.zero_point_shift", bw)
         elif "min" in e and "max" in e:  # QNN override written with min/max only
             lo = d.number(ctx, e["min"], f"{w}.min")
             hi = d.number(ctx, e["max"], f"{w}.max")
@@ -88,6 +86,8 @@ def _entry(ctx: d.Ctx, name: str, role: Role, entries: list, where: str) -> tupl
             o = float(np.round(lo / s))
         else:
             raise ctx.error(w, "an int encoding needs scale and offset (or min and max)")
+        if "zero_point_shift" in e:  # aimet-torch: integer offset plus the int2 half-step, min/max unshifted
+            o += shift_value(ctx, e["zero_point_shift"], f"{w}.zero_point_shift", bw)
         scales.append(s)
         offsets.append(o)
     if len(set(heads)) > 1:
