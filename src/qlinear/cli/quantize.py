@@ -7,6 +7,8 @@ from typing import Optional
 
 import typer
 
+from qlinear.core.granularity import PerBlock
+
 
 def quantize(
     model: Optional[Path] = typer.Argument(None, help="Float ONNX model. Omitted: the bundled example CNN."),
@@ -128,10 +130,10 @@ def _run(model, data, cfg, folder, con, *, report, encodings_version, image_mean
 def title_of(name: str, cfg) -> str:
     """The result table's title: the settings actually used (the settled configuration)."""
     if cfg.weight_only:
-        blk = "" if cfg.weights == "per-channel" else f" (block {cfg.block_size})"
+        blk = f" (block {cfg.block_size})" if isinstance(cfg.weight_granularity, PerBlock) else ""
         return (f"{name}: weight-only {cfg.weight_type} {cfg.weights}{blk}, {cfg.w_method} weights, "
                 f"float activations, {cfg.output_format}, target {cfg.target}")
-    blk = f" (block {cfg.block_size})" if cfg.weights in ("per-block", "lpbq") else ""
+    blk = f" (block {cfg.block_size})" if isinstance(cfg.weight_granularity, PerBlock) else ""
     return (f"{name}: {cfg.weight_type} weights {cfg.weights}{blk}, {cfg.activation_type} activations, "
             f"{cfg.a_method} activations / {cfg.w_method} weights, target {cfg.target}")
 

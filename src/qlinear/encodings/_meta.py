@@ -15,7 +15,7 @@ import numpy as np
 
 from qlinear.core.types import QType, qtype
 from qlinear.encodings import _doc as d
-from qlinear.encodings.model import Encoding
+from qlinear.encodings.model import Encoding, aimet_refusal
 from qlinear.errors import QlinearError, UnsupportedError
 
 
@@ -55,6 +55,9 @@ def _float_meta_scale(ctx: d.Ctx, ys: dict, where: str, x: np.ndarray, xs: np.nd
                                                 "as float8e4m3fn") from None
     if not it.is_float:
         raise ctx.error(f"{where}.input_dtype", f"{it.name} is not a float8/float4 type")
+    why = aimet_refusal(name, it)
+    if why is not None:
+        raise ctx.error(f"{where}.input_dtype", why)
     if "x_zero_point" in ys and np.any(d.numbers(ctx, ys["x_zero_point"], f"{where}.x_zero_point") != 0):
         raise ctx.error(f"{where}.x_zero_point", "a float meta scale has no zero point")
     if x.ndim == 0:

@@ -13,7 +13,7 @@ from typing import IO, Any, Union
 from qlinear._atomic import atomic_open
 from qlinear.encodings import _doc as d
 from qlinear.encodings import _json, _layout, _scan, v0_6_1, v1_0_0, v2_0_0, v2_1_0
-from qlinear.encodings.model import AIMET_ONNX, EncodingSet, Style
+from qlinear.encodings.model import AIMET_ONNX, EncodingSet, Style, aimet_refusal
 from qlinear.errors import EncodingError, QlinearError
 
 VERSIONS = ("0.6.1", "1.0.0", "2.0.0", "2.1.0")
@@ -222,6 +222,10 @@ def _document(es: EncodingSet, version: str, *, style: Style | None = None, drop
                             "EncodingSet([Encoding(...), ...]))")
     if version not in _MODULES:
         raise EncodingError(_unsupported(version, "writes"))
+    for e in es:
+        why = aimet_refusal(e.name, e.qtype)
+        if why is not None:
+            raise EncodingError(why)
     doc = _MODULES[version].write(es, style or es.style, drop_float=drop_float)
     lay = es.layout
     if lay is not None and lay.version == version:  # re-saving in the version read: keep the file's layout

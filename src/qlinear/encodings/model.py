@@ -37,6 +37,19 @@ Granularity = Literal["float", "per_tensor", "per_channel", "per_block", "lpbq"]
 #: Types an encoding may name: every quantized type of the core registry except the scale-only float8e8m0,
 #: plus the float pass-through types.
 PASSTHROUGH = ("float16", "bfloat16", "float32")
+#: The newest QuantizeLinear opset whose types an AIMET file can name: 2.0.0's ``output_dtype`` list is
+#: QuantizeLinear-25's (int2..int32, float8, float4e2m1; notes/aimet.md). The opset-28 float6 types
+#: (``QType.opset``) exist as in-memory encodings and in Q/DQ models only; files refuse them.
+AIMET_MAX_OPSET = 25
+
+
+def aimet_refusal(name: str, t: QType) -> str | None:
+    """Why ``t`` cannot be written to or read from an AIMET encodings file (None when it can)."""
+    if t.opset <= AIMET_MAX_OPSET:
+        return None
+    return (f"{name}: {t.name} (QuantizeLinear opset {t.opset}) cannot be expressed in AIMET encodings: no AIMET "
+            "format has the float6 types (2.0.0's output_dtype ends at float4e2m1 and int2); keep such encodings "
+            "in memory or in the Q/DQ model (qlinear.graph.apply), or use float8e4m3fn / float4e2m1")
 
 
 def _frozen_array(a: Any, dtype: Any, *, field_name: str) -> np.ndarray:

@@ -19,7 +19,7 @@ from qlinear.core.types import Kind, QType, qtype
 from qlinear.encodings import _doc as d
 from qlinear.encodings import _scan
 from qlinear.encodings._meta import read_meta_scale, write_meta_scale
-from qlinear.encodings.model import Encoding, EncodingSet, Style
+from qlinear.encodings.model import Encoding, EncodingSet, Style, aimet_refusal
 from qlinear.errors import EncodingError, QlinearError
 
 VERSION = "2.0.0"
@@ -51,7 +51,8 @@ def _bulk_qtype(name: str) -> QType | None:
             t = qtype(name)
         except QlinearError:
             t = None
-        _QTYPES[name] = t if t is not None and t.name == name and t.kind in (Kind.INT, Kind.FLOAT) else None
+        ok = t is not None and t.name == name and t.kind in (Kind.INT, Kind.FLOAT) and aimet_refusal(name, t) is None
+        _QTYPES[name] = t if ok else None
     return _QTYPES[name]
 
 
@@ -159,6 +160,9 @@ def read_entry(ctx: d.Ctx, e: dict, where: str, *, meta_scales: bool = False) ->
     except QlinearError:
         raise ctx.error(f"{where}.output_dtype", f"unknown output_dtype {dtype!r}; expected an ONNX type name such "
                                                  "as uint8, int8, int4, int32 or float8e4m3fn") from None
+    why = aimet_refusal(name, t)
+    if why is not None:
+        raise ctx.error(f"{where}.output_dtype", why)
     kw: dict[str, Any] = {"name": name, "dtype": t.name}
     if "axis" in e:
         kw["axis"] = d.integer(ctx, e["axis"], f"{where}.axis")

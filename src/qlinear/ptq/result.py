@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, BinaryIO, Callable
@@ -119,9 +120,11 @@ class QuantizedModel:
             return 0, min(n, self.config.evaluation_samples or n)
         return start, stop
 
-    def report(self, *, samples: int | None = None, progress: Callable[[int], None] | None = None):  # noqa: ANN201
+    def report(self, *, samples: int | None = None, progress: Callable[[int], None] | None = None,
+               model_path: Path | None = None):  # noqa: ANN201
         """Accuracy report on the held-out samples (computed once): per-tensor SQNR, sensitivity ranking, output
-        agreement; see :mod:`qlinear.ptq.evaluate`."""
+        agreement; see :mod:`qlinear.ptq.evaluate`. ``model_path``: the quantized model as written, for results that
+        evaluate the file (weight-only); this one evaluates the model in memory."""
         check_samples(samples)
         if self._report is None:
             from qlinear.ptq.evaluate import evaluate
@@ -129,13 +132,22 @@ class QuantizedModel:
             self._report = evaluate(self, samples=samples, progress=progress)
         return self._report
 
+    @property
+    def model_file(self) -> str:
+        """The name :meth:`save` gives the quantized ONNX model."""
+        return "model.qdq.onnx"
+
+    def reportable(self, report: bool) -> bool:
+        """Whether :meth:`save` with ``report`` writes the report (a weight-only run without data has none)."""
+        return report
+
     def save(self, outdir: str | Path | Any, *, encodings_version: str = "2.0.0", report: bool = True,
              progress: Callable[[int], None] | None = None) -> list[str]:
         """Write the run's outputs into ``outdir`` as one transaction (all new files or the old ones untouched):
-        ``model.qdq.onnx``, ``model.encodings``, ``model.float.onnx`` (when BatchNorm folding or equalization changed
-        the float model: the encodings name its tensors), ``model.tflite`` for target ``tflite``, and with ``report``
-        ``report.json`` and ``report.html``.
-        Returns the file names written."""
+        ``model.qdq.onnx`` (weight-only: or ``model.matmulnbits.onnx``, with ``.data`` when external),
+        ``model.encodings``, ``model.float.onnx`` (when BatchNorm folding or equalization changed the float model: the
+        encodings name its tensors), ``model.tflite`` for target ``tflite``, and with ``report`` ``report.json`` and
+        ``report.html``. Returns the file names written."""
         from qlinear.encodings import VERSIONS
         from qlinear.outdir import OutputFolder
 
@@ -145,17 +157,19 @@ class QuantizedModel:
             raise OutputError(f"save: expected an output folder path, got {type(outdir).__name__}")
         folder = outdir if isinstance(outdir, OutputFolder) else OutputFolder(outdir)
         folder.check()
-        rep = self.report(progress=progress) if report else None
         with folder.transaction() as stage:
+            t0 = time.perf_counter()
+            self.save_onnx(stage / self.model_file)
+            self.timings["write"] = time.perf_counter() - t0
             self.save_encodings(stage / "model.encodings", version=encodings_version)
-            self.save_onnx(stage / "model.qdq.onnx")
             if self.rewritten:
                 from qlinear.graph.save import save_model
 
                 save_model(self.encoded_model, stage / "model.float.onnx")
-            if self.config.target == "tflite":
+            if self.config.target == "tflite" and not self.config.weight_only:
                 self.save_tflite(stage / "model.tflite")
-            if rep is not None:
+            if self.reportable(report):
+                rep = self.report(progress=progress, model_path=stage / self.model_file)
                 from qlinear._atomic import write_text
                 from qlinear.ptq.report import to_html, to_json
 
