@@ -356,6 +356,7 @@ def test_nvfp4_float_meta_scale_is_read_as_its_effective_block_scale():
     ({"x": [[416.0, 417.0]], "x_scale": 1e-4, "input_dtype": "float8e4m3fn"}, "y_scale.x[0][1]", "float8e4m3fn"),
     ({"x": [[416.0, 0.0]], "x_scale": 1e-4, "input_dtype": "float8e4m3fn"}, "y_scale.x[0][1]", "positive"),
     ({"x": [[416.0, 448.0]], "x_scale": 1e-4, "input_dtype": "float9"}, "y_scale.input_dtype", "float9"),
+    ({"x": [[4.0, 8.0]], "x_scale": 1e-4, "input_dtype": "float6e3m2"}, "y_scale.input_dtype", "float6"),
     ({"x": [[416.0, 448.0]], "x_scale": 1e-4, "input_dtype": "float8e4m3fn", "x_zero_point": 1},
      "y_scale.x_zero_point", "zero point"),
 ])
