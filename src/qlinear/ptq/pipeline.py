@@ -30,6 +30,7 @@ from qlinear.errors import CalibrationError, ConfigError, GraphError
 from qlinear.graph.fold import fold_batchnorm
 from qlinear.graph.model import GraphIndex, check_model, load_model, opset
 from qlinear.graph.passes.normalize import check_upgrade, normalize
+from qlinear.graph.passes.shapes import fix_input_shapes
 from qlinear.graph.plan import make_plan
 from qlinear.ptq import targets
 from qlinear.ptq.config import DATA_WEIGHT_METHODS, QuantizeConfig
@@ -42,10 +43,12 @@ from qlinear.ptq.weightonly import quantize_weights
 Progress = Callable[[str, int], Callable[[int], None]]
 
 
-def load_checked(model: Any, notes: list[str] | None = None) -> tuple[onnx.ModelProto, str]:
+def load_checked(model: Any, notes: list[str] | None = None,
+                 input_shapes: dict[str, tuple[int, ...]] | None = None) -> tuple[onnx.ModelProto, str]:
     """The model and a label naming it, after :func:`~qlinear.graph.model.check_model` and the opset check (7..25),
     normalized (:func:`qlinear.graph.passes.normalize.normalize`: opset below 13 upgraded, Constant weights made
-    initializers...); what normalizing changed is appended to ``notes``."""
+    initializers...) and with ``input_shapes`` fixed (:func:`qlinear.graph.passes.shapes.fix_input_shapes`); what
+    changed is appended to ``notes``."""
     label = str(model) if isinstance(model, (str, Path)) else "model"
     m = load_model(model)
     ops = opset(m)
@@ -54,6 +57,9 @@ def load_checked(model: Any, notes: list[str] | None = None) -> tuple[onnx.Model
                          "opset 13 or newer")
     check_model(m, label)
     m, changed = normalize(m, label, copy=False)
+    if input_shapes:
+        m, fixed = fix_input_shapes(m, input_shapes, label)
+        changed += fixed
     if notes is not None:
         notes += changed
     return m, label
@@ -90,7 +96,7 @@ def quantize(model: Any, data: Any, config: QuantizeConfig | dict | None = None,
         raise ConfigError("data: calibration data is required (activation ranges come from it); only weight-only "
                           "quantization (activation_type float) with minmax or mse weights runs without it")
     norm_notes: list[str] = []
-    m, label = load_checked(model, norm_notes)
+    m, label = load_checked(model, norm_notes, cfg.input_shapes)
     cfg, notes = settle(cfg, m)
     float_model = load_model(model if norm_notes else m)  # as given (a copy)
     ds = load_dataset(data, model_inputs(m), preprocess=preprocess, batch_axes=cfg.batch_axes)

@@ -25,39 +25,37 @@ builtins and by which writer (:data:`WRITERS`) is the operator registry's (:mod:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import onnx
 
+from qlinear.core import dequantize_linear
 from qlinear.errors import GraphError, UnsupportedError
 from qlinear.graph import ops
 from qlinear.graph.model import attr, load_model
 from qlinear.graph.qdq import QdqGraph, QOp, QValue, activation_name, clip_bounds, parse
 from qlinear.tflite import schema as S
+from qlinear.tflite.generic import ISLANDS, MOVEMENT, Ctx, Slot
 
 #: operator versions LiteRT registers for int8 kernels (and for 16x8 where it differs)
 VERSION8 = {"CONV_2D": 3, "DEPTHWISE_CONV_2D": 3, "FULLY_CONNECTED": 5, "ADD": 2, "SUB": 2, "MUL": 2,
             "AVERAGE_POOL_2D": 2, "MAX_POOL_2D": 2, "MEAN": 2, "RESHAPE": 1, "PAD": 2, "CONCATENATION": 2,
             "SOFTMAX": 2, "LOGISTIC": 2, "TANH": 2, "QUANTIZE": 2, "DEQUANTIZE": 2, "TRANSPOSE": 2, "HARD_SWISH": 1,
-            "RELU": 2, "RELU6": 2, "RELU_N1_TO_1": 2}
+            "RELU": 2, "RELU6": 2, "RELU_N1_TO_1": 2, "STRIDED_SLICE": 2, "SPLIT_V": 2, "GATHER": 2,
+            "RESIZE_BILINEAR": 2, "RESIZE_NEAREST_NEIGHBOR": 2}
 VERSION16 = {"CONV_2D": 4, "DEPTHWISE_CONV_2D": 5, "FULLY_CONNECTED": 7, "ADD": 3, "SUB": 3, "MUL": 4,
              "AVERAGE_POOL_2D": 3, "MAX_POOL_2D": 3, "MEAN": 3, "RESHAPE": 1, "PAD": 4, "CONCATENATION": 3,
              "SOFTMAX": 3, "LOGISTIC": 3, "TANH": 3, "QUANTIZE": 3, "DEQUANTIZE": 4, "TRANSPOSE": 5,
-             "HARD_SWISH": 1, "RELU": 3, "RELU6": 3, "RELU_N1_TO_1": 3}
+             "HARD_SWISH": 1, "RELU": 3, "RELU6": 3, "RELU_N1_TO_1": 3, "STRIDED_SLICE": 4, "SPLIT_V": 3,
+             "GATHER": 6, "RESIZE_BILINEAR": 4, "RESIZE_NEAREST_NEIGHBOR": 4}
 
 #: the op types the exporter writes: those the operator registry gives a TFLite writer (``OpSpec.tflite_writer``)
 SUPPORTED = ops.TFLITE_EXPORTED
 
 
-@dataclass
-class _T:
-    """A TFLite tensor being written: its index, ONNX shape and whether it is stored NHWC."""
-
-    index: int
-    onnx_shape: tuple[int, ...]
-    nhwc: bool
+_T = Slot  # a TFLite tensor being written: its index, ONNX shape and whether it is stored NHWC
 
 
 def _nhwc(shape: tuple[int, ...]) -> list[int]:
@@ -66,10 +64,19 @@ def _nhwc(shape: tuple[int, ...]) -> list[int]:
 
 
 class _Writer:
-    def __init__(self, qg: QdqGraph, shapes: dict[str, tuple[int, ...]], float_io: bool) -> None:
+    def __init__(self, qg: QdqGraph, shapes: dict[str, tuple[int, ...]], float_io: bool,
+                 dtypes: dict[str, str] | None = None) -> None:
         self.qg, self.shapes, self.float_io = qg, shapes, float_io
+        self.dtypes = dtypes or {}
         self.md = S.ModelDef(description="qlinear: Q/DQ ONNX -> TFLite")
-        self.t: dict[str, _T] = {}
+        self.t: dict[str, _T] = {}   # integer tensors by the name of their integer value
+        self.f: dict[str, _T] = {}   # non-quantized tensors (float islands, integer graph inputs) by ONNX name
+        self.fused_acts: set[int] = set()  # ids of the activation nodes an integer writer fused
+        self.islands: list[str] = []  # "node (op type)" of every float-island node
+
+    def opmaker(self, name: str, version: int, ins: list[int], outs: list[int], options: str | None,
+                values: dict[str, Any]) -> S.Operator:
+        return S.Operator(self.md.opcode(name, version), ins, outs, options, values)
 
     # ------------------------------------------------------------------------------------------ tensors
     def tensor(self, name: str, shape: list[int], dtype: str, quant: S.Quant | None = None,
@@ -188,7 +195,7 @@ class _Writer:
 
     def bias(self, op: QOp, n: int) -> int:
         if len(op.node.input) < 3 or not op.node.input[2]:
-            return -1
+            return self.zero_bias(op, n) if op.op == "Conv" else -1
         b = op.inputs[2]
         if b is None or b.const is None or b.params.dtype.name not in ("int32", "int64"):
             raise UnsupportedError(f"node {op.name}: its bias is not an int32 DequantizeLinear of a constant")
@@ -200,6 +207,16 @@ class _Writer:
         if op.inputs[0] is not None and op.inputs[0].params.dtype.bits == 16:  # 16x8 kernels take an int64 bias
             return self.tensor(b.float_name or b.name, [n], "int64", q, bq.astype(np.int64))
         return self.tensor(b.float_name or b.name, [n], b.params.dtype.name, q, bq.astype(b.params.dtype.storage))
+
+    def zero_bias(self, op: QOp, n: int) -> int:
+        """A zero bias for a Conv without one (LiteRT's integer CONV_2D/DEPTHWISE_CONV_2D require the tensor), at
+        ``s_in * s_w`` like a real one."""
+        x, w = op.inputs[0], op.inputs[1]
+        scale = np.float32(x.params.s) * w.params.scale.reshape(-1).astype(np.float32)
+        q = S.Quant([float(s) for s in scale], [0] * scale.size, 0)
+        wide = x.params.dtype.bits == 16
+        return self.tensor(f"{op.name}_zero_bias", [n], "int64" if wide else "int32", q,
+                           np.zeros(n, np.int64 if wide else np.int32))
 
     def fully_connected(self, op: QOp) -> None:
         node = op.node
@@ -362,6 +379,100 @@ class _Writer:
             raise UnsupportedError(f"node {op.name}: HARD_SWISH has int8 kernels only in LiteRT (no 16-bit kernel)")
         self.op(name, op.output, [x.index], [out.index], "HardSwishOptions" if name == "HARD_SWISH" else None)
 
+    # ------------------------------------------------------------------------------------------ float islands
+    def float_in(self, name: str, n: onnx.NodeProto) -> _T:
+        """The non-quantized tensor ``name`` read by ``n``: a float-island output, an integer graph input, the
+        DEQUANTIZE of an integer tensor (written once), or a constant (written when an emitter uses it)."""
+        if name in self.f:
+            return self.f[name]
+        v = self.qg.value_of_dq(name)
+        if v is not None and v.const is None and v.name in self.t:
+            x = self.t[v.name]
+            shape = [x.onnx_shape[i] for i in (0, 2, 3, 1)] if x.nhwc else list(x.onnx_shape)
+            t = _T(self.tensor(name, shape, "float32"), x.onnx_shape, x.nhwc)
+            self.op("DEQUANTIZE", v, [x.index], [t.index])
+            self.f[name] = t
+            return t
+        if v is not None and v.const is not None:
+            p = v.params
+            c = dequantize_linear(v.const, p.scale, p.zero_point.astype(p.dtype.storage) if p.dtype.is_int else None,
+                                  axis=1 if p.axis is None else p.axis, block_size=p.block_size)
+            return _T(-1, tuple(np.shape(c)), False, np.asarray(c))
+        if name in self.qg.consts:
+            c = np.asarray(self.qg.consts[name])
+            return _T(-1, tuple(c.shape), False, c)
+        raise UnsupportedError(f"node {n.name or n.output[0]} ({n.op_type}): input {name!r} is neither an integer "
+                               "tensor, a float-island value nor a constant of the model")
+
+    def island(self, n: onnx.NodeProto) -> None:
+        """``n`` in float (DEQUANTIZE -> float builtin -> QUANTIZE: the QuantizeLinear after it writes the integers)."""
+        key = n.name or n.output[0]
+        s = ops.spec(n.op_type)
+        emit = ISLANDS.get(s.tflite_island or "") if s is not None else None
+        if emit is None:
+            raise UnsupportedError(f"node {key}: operator {n.op_type} is neither in the TFLite int8 set qlinear exports "
+                                   f"({', '.join(SUPPORTED)}) nor among its float islands "
+                                   f"({', '.join(ops.TFLITE_ISLANDS)})")
+        ins = [self.float_in(x, n) if x else None for x in n.input]
+
+        def out(k: int, nhwc: bool) -> _T:
+            name = n.output[k]
+            shape = self.shapes.get(name)
+            if shape is None:
+                raise GraphError(f"node {key}: the shape of {name!r} is unknown (shape inference)")
+            t = _T(self.tensor(name, _nhwc(shape) if nhwc else list(shape), self.dtypes.get(name, "float32")),
+                   shape, nhwc)
+            self.f[name] = t
+            return t
+
+        emit(Ctx(self, n, out, self.dtypes.get(n.output[0], "float32")), ins)
+        self.islands.append(f"{key} ({n.op_type})")
+
+    def movement(self, n: onnx.NodeProto, op: QOp | None) -> bool:
+        """``n`` (data movement) on the integers when its input is an integer tensor and every output is quantized
+        by one QuantizeLinear with the input's parameters; False when it is not so (it then runs as a float island)."""
+        g = self.qg.index
+        x = op.inputs[0] if op is not None and op.inputs else None
+        if x is None or x.name not in self.t or any(self.qg.value_of_dq(i) is not None for i in n.input[1:] if i):
+            return False
+        outs = []
+        for o in n.output:
+            cons = g.consumers.get(o, [])
+            if len(cons) != 1 or o in g.outputs or cons[0][0].op_type != "QuantizeLinear":
+                return False
+            qv = self.qg.values.get(cons[0][0].output[0])
+            if qv is None or not _same_params(qv, x):
+                return False
+            outs.append(qv)
+
+        def out(k: int, nhwc: bool) -> _T:
+            return self.activation(outs[k], nhwc, self.shapes[n.output[k]])
+
+        ins = [self.t[x.name]] + [self.float_in(i, n) if i else None for i in n.input[1:]]
+        MOVEMENT[ops.spec(n.op_type).tflite_move](Ctx(self, n, out, x.params.dtype.name, self.quant(x),
+                                lambda name: self.version(name, x)), ins)
+        return True
+
+    def quantize_node(self, n: onnx.NodeProto) -> None:
+        """A QuantizeLinear of a float-island value: QUANTIZE (the others are written with their operator)."""
+        qv = self.qg.values.get(n.output[0])
+        if qv is None or qv.name in self.t or n.input[0] not in self.f:
+            return
+        x = self.f[n.input[0]]
+        q = self.activation(qv, x.nhwc, x.onnx_shape)
+        self.op("QUANTIZE", qv, [x.index], [q.index])
+
+    def integer_ok(self, op: QOp) -> bool:
+        """``op`` exports as its integer builtin: it is in the set, its output and data inputs are integers."""
+        if op.op not in SUPPORTED or op.output is None:
+            return False
+        kind = ops.tflite_writer_of(op.op)
+        data = range(len(op.inputs)) if kind in ("binary", "concat") else (0,)
+        if not all(i < len(op.inputs) and op.inputs[i] is not None and op.inputs[i].name in self.t for i in data):
+            return False
+        # RESHAPE and PAD move the integers: with other output parameters the values must be requantized (in float)
+        return kind not in ("reshape", "identity", "pad") or _same_params(op.inputs[0], op.output)
+
 
 #: TFLite writer (the operator registry's ``OpSpec.tflite_writer``) -> the :class:`_Writer` method emitting it
 WRITERS = {"conv": _Writer.conv, "fully_connected": _Writer.fully_connected, "binary": _Writer.binary,
@@ -370,12 +481,19 @@ WRITERS = {"conv": _Writer.conv, "fully_connected": _Writer.fully_connected, "bi
            "clamp": _Writer.clamp, "unary": _Writer.unary}
 
 
+def _same_params(a: QValue, b: QValue) -> bool:
+    pa, pb = a.params, b.params
+    return pa.per_tensor and pb.per_tensor and pa.dtype == pb.dtype and np.float32(pa.s) == np.float32(pb.s) \
+        and pa.z == pb.z
+
+
 def _builtin(op: QOp) -> str:
     """The TFLite builtin of ``op`` (the first of the registry's ``tflite_builtins``)."""
     return ops.spec(op.op).tflite_builtins[0]
 
 
-def _static_shapes(m: onnx.ModelProto, batch: int) -> dict[str, tuple[int, ...]]:
+def _static_shapes(m: onnx.ModelProto, batch: int) -> tuple[dict[str, tuple[int, ...]], dict[str, str]]:
+    """Static shapes and TFLite element types of every tensor (the batch dimension fixed to ``batch``)."""
     mm = onnx.ModelProto()
     mm.CopyFrom(m)
     inits = {t.name for t in mm.graph.initializer}
@@ -386,38 +504,104 @@ def _static_shapes(m: onnx.ModelProto, batch: int) -> dict[str, tuple[int, ...]]
             if not d.HasField("dim_value") or d.dim_value <= 0:
                 if i != 0:
                     raise GraphError(f"input {v.name!r}: dimension {i} is dynamic; a .tflite needs a static shape "
-                                     "(export the ONNX model with a fixed input size)")
+                                     f"(fix it with --input-shape {v.name}=D0,D1,...)")
                 d.ClearField("dim_param")
                 d.dim_value = batch
     del mm.graph.value_info[:]
     inferred = onnx.shape_inference.infer_shapes(mm, strict_mode=False, data_prop=True)
     out: dict[str, tuple[int, ...]] = {}
+    types: dict[str, str] = {}
     for v in list(inferred.graph.input) + list(inferred.graph.value_info) + list(inferred.graph.output):
         tt = v.type.tensor_type
         if tt.HasField("shape") and all(d.HasField("dim_value") for d in tt.shape.dim):
             out[v.name] = tuple(int(d.dim_value) for d in tt.shape.dim)
-    return out
+        if tt.elem_type:
+            types[v.name] = _TYPES.get(tt.elem_type, "float32")
+    return out, types
+
+
+_TYPES = {onnx.TensorProto.FLOAT: "float32", onnx.TensorProto.INT32: "int32", onnx.TensorProto.INT64: "int64",
+          onnx.TensorProto.BOOL: "bool", onnx.TensorProto.INT8: "int8", onnx.TensorProto.UINT8: "uint8",
+          onnx.TensorProto.INT16: "int16"}
+
+
+@dataclass
+class Converted:
+    """A written ``.tflite``: its bytes and the nodes that run as float islands (``"name (OpType)"``)."""
+
+    data: bytes
+    islands: list[str] = field(default_factory=list)
 
 
 def export(model: Any, *, float_io: bool = True, batch: int = 1) -> bytes:
     """The ``.tflite`` bytes of a TFLite-conforming Q/DQ model (module docstring). ``batch`` fixes a dynamic batch
     dimension (LiteRT can resize it at run time)."""
+    return convert(model, float_io=float_io, batch=batch).data
+
+
+def convert(model: Any, *, float_io: bool = True, batch: int = 1, full_integer: bool = False) -> Converted:
+    """:func:`export`, with the float islands it wrote named; ``full_integer`` refuses any float island instead."""
     qg = parse(model)
     m = qg.model
-    shapes = _static_shapes(m, batch)
-    w = _Writer(qg, shapes, float_io)
-    g = qg.index
+    shapes, types = _static_shapes(m, batch)
+    w = _Writer(qg, shapes, float_io, types)
+    _inputs(w)
+    for n in m.graph.node:
+        key = n.name or (n.output[0] if n.output else "")
+        if n.op_type == "QuantizeLinear":
+            w.quantize_node(n)
+            continue
+        if n.op_type in ops.QDQ_STRUCTURE or id(n) in w.fused_acts:
+            continue
+        op = qg.ops.get(key)
+        if op is not None and w.integer_ok(op):
+            WRITERS[ops.tflite_writer_of(op.op)](w, op)
+            if op.act_node is not None:
+                w.fused_acts.add(id(op.act_node))
+            continue
+        if n.op_type in ops.TFLITE_MOVED and w.movement(n, op):
+            continue
+        if full_integer:
+            raise UnsupportedError(f"node {key} ({n.op_type}) has no integer TFLite form here and would run as a float "
+                                   "island (DEQUANTIZE -> float -> QUANTIZE); drop --full-integer (full_integer) to "
+                                   "allow float islands, or use target ort")
+        w.island(n)
+    _outputs(w)
+    return Converted(S.serialize(w.md), w.islands)
+
+
+def island_note(islands: list[str], shown: int = 8) -> str:
+    """The note naming the float islands of a ``.tflite`` ("" when there are none)."""
+    if not islands:
+        return ""
+    kinds = sorted({i.rsplit(" (", 1)[1].rstrip(")") for i in islands})
+    return (f"target tflite: {len(islands)} node(s) run as float islands (DEQUANTIZE -> float builtin -> QUANTIZE; "
+            f"--full-integer refuses them): {', '.join(kinds)}: " + ", ".join(islands[:shown])
+            + (" ..." if len(islands) > shown else ""))
+
+
+def _inputs(w: _Writer) -> None:
+    """Graph inputs: a float input quantized by one QuantizeLinear (QUANTIZE, or the integers with ``float_io`` off);
+    any other input (an integer input read by GATHER/CAST, a float input read in float) is passed through."""
+    qg, m, g = w.qg, w.qg.model, w.qg.index
     for v in m.graph.input:
         if v.name in g.initializers:
             continue
         cons = g.consumers.get(v.name, [])
         qn = [n for n, _ in cons if n.op_type == "QuantizeLinear"]
-        if len(qn) != 1 or len(cons) != 1 or qn[0].output[0] not in qg.values:
-            raise UnsupportedError(f"graph input {v.name!r} must feed exactly one QuantizeLinear")
-        qv = qg.values[qn[0].output[0]]
-        shape = shapes[v.name]
+        shape = w.shapes[v.name]
         nhwc = len(shape) == 4
-        if float_io:
+        if len(qn) != 1 or len(cons) != 1 or qn[0].output[0] not in qg.values:
+            dtype = w.dtypes.get(v.name, "float32")
+            if dtype == "float32" and not w.float_io:
+                raise UnsupportedError(f"graph input {v.name!r} must feed exactly one QuantizeLinear for integer "
+                                       "inputs (float_io=False)")
+            t = _T(w.tensor(v.name, _nhwc(shape) if nhwc else list(shape), dtype), shape, nhwc)
+            w.f[v.name] = t
+            w.md.inputs.append(t.index)
+            continue
+        qv = qg.values[qn[0].output[0]]
+        if w.float_io:
             fi = w.tensor(v.name, _nhwc(shape) if nhwc else list(shape), "float32")
             qt = w.activation(qv, nhwc, shape)
             w.op("QUANTIZE", qv, [fi], [qt.index])
@@ -425,36 +609,26 @@ def export(model: Any, *, float_io: bool = True, batch: int = 1) -> bytes:
         else:
             qt = w.activation(qv, nhwc, shape)
             w.md.inputs.append(qt.index)
-    handled: set[str] = set()
-    for n in m.graph.node:
-        key = n.name or (n.output[0] if n.output else "")
-        if n.op_type in ops.QDQ_STRUCTURE:
-            continue
-        op = qg.ops.get(key)
-        if op is None:
-            if n.op_type in ops.QDQ_FUSED_ACTIVATIONS and any(o.act_node is n for o in qg.ops.values()):
-                continue
-            raise UnsupportedError(f"node {key} ({n.op_type}) has no quantized inputs: the TFLite export needs a "
-                                   "full-integer model")
-        if op.op not in SUPPORTED:
-            raise UnsupportedError(f"node {op.name}: operator {op.op} is not in the TFLite int8 set qlinear exports "
-                                   f"({', '.join(SUPPORTED)})")
-        WRITERS[ops.tflite_writer_of(op.op)](w, op)
-        handled.add(key)
+
+
+def _outputs(w: _Writer) -> None:
+    qg, m, g = w.qg, w.qg.model, w.qg.index
     for o in m.graph.output:
         p = g.producer.get(o.name)
+        if o.name in w.f:  # a float-island value or a passed-through input
+            w.md.outputs.append(w.f[o.name].index)
+            continue
         if p is None or p.op_type != "DequantizeLinear" or p.input[0] not in qg.values or \
                 p.input[0] not in w.t:
             raise UnsupportedError(f"graph output {o.name!r} must be the DequantizeLinear of an integer tensor")
         qt = w.t[p.input[0]]
-        if float_io:
+        if w.float_io:
             shape = _nhwc(qt.onnx_shape) if qt.nhwc else list(qt.onnx_shape)
             fo = w.tensor(o.name, shape, "float32")
             w.op("DEQUANTIZE", qg.values[p.input[0]], [qt.index], [fo])
             w.md.outputs.append(fo)
         else:
             w.md.outputs.append(qt.index)
-    return S.serialize(w.md)
 
 
 def input_layout(model: Any) -> dict[str, str]:
@@ -465,4 +639,4 @@ def input_layout(model: Any) -> dict[str, str]:
             for v in m.graph.input if v.name not in inits}
 
 
-__all__ = ["SUPPORTED", "export", "input_layout"]
+__all__ = ["SUPPORTED", "Converted", "convert", "export", "input_layout", "island_note"]
