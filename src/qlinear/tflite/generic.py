@@ -154,18 +154,21 @@ def slice_(ctx: Ctx, ins: list[Slot | None]) -> None:
         axes = np.arange(len(starts)) if axes is None else axes
         steps = _const(ctx, 4)
         steps = np.ones(len(starts), np.int64) if steps is None else steps
-    begin, end, stride, reverse_to_start = [0] * r, list(x.onnx_shape), [1] * r, set()
+    begin, end, stride, whole, to_start = [0] * r, [0] * r, [1] * r, set(range(r)), set()
     for s, e, a, st in zip(starts.tolist(), ends.tolist(), axes.tolist(), steps.tolist()):
         a %= r
         begin[a], end[a], stride[a] = slice(int(s), int(e), int(st)).indices(x.onnx_shape[a])
+        whole.discard(a)
         if stride[a] < 0 and end[a] < 0:  # runs to the start: TFLite reads end -1 as the last element
-            reverse_to_start.add(a)
+            to_start.add(a)
     order = TO_NHWC if x.nhwc else tuple(range(r))
     begin, end, stride = ([v[i] for i in order] for v in (begin, end, stride))
-    end_mask = sum(1 << _stored_axis(x, a) for a in reverse_to_start)
+    # axes not sliced are taken whole by the masks (the batch stays resizable)
+    begin_mask = sum(1 << _stored_axis(x, a) for a in whole)
+    end_mask = sum(1 << _stored_axis(x, a) for a in whole | to_start)
     o = ctx.out(0, True)
     ctx.op("STRIDED_SLICE", [x.index, ctx.param("begin", begin), ctx.param("end", end), ctx.param("strides", stride)],
-           [o.index], "StridedSliceOptions", end_mask=end_mask)
+           [o.index], "StridedSliceOptions", begin_mask=begin_mask, end_mask=end_mask)
 
 
 def split(ctx: Ctx, ins: list[Slot | None]) -> None:
@@ -228,9 +231,11 @@ def _s(v: Any) -> str:
 
 def reshape(ctx: Ctx, ins: list[Slot | None]) -> None:
     x = ctx.onnx_order(ins[0])
-    shape = ctx.shape()
+    shape = list(ctx.shape())
+    if shape and x.onnx_shape and shape[0] == x.onnx_shape[0]:
+        shape[0] = -1  # the batch dimension stays free so that LiteRT can resize the input
     ctx.store(0, lambda o: ctx.op("RESHAPE", [x.index, ctx.param("shape", shape)], [o.index], "ReshapeOptions",
-                                  new_shape=list(shape)))
+                                  new_shape=shape))
 
 
 def concat(ctx: Ctx, ins: list[Slot | None]) -> None:
