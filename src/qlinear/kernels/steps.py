@@ -19,6 +19,7 @@ from qlinear.graph.qdq import QdqGraph, QOp, QValue, clip_bounds
 from qlinear.kernels import activation as A
 from qlinear.kernels import elementwise as EW
 from qlinear.kernels import pool as P
+from qlinear.kernels.hardswish import hard_swish_table
 from qlinear.kernels.layer import IntegerLayer, NotInteger, fused_clamp, qrange
 from qlinear.kernels.profiles import Profile
 
@@ -243,11 +244,14 @@ def _mean_kernel(op: QOp, prof: Profile, qg: QdqGraph) -> Step:
 
 
 def _concat_kernel(op: QOp, prof: Profile, qg: QdqGraph) -> Step:
-    """Concat, each input requantized to the output's parameters."""
+    """Concat, each input requantized to the output's parameters (LiteRT profiles: only when none needs it)."""
     o, ins = _out_of(op, prof), op.inputs
     _first_input(op)
     if any(v is None for v in ins):
         raise NotInteger
+    if prof.name.startswith("litert") and any(np.float32(v.params.s) != np.float32(o.s) or v.params.z != o.z
+                                              for v in ins):
+        raise NotInteger  # LiteRT's CONCATENATION does not requantize: the .tflite runs it as a float island
     axis = attr(op.node, "axis")
 
     def run(env: Env) -> None:
@@ -276,7 +280,8 @@ def _clamp_kernel(op: QOp, prof: Profile, qg: QdqGraph) -> Step:
 
 
 def _activation_kernel(op: QOp, prof: Profile, qg: QdqGraph) -> Step:
-    """Sigmoid / Tanh / Softmax: TFLite's int8 kernels, and its 16-bit ones at the fixed output ``1/32768, 0``."""
+    """Sigmoid / Tanh / Softmax / HardSwish (LiteRT profiles): TFLite's int8 kernels, and its 16-bit ones at the fixed
+    output ``1/32768, 0``."""
     o, x, name = _out_of(op, prof), _first_input(op), op.op
     axis = attr(op.node, "axis", -1)
     if o.dtype == np.int16 and x.params.dtype.storage == np.int16 and x.params.z == 0 and o.z == 0 \
@@ -291,6 +296,11 @@ def _activation_kernel(op: QOp, prof: Profile, qg: QdqGraph) -> Step:
         return run16
     if o.dtype != np.int8 or x.params.dtype.storage != np.int8:
         raise NotInteger
+    if name == "HardSwish":  # LiteRT's fixed-point HARD_SWISH; other runtimes compute it in float (DQ -> op -> Q)
+        if not prof.name.startswith("litert"):
+            raise NotInteger
+        table = hard_swish_table(x.params.s, x.params.z, o.s, o.z, o.lo, o.hi).astype(np.int8)
+        return lambda env: o.emit(env, table[env.int_of(x).astype(np.int64) + 128])
     if name == "Softmax":
         def run_softmax(env: Env) -> None:
             o.emit(env, A.softmax(env.int_of(x), s_in=x.params.s, s_out=o.s, zp_out=o.z, axis=axis))

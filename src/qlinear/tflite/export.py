@@ -470,7 +470,10 @@ class _Writer:
         data = range(len(op.inputs)) if kind in ("binary", "concat") else (0,)
         if not all(i < len(op.inputs) and op.inputs[i] is not None and op.inputs[i].name in self.t for i in data):
             return False
-        # RESHAPE and PAD move the integers: with other output parameters the values must be requantized (in float)
+        # RESHAPE, PAD and CONCATENATION move the integers: with other parameters the values must be requantized
+        # (in float: a float island, as run_integer's LiteRT profiles do)
+        if kind == "concat":
+            return all(_same_params(v, op.output) for v in op.inputs)
         return kind not in ("reshape", "identity", "pad") or _same_params(op.inputs[0], op.output)
 
 

@@ -32,7 +32,8 @@ REGISTRY.add(FAMILY, "Tanh", ("smooth_activation",), fixed_tflite=(1 / 128, 0), 
              tflite_builtins=("TANH",), tflite_writer="unary", kernel="activation", tflite_island="unary",
              tflite_float_builtin="TANH")
 REGISTRY.add(FAMILY, "LogSoftmax", fixed_tflite=(16 / 256, 127))
-REGISTRY.add(FAMILY, "HardSwish", tflite_builtins=("HARD_SWISH",), tflite_writer="unary", tflite_island="unary",
+REGISTRY.add(FAMILY, "HardSwish", tflite_builtins=("HARD_SWISH",), tflite_writer="unary", kernel="activation",
+             tflite_island="unary",
              tflite_float_builtin="HARD_SWISH")
 REGISTRY.add(FAMILY, ("Gelu", "FastGelu", "BiasGelu", "QuickGelu", "Erf", "Softplus"), ("smooth_activation",))
 # HardSigmoid = clip(alpha * x + beta, 0, 1): no TFLite builtin, a float island of MUL, ADD, MINIMUM, MAXIMUM
