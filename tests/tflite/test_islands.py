@@ -75,6 +75,13 @@ CASES = {
                              {"DIV", "MUL"}, True),
     "sqrt_abs": ([_n("Abs", ["x"], ["a"]), _n("Sqrt", ["a"], ["y"])], {}, {"ABS", "SQRT"}, True),
     "exp": ([_n("Exp", ["x"], ["y"])], {}, {"EXP"}, True),
+    "softmax_channels": ([_n("Softmax", ["x"], ["y"], axis=1)], {}, {"SOFTMAX"}, False),  # NHWC: already last
+    "softmax_axis2": ([_n("Softmax", ["x"], ["y"], axis=2)], {}, {"SOFTMAX", "TRANSPOSE"}, False),
+    "reshape_3d_to_4d": ([_n("Reshape", ["x", "s1"], ["r"]), _n("Reshape", ["r", "s2"], ["y"])],
+                         {"s1": _i64(-1, 4, 64), "s2": _i64(-1, 4, 16, 4)}, {"RESHAPE", "TRANSPOSE"}, False),
+    "matmul_3d": ([_n("Reshape", ["x", "s"], ["r"]), _n("MatMul", ["r", "w"], ["y"])],
+                  {"s": _i64(-1, 16, 16), "w": RNG.normal(0, 0.5, (16, 5)).astype(np.float32)},
+                  {"FULLY_CONNECTED"}, False),
 }
 
 

@@ -225,9 +225,9 @@ class _Writer:
         if w is None or w.const is None or np.asarray(w.const).ndim != 2:
             raise UnsupportedError(f"node {op.name} ({op.op}): only a constant 2-D quantized weight exports as "
                                    "FULLY_CONNECTED")
-        if len(x.onnx_shape) != 2:
-            raise UnsupportedError(f"node {op.name} ({op.op}): FULLY_CONNECTED needs a 2-D input here, got "
-                                   f"{list(x.onnx_shape)}")
+        if len(x.onnx_shape) != 2 and (op.op != "MatMul" or x.nhwc or len(x.onnx_shape) < 2):
+            raise UnsupportedError(f"node {op.name} ({op.op}): FULLY_CONNECTED needs a 2-D input (or a MatMul's "
+                                   f"N-D input not stored NHWC) here, got {list(x.onnx_shape)}")
         wq = np.asarray(w.const)
         if op.op == "Gemm":
             if attr(node, "transA", 0) or attr(node, "alpha", 1.0) != 1.0 or attr(node, "beta", 1.0) != 1.0:
@@ -243,8 +243,9 @@ class _Writer:
         wi = self.tensor(w.float_name or w.name, list(wt.shape), w.params.dtype.name, self.quant(w, 0),
                          np.ascontiguousarray(wt))
         bias = self.bias(op, wt.shape[0]) if op.op == "Gemm" else -1
+        keep = {"keep_num_dims": True} if len(x.onnx_shape) > 2 else {}  # [.., K] -> [.., N]: MatMul's leading dims
         self.op("FULLY_CONNECTED", op.output, [x.index, wi, bias], [out.index], "FullyConnectedOptions",
-                fused_activation_function=self.fused(op))
+                fused_activation_function=self.fused(op), **keep)
 
     def binary(self, op: QOp) -> None:
         a, b = self.input_of(op, 0), self.input_of(op, 1)
@@ -310,11 +311,20 @@ class _Writer:
             self.op("TRANSPOSE", v, [x.index, perm], [tt.index], "TransposeOptions")
             x = tt
         out = self.output_of(op, len(shape) == 4)
-        tshape = _nhwc(shape) if len(shape) == 4 else list(shape)
+        spatial = len(shape) == 4 and not all(d == 1 for d in shape[2:])
+        tshape = list(shape) if spatial else _nhwc(shape) if len(shape) == 4 else list(shape)
         # the batch dimension stays free (-1) so that LiteRT can resize the input
         target = [-1] + tshape[1:] if tshape and x.onnx_shape and tshape[0] == x.onnx_shape[0] else tshape
         si = self.tensor(f"{op.name}_shape", [len(target)], "int32", data=np.array(target, np.int32))
-        self.op("RESHAPE", op.output, [x.index, si], [out.index], "ReshapeOptions", new_shape=target)
+        if not spatial:
+            self.op("RESHAPE", op.output, [x.index, si], [out.index], "ReshapeOptions", new_shape=target)
+            return
+        # a 4-D result with spatial extent: reshaped in NCHW order, then moved to NHWC
+        tv = QValue(f"{op.output.name}__nchw", op.output.params, float_name=f"{op.output.float_name}_nchw")
+        tt = self.activation(tv, False, shape)
+        self.op("RESHAPE", op.output, [x.index, si], [tt.index], "ReshapeOptions", new_shape=target)
+        perm = self.tensor(f"{op.name}_perm_nhwc", [4], "int32", data=np.array([0, 2, 3, 1], np.int32))
+        self.op("TRANSPOSE", op.output, [tt.index, perm], [out.index], "TransposeOptions")
 
     def concat(self, op: QOp) -> None:
         xs = [self.input_of(op, i) for i in range(len(op.inputs))]
@@ -348,11 +358,27 @@ class _Writer:
 
     def softmax(self, op: QOp) -> None:
         x = self.input_of(op, 0)
+        r = len(x.onnx_shape)
+        axis = attr(op.node, "axis", -1) % r
+        stored = ([0, 2, 3, 1] if x.nhwc else list(range(r))).index(axis)
+        if stored == r - 1:
+            out = self.output_of(op, x.nhwc)
+            self.op("SOFTMAX", op.output, [x.index], [out.index], "SoftmaxOptions", beta=1.0)
+            return
+        # SOFTMAX runs over the last axis: move the axis there and back (TRANSPOSE moves integers)
+        perm = list(range(r))
+        perm[stored], perm[-1] = perm[-1], perm[stored]
+        t_shape = [self.md.tensors[x.index].shape[i] for i in perm]
+        v = op.inputs[0]
+        t_in = self.tensor(f"{op.name}_axis_last", t_shape, v.params.dtype.name, self.quant(v))
+        self.op("TRANSPOSE", v, [x.index, self.tensor(f"{op.name}_perm", [r], "int32", data=np.array(perm, np.int32))],
+                [t_in], "TransposeOptions")
+        t_out = self.tensor(f"{op.name}_softmax", t_shape, op.output.params.dtype.name, self.quant(op.output))
+        self.op("SOFTMAX", op.output, [t_in], [t_out], "SoftmaxOptions", beta=1.0)
         out = self.output_of(op, x.nhwc)
-        axis = attr(op.node, "axis", -1) % len(x.onnx_shape)
-        if axis != len(x.onnx_shape) - 1 or x.nhwc:
-            raise UnsupportedError(f"node {op.name}: SOFTMAX runs over the last axis only")
-        self.op("SOFTMAX", op.output, [x.index], [out.index], "SoftmaxOptions", beta=1.0)
+        self.op("TRANSPOSE", op.output, [t_out, self.tensor(f"{op.name}_perm_back", [r], "int32",
+                                                            data=np.array(perm, np.int32))], [out.index],
+                "TransposeOptions")
 
     def clamp(self, op: QOp) -> None:
         """A Relu/Clip not fused into the operator before it: RELU, RELU6 or RELU_N1_TO_1."""
