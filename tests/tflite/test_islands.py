@@ -75,6 +75,18 @@ CASES = {
                              {"DIV", "MUL"}, True),
     "sqrt_abs": ([_n("Abs", ["x"], ["a"]), _n("Sqrt", ["a"], ["y"])], {}, {"ABS", "SQRT"}, True),
     "exp": ([_n("Exp", ["x"], ["y"])], {}, {"EXP"}, True),
+    "conv_transpose_k2s2": ([_n("ConvTranspose", ["x", "w"], ["y"], strides=[2, 2], kernel_shape=[2, 2])],
+                            {"w": RNG.normal(0, 0.5, (4, 6, 2, 2)).astype(np.float32)}, {"TRANSPOSE_CONV"}, False),
+    "conv_transpose_same_bias_relu": ([_n("ConvTranspose", ["x", "w", "b"], ["c"], strides=[2, 2], pads=[0, 0, 1, 1]),
+                                       _n("Relu", ["c"], ["y"])],
+                                      {"w": RNG.normal(0, 0.5, (4, 3, 3, 3)).astype(np.float32),
+                                       "b": RNG.normal(0, 0.5, (3,)).astype(np.float32)}, {"TRANSPOSE_CONV"}, False),
+    "batchnorm_after_conv_transpose": ([_n("ConvTranspose", ["x", "w"], ["c"], strides=[2, 2], kernel_shape=[2, 2]),
+                                        _n("BatchNormalization", ["c", "s", "bb", "mu", "var"], ["y"], momentum=0.9)],
+                                       {"w": RNG.normal(0, 0.5, (4, 3, 2, 2)).astype(np.float32),
+                                        "s": np.float32([0.5, 2, 1.5]), "bb": np.float32([0.1, -0.2, 0.3]),
+                                        "mu": np.float32([0.2, 0, -0.1]), "var": np.float32([1, 2, 0.5])},
+                                       {"TRANSPOSE_CONV", "DIV"}, True),
     "softmax_channels": ([_n("Softmax", ["x"], ["y"], axis=1)], {}, {"SOFTMAX"}, False),  # NHWC: already last
     "softmax_axis2": ([_n("Softmax", ["x"], ["y"], axis=2)], {}, {"SOFTMAX", "TRANSPOSE"}, False),
     "reshape_3d_to_4d": ([_n("Reshape", ["x", "s1"], ["r"]), _n("Reshape", ["r", "s2"], ["y"])],
@@ -92,12 +104,15 @@ def _builtins(data: bytes) -> set[str]:
 
 
 def _litert(data: bytes, x: np.ndarray, resolver: str) -> np.ndarray:
+    """LiteRT's output for the samples ``x``, one sample per call (the .tflite is written for batch 1)."""
     it = litert.Interpreter(model_content=data, experimental_op_resolver_type=RESOLVERS[resolver])
-    it.resize_tensor_input(it.get_input_details()[0]["index"], [len(x), 8, 8, 4])
     it.allocate_tensors()
-    it.set_tensor(it.get_input_details()[0]["index"], x.transpose(0, 2, 3, 1))
-    it.invoke()
-    y = it.get_tensor(it.get_output_details()[0]["index"])
+    ys = []
+    for xi in x:
+        it.set_tensor(it.get_input_details()[0]["index"], xi[None].transpose(0, 2, 3, 1))
+        it.invoke()
+        ys.append(it.get_tensor(it.get_output_details()[0]["index"]))
+    y = np.concatenate(ys)
     return y.transpose(0, 3, 1, 2) if y.ndim == 4 else y
 
 

@@ -19,6 +19,7 @@ from qlinear.graph.qdq import QdqGraph, QOp, QValue, clip_bounds
 from qlinear.kernels import activation as A
 from qlinear.kernels import elementwise as EW
 from qlinear.kernels import pool as P
+from qlinear.kernels.deconv import TransposeConvLayer
 from qlinear.kernels.hardswish import hard_swish_table
 from qlinear.kernels.layer import IntegerLayer, NotInteger, fused_clamp, qrange
 from qlinear.kernels.profiles import Profile
@@ -67,6 +68,8 @@ class FloatNode:
         from onnx.reference import ReferenceEvaluator
 
         node = self.node
+        if node.op_type == "BatchNormalization" and len(node.output) == 1:
+            return [_batch_norm(node, values)]
         key = tuple((np.asarray(v).dtype.str, np.asarray(v).ndim) if v is not None else None for v in values)
         ev = self._ev.get(key)
         names = [f"i{k}" if v is not None else "" for k, v in enumerate(values)]
@@ -82,6 +85,17 @@ class FloatNode:
             self._ev[key] = ev
         res = ev.run(None, {nm: np.asarray(v) for nm, v in zip(names, values) if nm})
         return list(res)
+
+
+def _batch_norm(node: onnx.NodeProto, values: list) -> np.ndarray:
+    """Inference BatchNormalization as the ONNX definition (``scale * (x - mean) / sqrt(var + epsilon) + bias``,
+    float32). onnx.reference's BatchNormalization-9 uses the batch's statistics whenever ``momentum`` is set, and its
+    schema default sets it: not what ONNX Runtime computes."""
+    x, scale, bias, mean, var = (np.asarray(v) for v in values[:5])
+    shape = (-1,) + (1,) * (x.ndim - 2)
+    eps = attr(node, "epsilon", 1e-5)
+    y = scale.reshape(shape) * (x - mean.reshape(shape)) / np.sqrt(var.reshape(shape) + eps) + bias.reshape(shape)
+    return y.astype(x.dtype)
 
 
 Step = Callable[[Env], None]
@@ -142,6 +156,21 @@ def _linear_kernel(op: QOp, prof: Profile, qg: QdqGraph) -> Step:
             env.floats[op.node.output[0]] = y
         else:
             env.ints[out] = y
+
+    return run
+
+
+def _transpose_conv_kernel(op: QOp, prof: Profile, qg: QdqGraph) -> Step:
+    """ConvTranspose as LiteRT's TRANSPOSE_CONV (LiteRT profiles; other runtimes compute it in float)."""
+    if not prof.name.startswith("litert"):
+        raise NotInteger
+    layer, x, out = TransposeConvLayer(op, prof), op.inputs[0], op.output.name
+
+    def run(env: Env) -> None:
+        xq = env.int_of(x)
+        if xq.ndim != 4:
+            raise KernelError(f"node {op.name}: only 2-D transposed convolutions run on integers")
+        env.ints[out] = layer(xq)
 
     return run
 
@@ -316,7 +345,7 @@ def _activation_kernel(op: QOp, prof: Profile, qg: QdqGraph) -> Step:
 
 #: integer kernel family (the operator registry's ``OpSpec.kernel``) -> the function preparing its step
 KERNELS: dict[str, Callable[[QOp, Profile, QdqGraph], Step]] = {
-    "linear": _linear_kernel, "binary": _binary_kernel, "move": _move_kernel, "pool": _pool_kernel,
+    "linear": _linear_kernel, "transpose_conv": _transpose_conv_kernel, "binary": _binary_kernel, "move": _move_kernel, "pool": _pool_kernel,
     "mean": _mean_kernel, "concat": _concat_kernel, "clamp": _clamp_kernel, "activation": _activation_kernel,
 }
 

@@ -44,12 +44,12 @@ VERSION8 = {"CONV_2D": 3, "DEPTHWISE_CONV_2D": 3, "FULLY_CONNECTED": 5, "ADD": 2
             "AVERAGE_POOL_2D": 2, "MAX_POOL_2D": 2, "MEAN": 2, "RESHAPE": 1, "PAD": 2, "CONCATENATION": 2,
             "SOFTMAX": 2, "LOGISTIC": 2, "TANH": 2, "QUANTIZE": 2, "DEQUANTIZE": 2, "TRANSPOSE": 2, "HARD_SWISH": 1,
             "RELU": 2, "RELU6": 2, "RELU_N1_TO_1": 2, "STRIDED_SLICE": 2, "SPLIT_V": 2, "GATHER": 2,
-            "RESIZE_BILINEAR": 2, "RESIZE_NEAREST_NEIGHBOR": 2}
+            "RESIZE_BILINEAR": 2, "RESIZE_NEAREST_NEIGHBOR": 2, "TRANSPOSE_CONV": 3}
 VERSION16 = {"CONV_2D": 4, "DEPTHWISE_CONV_2D": 5, "FULLY_CONNECTED": 7, "ADD": 3, "SUB": 3, "MUL": 4,
              "AVERAGE_POOL_2D": 3, "MAX_POOL_2D": 3, "MEAN": 3, "RESHAPE": 1, "PAD": 4, "CONCATENATION": 3,
              "SOFTMAX": 3, "LOGISTIC": 3, "TANH": 3, "QUANTIZE": 3, "DEQUANTIZE": 4, "TRANSPOSE": 5,
              "HARD_SWISH": 1, "RELU": 3, "RELU6": 3, "RELU_N1_TO_1": 3, "STRIDED_SLICE": 4, "SPLIT_V": 3,
-             "GATHER": 6, "RESIZE_BILINEAR": 4, "RESIZE_NEAREST_NEIGHBOR": 4}
+             "GATHER": 6, "RESIZE_BILINEAR": 4, "RESIZE_NEAREST_NEIGHBOR": 4, "TRANSPOSE_CONV": 3}
 
 #: the op types the exporter writes: those the operator registry gives a TFLite writer (``OpSpec.tflite_writer``)
 SUPPORTED = ops.TFLITE_EXPORTED
@@ -195,7 +195,7 @@ class _Writer:
 
     def bias(self, op: QOp, n: int) -> int:
         if len(op.node.input) < 3 or not op.node.input[2]:
-            return self.zero_bias(op, n) if op.op == "Conv" else -1
+            return self.zero_bias(op, n) if op.op in ("Conv", "ConvTranspose") else -1
         b = op.inputs[2]
         if b is None or b.const is None or b.params.dtype.name not in ("int32", "int64"):
             raise UnsupportedError(f"node {op.name}: its bias is not an int32 DequantizeLinear of a constant")
@@ -207,6 +207,40 @@ class _Writer:
         if op.inputs[0] is not None and op.inputs[0].params.dtype.bits == 16:  # 16x8 kernels take an int64 bias
             return self.tensor(b.float_name or b.name, [n], "int64", q, bq.astype(np.int64))
         return self.tensor(b.float_name or b.name, [n], b.params.dtype.name, q, bq.astype(b.params.dtype.storage))
+
+    def transpose_conv(self, op: QOp) -> None:
+        """ConvTranspose (group 1, no dilation, no output_padding) -> TRANSPOSE_CONV, VALID or SAME."""
+        node = op.node
+        x = self.input_of(op, 0)
+        w = op.inputs[1]
+        if w is None or w.const is None or len(x.onnx_shape) != 4 or attr(node, "group", 1) != 1 \
+                or any(d != 1 for d in attr(node, "dilations", [1, 1])) or any(attr(node, "output_padding", [0, 0])):
+            raise UnsupportedError(f"node {op.name}: only 2-D ConvTranspose with constant quantized weights, group 1, "
+                                   "no dilation and no output_padding exports as TRANSPOSE_CONV")
+        if op.inputs[0].params.dtype.bits != 8:
+            raise UnsupportedError(f"node {op.name}: TRANSPOSE_CONV is exported for int8 activations only")
+        wq = np.asarray(w.const)
+        _, o, kh, kw = wq.shape
+        out = self.output_of(op, True)
+        oh, ow = out.onnx_shape[2], out.onnx_shape[3]
+        stride = tuple(attr(node, "strides", [1, 1]))
+        pads = list(attr(node, "pads", [0, 0, 0, 0]))
+        tot = [(x.onnx_shape[2] - 1) * stride[0] + kh - oh, (x.onnx_shape[3] - 1) * stride[1] + kw - ow]
+        if tot == [0, 0] and not any(pads):
+            pad = "VALID"
+        elif pads == [tot[0] // 2, tot[1] // 2, tot[0] - tot[0] // 2, tot[1] - tot[1] // 2] and \
+                [oh, ow] == [x.onnx_shape[2] * stride[0], x.onnx_shape[3] * stride[1]]:
+            pad = "SAME"
+        else:
+            raise UnsupportedError(f"node {op.name}: ConvTranspose pads {pads} are neither TFLite's SAME nor VALID")
+        wt = wq.transpose(1, 2, 3, 0)  # [C_in, O, kh, kw] -> [O, kh, kw, C_in]
+        wi = self.tensor(w.float_name or w.name, list(wt.shape), w.params.dtype.name, self.quant(w, 0),
+                         np.ascontiguousarray(wt))
+        shape_t = self.tensor(f"{op.name}_output_shape", [4], "int32",
+                              data=np.array(_nhwc(out.onnx_shape), np.int32))
+        self.op("TRANSPOSE_CONV", op.output, [shape_t, wi, x.index, self.bias(op, o)], [out.index],
+                "TransposeConvOptions", padding=S.PADDING[pad], stride_w=stride[1], stride_h=stride[0],
+                fused_activation_function=self.fused(op))
 
     def zero_bias(self, op: QOp, n: int) -> int:
         """A zero bias for a Conv without one (LiteRT's integer CONV_2D/DEPTHWISE_CONV_2D require the tensor), at
@@ -504,7 +538,7 @@ class _Writer:
 
 
 #: TFLite writer (the operator registry's ``OpSpec.tflite_writer``) -> the :class:`_Writer` method emitting it
-WRITERS = {"conv": _Writer.conv, "fully_connected": _Writer.fully_connected, "binary": _Writer.binary,
+WRITERS = {"conv": _Writer.conv, "transpose_conv": _Writer.transpose_conv, "fully_connected": _Writer.fully_connected, "binary": _Writer.binary,
            "pool": _Writer.pool, "reduce_mean": _Writer.reduce_mean, "reshape": _Writer.reshape,
            "identity": _Writer.identity, "concat": _Writer.concat, "pad": _Writer.pad, "softmax": _Writer.softmax,
            "clamp": _Writer.clamp, "unary": _Writer.unary}

@@ -339,10 +339,33 @@ def reciprocal(ctx: Ctx, ins: list[Slot | None]) -> None:
     ctx.op("DIV", [one, x.index], [o.index], "DivOptions", fused_activation_function=0)
 
 
+def batch_norm(ctx: Ctx, ins: list[Slot | None]) -> None:
+    """Inference BatchNormalization as the ONNX definition computes it in float32: ``scale * (x - mean) /
+    sqrt(var + epsilon) + bias`` (SUB, MUL, DIV, ADD on per-channel constants)."""
+    x = ins[0]
+    if len(ctx.node.output) > 1 and any(ctx.node.output[1:]):
+        raise UnsupportedError(f"node {ctx.name} (BatchNormalization): training mode has no TFLite form")
+    scale, bias, mean, var = (_const(ctx, i) for i in (1, 2, 3, 4))
+    r = len(x.onnx_shape)
+    eps = attr(ctx.node, "epsilon", 1e-5)
+
+    def chan(a: np.ndarray) -> Slot:
+        a = np.asarray(a, np.float32).reshape((1, -1) + (1,) * (r - 2))
+        return Slot(-1, a.shape, False, a)
+
+    sq = np.sqrt(np.asarray(var, np.float32) + np.float32(eps)).astype(np.float32)
+    t = [ctx.new(f"bn{i}", x.onnx_shape, x.nhwc) for i in range(3)]
+    o = ctx.out(0, x.nhwc)
+    steps = [("SUB", x, chan(mean), t[0]), ("MUL", chan(scale), t[0], t[1]), ("DIV", t[1], chan(sq), t[2]),
+             ("ADD", t[2], chan(bias), o)]
+    for name, a, b, y in steps:
+        ctx.op(name, [ctx.index(a, x), ctx.index(b, x)], [y.index], _OPTIONS[name], fused_activation_function=0)
+
+
 #: emitter name (the operator registry's ``OpSpec.tflite_island``) -> float-island emitter (float32 in and out)
 ISLANDS: dict[str, Callable[[Ctx, list[Slot | None]], None]] = {
     **MOVEMENT, "unary": unary, "binary": binary, "hard_sigmoid": hard_sigmoid, "clip": clip,
-    "reciprocal": reciprocal, "reshape": reshape, "concat": concat,
+    "reciprocal": reciprocal, "reshape": reshape, "concat": concat, "batch_norm": batch_norm,
 }
 
 __all__ = ["ISLANDS", "MOVEMENT", "Ctx", "Slot"]

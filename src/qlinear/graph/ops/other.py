@@ -14,3 +14,5 @@ REGISTRY.add(FAMILY, ("ConstantOfShape", "Range", "Equal", "Less", "Greater", "N
 REGISTRY.add(FAMILY, "LayerNormalization", ("transformer_norm", "mlp_boundary"))
 REGISTRY.add(FAMILY, "SimplifiedLayerNormalization", ("transformer_norm",))
 REGISTRY.add(FAMILY, ("QuantizeLinear", "DequantizeLinear"), ("qdq_structure",))
+# a BatchNormalization that did not fold into a Conv (after a ConvTranspose, say): a TFLite float island
+REGISTRY.add(FAMILY, "BatchNormalization", tflite_island="batch_norm")
