@@ -87,6 +87,10 @@ CASES = {
                                         "s": np.float32([0.5, 2, 1.5]), "bb": np.float32([0.1, -0.2, 0.3]),
                                         "mu": np.float32([0.2, 0, -0.1]), "var": np.float32([1, 2, 0.5])},
                                        {"TRANSPOSE_CONV", "DIV"}, True),
+    "matmul_activations_4d": ([_n("Transpose", ["x"], ["t"], perm=[0, 1, 3, 2]), _n("MatMul", ["x", "t"], ["y"])], {},
+                              {"BATCH_MATMUL"}, False),
+    "matmul_activations_3d": ([_n("Reshape", ["x", "s"], ["r"]), _n("Transpose", ["r"], ["t"], perm=[0, 2, 1]),
+                               _n("MatMul", ["r", "t"], ["y"])], {"s": _i64(-1, 4, 64)}, {"BATCH_MATMUL"}, False),
     "softmax_channels": ([_n("Softmax", ["x"], ["y"], axis=1)], {}, {"SOFTMAX"}, False),  # NHWC: already last
     "softmax_axis2": ([_n("Softmax", ["x"], ["y"], axis=2)], {}, {"SOFTMAX", "TRANSPOSE"}, False),
     "reshape_3d_to_4d": ([_n("Reshape", ["x", "s1"], ["r"]), _n("Reshape", ["r", "s2"], ["y"])],

@@ -19,6 +19,7 @@ from qlinear.graph.qdq import QdqGraph, QOp, QValue, clip_bounds
 from qlinear.kernels import activation as A
 from qlinear.kernels import elementwise as EW
 from qlinear.kernels import pool as P
+from qlinear.kernels.batch_matmul import BatchMatMul
 from qlinear.kernels.deconv import TransposeConvLayer
 from qlinear.kernels.hardswish import hard_swish_table
 from qlinear.kernels.layer import IntegerLayer, NotInteger, fused_clamp, qrange
@@ -139,7 +140,13 @@ def _first_input(op: QOp) -> QValue:
 
 
 def _linear_kernel(op: QOp, prof: Profile, qg: QdqGraph) -> Step:
-    """Conv / Gemm / MatMul: :class:`_Conv` (exact accumulation, per-channel requantization, fused clamp)."""
+    """Conv / Gemm / MatMul: :class:`_Conv` (exact accumulation, per-channel requantization, fused clamp); a MatMul
+    of two activations as LiteRT's BATCH_MATMUL (LiteRT profiles; other runtimes compute it in float)."""
+    if op.op == "MatMul" and len(op.inputs) > 1 and op.inputs[1] is not None and op.inputs[1].const is None:
+        if not prof.name.startswith("litert"):
+            raise NotInteger
+        bm, (a, b), out_name = BatchMatMul(op, prof), op.inputs[:2], op.output.name if op.output else ""
+        return lambda env: env.ints.__setitem__(out_name, bm(env.int_of(a), env.int_of(b)))
     layer = IntegerLayer(op, prof)
     x = op.inputs[0]
     out = op.output.name if op.output is not None else ""

@@ -44,12 +44,13 @@ VERSION8 = {"CONV_2D": 3, "DEPTHWISE_CONV_2D": 3, "FULLY_CONNECTED": 5, "ADD": 2
             "AVERAGE_POOL_2D": 2, "MAX_POOL_2D": 2, "MEAN": 2, "RESHAPE": 1, "PAD": 2, "CONCATENATION": 2,
             "SOFTMAX": 2, "LOGISTIC": 2, "TANH": 2, "QUANTIZE": 2, "DEQUANTIZE": 2, "TRANSPOSE": 2, "HARD_SWISH": 1,
             "RELU": 2, "RELU6": 2, "RELU_N1_TO_1": 2, "STRIDED_SLICE": 2, "SPLIT_V": 2, "GATHER": 2,
-            "RESIZE_BILINEAR": 2, "RESIZE_NEAREST_NEIGHBOR": 2, "TRANSPOSE_CONV": 3}
+            "RESIZE_BILINEAR": 2, "RESIZE_NEAREST_NEIGHBOR": 2, "TRANSPOSE_CONV": 3, "BATCH_MATMUL": 2}
 VERSION16 = {"CONV_2D": 4, "DEPTHWISE_CONV_2D": 5, "FULLY_CONNECTED": 7, "ADD": 3, "SUB": 3, "MUL": 4,
              "AVERAGE_POOL_2D": 3, "MAX_POOL_2D": 3, "MEAN": 3, "RESHAPE": 1, "PAD": 4, "CONCATENATION": 3,
              "SOFTMAX": 3, "LOGISTIC": 3, "TANH": 3, "QUANTIZE": 3, "DEQUANTIZE": 4, "TRANSPOSE": 5,
              "HARD_SWISH": 1, "RELU": 3, "RELU6": 3, "RELU_N1_TO_1": 3, "STRIDED_SLICE": 4, "SPLIT_V": 3,
-             "GATHER": 6, "RESIZE_BILINEAR": 4, "RESIZE_NEAREST_NEIGHBOR": 4, "TRANSPOSE_CONV": 3}
+             "GATHER": 6, "RESIZE_BILINEAR": 4, "RESIZE_NEAREST_NEIGHBOR": 4, "TRANSPOSE_CONV": 3,
+             "BATCH_MATMUL": 3}
 
 #: the op types the exporter writes: those the operator registry gives a TFLite writer (``OpSpec.tflite_writer``)
 SUPPORTED = ops.TFLITE_EXPORTED
@@ -242,6 +243,18 @@ class _Writer:
                 "TransposeConvOptions", padding=S.PADDING[pad], stride_w=stride[1], stride_h=stride[0],
                 fused_activation_function=self.fused(op))
 
+    def batch_matmul(self, op: QOp) -> None:
+        """A MatMul of two integer activations -> BATCH_MATMUL, in ONNX's axis order (TRANSPOSE from/to NHWC)."""
+        a, b = self.input_of(op, 0), self.input_of(op, 1)
+        ctx = Ctx(self, op.node, lambda k, nhwc: self.output_of(op, nhwc), op.output.params.dtype.name,
+                  self.quant(op.output), lambda name: self.version(name, op.output))
+        a2 = Ctx(self, op.node, None, op.inputs[0].params.dtype.name, self.quant(op.inputs[0])).onnx_order(a)
+        b2 = Ctx(self, op.node, None, op.inputs[1].params.dtype.name, self.quant(op.inputs[1])).onnx_order(b)
+        if op.act is not None:
+            raise UnsupportedError(f"node {op.name}: BATCH_MATMUL takes no fused activation")
+        ctx.store(0, lambda o: self.op("BATCH_MATMUL", op.output, [a2.index, b2.index], [o.index],
+                                       "BatchMatMulOptions", adj_x=False, adj_y=False))
+
     def zero_bias(self, op: QOp, n: int) -> int:
         """A zero bias for a Conv without one (LiteRT's integer CONV_2D/DEPTHWISE_CONV_2D require the tensor), at
         ``s_in * s_w`` like a real one."""
@@ -256,6 +269,8 @@ class _Writer:
         node = op.node
         x = self.input_of(op, 0)
         w = op.inputs[1]
+        if op.op == "MatMul" and w is not None and w.const is None:
+            return self.batch_matmul(op)
         if w is None or w.const is None or np.asarray(w.const).ndim != 2:
             raise UnsupportedError(f"node {op.name} ({op.op}): only a constant 2-D quantized weight exports as "
                                    "FULLY_CONNECTED")
@@ -528,6 +543,8 @@ class _Writer:
             return False
         kind = ops.tflite_writer_of(op.op)
         data = range(len(op.inputs)) if kind in ("binary", "concat") else (0,)
+        if op.op == "MatMul" and len(op.inputs) > 1 and (op.inputs[1] is None or op.inputs[1].const is None):
+            data = (0, 1)  # BATCH_MATMUL of two integer activations
         if not all(i < len(op.inputs) and op.inputs[i] is not None and op.inputs[i].name in self.t for i in data):
             return False
         # RESHAPE, PAD and CONCATENATION move the integers: with other parameters the values must be requantized
