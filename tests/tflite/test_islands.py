@@ -91,6 +91,11 @@ CASES = {
                               {"BATCH_MATMUL"}, False),
     "matmul_activations_3d": ([_n("Reshape", ["x", "s"], ["r"]), _n("Transpose", ["r"], ["t"], perm=[0, 2, 1]),
                                _n("MatMul", ["r", "t"], ["y"])], {"s": _i64(-1, 4, 64)}, {"BATCH_MATMUL"}, False),
+    "reduce_max_expand": ([_n("ReduceMax", ["x"], ["m"], axes=[1], keepdims=1), _n("Expand", ["m", "s"], ["e"]),
+                           _n("Sub", ["x", "e"], ["y"])], {"s": _i64(1, 4, 8, 8)}, {"REDUCE_MAX", "BROADCAST_TO"},
+                          True),
+    "global_max_pool": ([_n("GlobalMaxPool", ["x"], ["y"])], {}, {"REDUCE_MAX"}, True),
+    "reduce_sum_channels": ([_n("ReduceSum", ["x", "a"], ["y"], keepdims=0)], {"a": _i64(1)}, {"SUM"}, True),
     "softmax_channels": ([_n("Softmax", ["x"], ["y"], axis=1)], {}, {"SOFTMAX"}, False),  # NHWC: already last
     "softmax_axis2": ([_n("Softmax", ["x"], ["y"], axis=2)], {}, {"SOFTMAX", "TRANSPOSE"}, False),
     "reshape_3d_to_4d": ([_n("Reshape", ["x", "s1"], ["r"]), _n("Reshape", ["r", "s2"], ["y"])],
@@ -163,3 +168,34 @@ def test_operator_without_island_is_refused_before_work():
     m = _model([_n("Erf", ["x"], ["y"])], {})
     with pytest.raises(ConfigError, match="cannot express operator.*Erf"):
         qlinear.quantize(m, {"x": X}, dict(calibration_samples=8, evaluation_samples=0, target="tflite"))
+
+
+def test_integer_input_passes_through_to_a_one_hot_matmul():
+    """An int32 graph input (magika's bytes) is a .tflite input as it is: RESHAPE, EQUAL, CAST, FULLY_CONNECTED in
+    float (one non-zero product per row: exact), then the integer output; LiteRT equals run_integer bit for bit."""
+    w = RNG.normal(0, 1, (10, 5)).astype(np.float32)
+    g = helper.make_graph(
+        [_n("Reshape", ["ids", "s"], ["r"]), _n("Equal", ["r", "classes"], ["e"]), _n("Cast", ["e"], ["f"], to=1),
+         _n("MatMul", ["f", "w"], ["m"]), _n("Relu", ["m"], ["y"])], "g",
+        [helper.make_tensor_value_info("ids", TensorProto.INT32, ["N", 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(_i64(-1, 16, 1), "s"), numpy_helper.from_array(np.arange(10, dtype=np.int32)[None, None],
+                                                                                 "classes"),
+         numpy_helper.from_array(w, "w")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.graph.output[0].CopyFrom(onnx.shape_inference.infer_shapes(m).graph.output[0])
+    ids = RNG.integers(0, 10, (24, 16)).astype(np.int32)
+    qm = qlinear.quantize(m, {"ids": ids}, dict(calibration_samples=16, evaluation_samples=0, target="tflite",
+                                                input_shapes={"ids": [1, 16]}))
+    out = convert(qm.model)
+    assert {"EQUAL", "CAST"} <= _builtins(out.data)
+    for resolver, mode in (("ref", "litert_ref"), ("auto", "litert_xnnpack")):
+        it = litert.Interpreter(model_content=out.data, experimental_op_resolver_type=RESOLVERS[resolver])
+        it.allocate_tensors()
+        assert it.get_input_details()[0]["dtype"] == np.int32
+        im = IntegerModel(qm.model, mode)
+        for x in ids[16:]:
+            it.set_tensor(it.get_input_details()[0]["index"], x[None])
+            it.invoke()
+            y = it.get_tensor(it.get_output_details()[0]["index"])
+            assert np.array_equal(y, im.run({"ids": x[None]})["y"])

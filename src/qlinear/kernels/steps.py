@@ -71,6 +71,9 @@ class FloatNode:
         node = self.node
         if node.op_type == "BatchNormalization" and len(node.output) == 1:
             return [_batch_norm(node, values)]
+        if node.op_type == "GlobalMaxPool":  # onnx.reference reduces axes (ndim-2, ndim-1) of 3-D inputs: wrong
+            x = np.asarray(values[0])
+            return [x.max(axis=tuple(range(2, x.ndim)), keepdims=True)]
         key = tuple((np.asarray(v).dtype.str, np.asarray(v).ndim) if v is not None else None for v in values)
         ev = self._ev.get(key)
         names = [f"i{k}" if v is not None else "" for k, v in enumerate(values)]

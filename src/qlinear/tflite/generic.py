@@ -22,9 +22,12 @@ import onnx
 from qlinear.errors import UnsupportedError
 from qlinear.graph import ops
 from qlinear.graph.model import attr
+from qlinear.tflite import schema as S
 
 TO_NHWC = (0, 2, 3, 1)
 TO_NCHW = (0, 3, 1, 2)
+#: float builtins whose first version is not 1 (LiteRT registers BROADCAST_TO from version 2)
+FLOAT_VERSIONS = {"BROADCAST_TO": 2}
 #: ONNX axis of a 4-D tensor -> its axis in the stored NHWC order
 NHWC_AXIS = {0: 0, 1: 3, 2: 1, 3: 2}
 
@@ -71,22 +74,26 @@ class Ctx:
         return self.w.tensor(f"{self.name}_{tag}", list(a.shape), dtype, data=a)
 
     def op(self, name: str, ins: list[int], outs: list[int], options: str | None = None, **values: Any) -> None:
-        version = self.version_of(name) if self.version_of is not None else 1
+        version = self.version_of(name) if self.version_of is not None else FLOAT_VERSIONS.get(name, 1)
         self.w.md.operators.append(self.w.opmaker(name, version, ins, outs, options, values))
 
     def index(self, s: Slot, like: Slot | None = None) -> int:
-        """The tensor index of ``s`` (a constant is written now, in the layout of ``like``: NHWC broadcast)."""
+        """The tensor index of ``s`` (a constant is written now, in the layout of ``like``: NHWC broadcast, and of
+        ``like``'s element type when it is a tensor)."""
         if s.index >= 0:
             return s.index
         a = np.asarray(s.const)
         if like is not None and like.nhwc and a.ndim <= 4 and a.size > 1:
             a = a.reshape((1,) * (4 - a.ndim) + a.shape).transpose(TO_NHWC)
-        if a.dtype.kind == "f" or self.dtype == "float32":
+        kind = self.w.md.tensors[like.index].type if like is not None and like.index >= 0 else None
+        if kind in ("int32", "int64"):
+            a = a.astype(np.int32 if kind == "int32" else np.int64)
+        elif a.dtype.kind == "f" or self.dtype == "float32" or kind == "float32":
             a = a.astype(np.float32)
         elif a.dtype == np.int64:
             a = a.astype(np.int32)
         s.index = self.w.tensor(f"{self.name}_const{len(self.w.md.tensors)}", list(a.shape),
-                                {np.dtype(np.float32): "float32", np.dtype(np.int32): "int32"}.get(a.dtype, "int32"),
+                                {np.dtype(np.float32): "float32", np.dtype(np.int64): "int64"}.get(a.dtype, "int32"),
                                 data=np.ascontiguousarray(a))
         return s.index
 
@@ -260,7 +267,8 @@ MOVEMENT: dict[str, Callable[[Ctx, list[Slot | None]], None]] = {
 #: the options table of a float builtin (None: it has none)
 _OPTIONS = {"EXP": "ExpOptions", "NEG": "NegOptions", "ABS": "AbsOptions", "HARD_SWISH": "HardSwishOptions",
             "ADD": "AddOptions", "SUB": "SubOptions", "MUL": "MulOptions", "DIV": "DivOptions", "POW": "PowOptions",
-            "MAXIMUM": "MaximumMinimumOptions", "MINIMUM": "MaximumMinimumOptions"}
+            "MAXIMUM": "MaximumMinimumOptions", "MINIMUM": "MaximumMinimumOptions", "EQUAL": "EqualOptions",
+            "LESS": "LessOptions", "GREATER": "GreaterOptions"}
 _FUSED = ("AddOptions", "SubOptions", "MulOptions", "DivOptions")
 
 
@@ -288,7 +296,8 @@ def unary(ctx: Ctx, ins: list[Slot | None]) -> None:
 def binary(ctx: Ctx, ins: list[Slot | None]) -> None:
     a, b = ins[0], ins[1]
     nhwc = _elementwise_layout(ctx, ins)
-    like = Slot(-1, (), nhwc)
+    tensor = a if a.const is None else b
+    like = Slot(tensor.index, (), nhwc)
     name = _float_builtin(ctx)
     opts = _OPTIONS.get(name)
     o = ctx.out(0, nhwc)
@@ -362,10 +371,112 @@ def batch_norm(ctx: Ctx, ins: list[Slot | None]) -> None:
         ctx.op(name, [ctx.index(a, x), ctx.index(b, x)], [y.index], _OPTIONS[name], fused_activation_function=0)
 
 
+def broadcast(ctx: Ctx, ins: list[Slot | None]) -> None:
+    """Expand -> BROADCAST_TO (in ONNX's axis order)."""
+    x = ctx.onnx_order(ins[0])
+    shape = list(ctx.shape())
+    ctx.store(0, lambda o: ctx.op("BROADCAST_TO", [ctx.index(x), ctx.param("shape", shape)], [o.index],
+                                  "BroadcastToOptions"))
+
+
+def compare(ctx: Ctx, ins: list[Slot | None]) -> None:
+    """Equal / Less / Greater -> EQUAL / LESS / GREATER (a bool tensor)."""
+    binary(ctx, ins)
+
+
+def cast(ctx: Ctx, ins: list[Slot | None]) -> None:
+    x = ins[0]
+    o = ctx.out(0, x.nhwc)
+    src = ctx.w.md.tensors[ctx.index(x)].type
+    dst = ctx.w.md.tensors[o.index].type
+    ctx.op("CAST", [ctx.index(x)], [o.index], "CastOptions", in_data_type=S.TENSOR_TYPE[src],
+           out_data_type=S.TENSOR_TYPE[dst])
+
+
+def reduce(ctx: Ctx, ins: list[Slot | None]) -> None:
+    """ReduceSum / ReduceMax / GlobalMaxPool -> SUM / REDUCE_MAX over constant axes (attribute or input 1)."""
+    n = ctx.node
+    x = ins[0]
+    r = len(x.onnx_shape)
+    if n.op_type.startswith("Global"):
+        axes, keep = list(range(2, r)), True
+    else:
+        axes = attr(n, "axes")
+        if axes is None:
+            c = _const(ctx, 1)
+            axes = list(range(r)) if c is None or (c.size == 0 and not attr(n, "noop_with_empty_axes", 0)) \
+                else [int(a) for a in c.reshape(-1)]
+        keep = bool(attr(n, "keepdims", 1))
+    if not axes:  # noop_with_empty_axes
+        return reshape(ctx, ins)
+    axes = sorted(a % r for a in axes)
+    if x.nhwc and not keep:
+        x = ctx.onnx_order(x)
+    stored = [_stored_axis(x, a) for a in axes]
+    o = ctx.out(0, x.nhwc and keep)
+    ctx.op(_float_builtin(ctx), [x.index, ctx.param("axes", stored)], [o.index], "ReducerOptions", keep_dims=keep)
+
+
+def matmul(ctx: Ctx, ins: list[Slot | None]) -> None:
+    """A float MatMul: FULLY_CONNECTED with a constant 2-D weight, else BATCH_MATMUL (in ONNX's axis order). Float
+    sums: the order of the additions is the kernel's (exact when every row has one non-zero product, a one-hot)."""
+    x, w = ctx.onnx_order(ins[0]), ins[1]
+    if w.const is not None and np.ndim(w.const) == 2:
+        wt = np.ascontiguousarray(np.asarray(w.const, np.float32).T)
+        wi = ctx.w.tensor(f"{ctx.name}_weight", list(wt.shape), "float32", data=wt)
+        keep = {"keep_num_dims": True} if len(x.onnx_shape) > 2 else {}
+        ctx.store(0, lambda o: ctx.op("FULLY_CONNECTED", [x.index, wi, -1], [o.index], "FullyConnectedOptions",
+                                      fused_activation_function=0, **keep))
+        return
+    w2 = ctx.onnx_order(w) if w.const is None else w
+    ctx.store(0, lambda o: ctx.op("BATCH_MATMUL", [x.index, ctx.index(w2)], [o.index], "BatchMatMulOptions",
+                                  adj_x=False, adj_y=False))
+
+
+def conv(ctx: Ctx, ins: list[Slot | None]) -> None:
+    """A float 2-D Conv with constant weights: [PAD,] CONV_2D or DEPTHWISE_CONV_2D, VALID, NHWC."""
+    n = ctx.node
+    x, w, b = ins[0], ins[1], ins[2] if len(ins) > 2 else None
+    if w.const is None or np.ndim(w.const) != 4 or len(x.onnx_shape) != 4 or (b is not None and b.const is None) \
+            or attr(n, "auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET"):
+        raise UnsupportedError(f"node {ctx.name} (Conv): a float island needs a 2-D Conv with constant weights")
+    wf = np.asarray(w.const, np.float32)
+    o, cg, kh, kw = wf.shape
+    groups = attr(n, "group", 1)
+    depthwise = groups > 1 and cg == 1 and groups == x.onnx_shape[1]
+    if groups != 1 and not depthwise:
+        raise UnsupportedError(f"node {ctx.name} (Conv): grouped float convolutions are not exported")
+    pads = list(attr(n, "pads", [0, 0, 0, 0]))
+    if any(pads):
+        shape = (x.onnx_shape[0], x.onnx_shape[1], x.onnx_shape[2] + pads[0] + pads[2],
+                 x.onnx_shape[3] + pads[1] + pads[3])
+        xp = ctx.new("padded", shape, True)
+        ctx.op("PAD", [x.index, ctx.param("paddings", [[0, 0], [pads[0], pads[2]], [pads[1], pads[3]], [0, 0]])],
+               [xp.index], "PadOptions")
+        x = xp
+    stride, dil = attr(n, "strides", [1, 1]), attr(n, "dilations", [1, 1])
+    bias = np.zeros(o, np.float32) if b is None else np.asarray(b.const, np.float32).reshape(-1)
+    bi = ctx.w.tensor(f"{ctx.name}_bias", [o], "float32", data=bias)
+    out = ctx.out(0, True)
+    common = {"padding": 1, "stride_w": stride[1], "stride_h": stride[0], "fused_activation_function": 0,
+              "dilation_w_factor": dil[1], "dilation_h_factor": dil[0]}
+    if depthwise:
+        wt = np.ascontiguousarray(wf.reshape(o, kh, kw).transpose(1, 2, 0)[None])
+        wi = ctx.w.tensor(f"{ctx.name}_weight", list(wt.shape), "float32", data=wt)
+        ctx.op("DEPTHWISE_CONV_2D", [x.index, wi, bi], [out.index], "DepthwiseConv2DOptions",
+               depth_multiplier=o // groups, **common)
+        return
+    wt = np.ascontiguousarray(wf.transpose(0, 2, 3, 1))
+    wi = ctx.w.tensor(f"{ctx.name}_weight", list(wt.shape), "float32", data=wt)
+    ctx.op("CONV_2D", [x.index, wi, bi], [out.index], "Conv2DOptions", **common)
+
+
 #: emitter name (the operator registry's ``OpSpec.tflite_island``) -> float-island emitter (float32 in and out)
 ISLANDS: dict[str, Callable[[Ctx, list[Slot | None]], None]] = {
     **MOVEMENT, "unary": unary, "binary": binary, "hard_sigmoid": hard_sigmoid, "clip": clip,
     "reciprocal": reciprocal, "reshape": reshape, "concat": concat, "batch_norm": batch_norm,
+    "broadcast": broadcast, "compare": compare, "cast": cast, "reduce": reduce, "matmul": matmul,
+    "conv": conv,
 }
 
 __all__ = ["ISLANDS", "MOVEMENT", "Ctx", "Slot"]
