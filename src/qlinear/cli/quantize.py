@@ -7,7 +7,6 @@ from typing import Optional
 
 import typer
 
-
 _INPUT_SHAPE_HELP = ("NAME=D0,D1,...: fix the dynamic dimensions of model input NAME (e.g. x=1,3,480,480; a .tflite "
                      "needs static shapes); repeatable.")
 _FULL_INTEGER_HELP = ("Target tflite: refuse operators outside the TFLite integer set instead of running them as float "
