@@ -24,6 +24,7 @@ from qlinear.kernels.deconv import TransposeConvLayer
 from qlinear.kernels.hardswish import hard_swish_table
 from qlinear.kernels.layer import IntegerLayer, NotInteger, fused_clamp, qrange
 from qlinear.kernels.profiles import Profile
+from qlinear.kernels.resize import resize_bilinear
 
 
 class Env:
@@ -183,6 +184,43 @@ def _transpose_conv_kernel(op: QOp, prof: Profile, qg: QdqGraph) -> Step:
         env.ints[out] = layer(xq)
 
     return run
+
+
+def _resize_kernel(op: QOp, prof: Profile, qg: QdqGraph) -> Step:
+    """A bilinear Resize of H, W with its input's parameters: LiteRT's integer RESIZE_BILINEAR (LiteRT profiles;
+    nearest moves values: the float path is exact)."""
+    o, x, node = _out_of(op, prof), _first_input(op), op.node
+    mode = attr(node, "mode", b"nearest")
+    ct = attr(node, "coordinate_transformation_mode", b"half_pixel")
+    ct = ct.decode() if isinstance(ct, bytes) else ct
+    if not prof.name.startswith("litert") or mode not in (b"linear", "linear") or \
+            ct not in ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric") or \
+            np.float32(x.params.s) != np.float32(o.s) or x.params.z != o.z or x.params.dtype != op.output.params.dtype:
+        raise NotInteger
+    def run(env: Env) -> None:
+        xq = env.int_of(x)
+        sizes = _resize_hw(node, qg, xq.shape)
+        if xq.ndim != 4 or sizes is None:
+            raise KernelError(f"node {op.name}: only a constant H, W resize of a 4-D tensor runs on integers")
+        o.emit(env, resize_bilinear(xq, sizes, align_corners=ct == "align_corners",
+                                    half_pixel_centers=ct in ("half_pixel", "pytorch_half_pixel")))
+
+    return run
+
+
+def _resize_hw(node: onnx.NodeProto, qg: QdqGraph, shape: tuple[int, ...]) -> tuple[int, int] | None:
+    """The output H, W of a Resize (``sizes`` or ``scales`` constant, N and C unchanged), or None."""
+    sizes = qg.consts.get(node.input[3]) if len(node.input) > 3 and node.input[3] else None
+    if sizes is not None:
+        s = [int(v) for v in np.asarray(sizes).reshape(-1)]
+        return (s[2], s[3]) if len(s) == 4 and s[:2] == list(shape[:2]) else None
+    scales = qg.consts.get(node.input[2]) if len(node.input) > 2 and node.input[2] else None
+    if scales is None:
+        return None
+    sc = np.asarray(scales, np.float32).reshape(-1)
+    if len(sc) != 4 or sc[0] != 1 or sc[1] != 1:
+        return None
+    return int(np.floor(shape[2] * sc[2])), int(np.floor(shape[3] * sc[3]))
 
 
 def _binary_kernel(op: QOp, prof: Profile, qg: QdqGraph) -> Step:
@@ -355,7 +393,8 @@ def _activation_kernel(op: QOp, prof: Profile, qg: QdqGraph) -> Step:
 
 #: integer kernel family (the operator registry's ``OpSpec.kernel``) -> the function preparing its step
 KERNELS: dict[str, Callable[[QOp, Profile, QdqGraph], Step]] = {
-    "linear": _linear_kernel, "transpose_conv": _transpose_conv_kernel, "binary": _binary_kernel, "move": _move_kernel, "pool": _pool_kernel,
+    "linear": _linear_kernel, "transpose_conv": _transpose_conv_kernel, "resize": _resize_kernel,
+    "binary": _binary_kernel, "move": _move_kernel, "pool": _pool_kernel,
     "mean": _mean_kernel, "concat": _concat_kernel, "clamp": _clamp_kernel, "activation": _activation_kernel,
 }
 
