@@ -18,9 +18,17 @@ at ``s_in * s_w``. Every weight, bias, scale and zero point is copied, not recom
 * **Padding**: TFLite convolutions and pools know only SAME and VALID; explicit ONNX pads that are neither become a
   PAD (filled with the input's zero point, i.e. real 0) before a VALID operator.
 
+* **Also integer**: ConvTranspose -> TRANSPOSE_CONV; a MatMul of two activations -> BATCH_MATMUL; Softmax over any
+  axis (TRANSPOSE to the last); data movement whose input and outputs share their parameters moves the integers
+  (:data:`qlinear.tflite.generic.MOVEMENT`: TRANSPOSE, STRIDED_SLICE, SPLIT_V, GATHER, RESIZE_*).
+* **Float islands** (:func:`convert` names them; ``full_integer`` refuses them): any other node, or an integer
+  operator with a float operand (a constant), is written DEQUANTIZE -> float builtin(s) -> QUANTIZE
+  (:data:`qlinear.tflite.generic.ISLANDS`), what ``run_integer`` computes for a node without an integer kernel.
+  Integer graph inputs (ids, bytes) are ``.tflite`` inputs as they are.
+
 Anything else raises :class:`~qlinear.errors.UnsupportedError` naming the node. Which op types export, as which
 builtins and by which writer (:data:`WRITERS`) is the operator registry's (:mod:`qlinear.graph.ops`,
-``OpSpec.tflite_builtins`` and ``OpSpec.tflite_writer``).
+``OpSpec.tflite_builtins``, ``OpSpec.tflite_writer``, ``OpSpec.tflite_move``, ``OpSpec.tflite_island``).
 """
 
 from __future__ import annotations
