@@ -98,6 +98,7 @@ def quantize(
 def settled_config(model: Path, config: Optional[Path], over: dict):
     """The run's configuration, settled for the model before any data is read (:func:`qlinear.ptq.settle.settle`:
     a refused combination fails here, within a second): the config file's options, then the command line's."""
+    from qlinear.graph.passes.shapes import fix_input_shapes
     from qlinear.ptq import QuantizeConfig
     from qlinear.ptq.pipeline import load_checked
     from qlinear.ptq.settle import settle
@@ -107,7 +108,7 @@ def settled_config(model: Path, config: Optional[Path], over: dict):
     cfg = QuantizeConfig.from_dict(base, source=str(config) if config else "command line")
     if cfg.weight_only:
         return cfg
-    settle(cfg, load_checked(model, None, cfg.input_shapes)[0])  # refuses now; quantize settles again and records the notes
+    settle(cfg, fix_input_shapes(load_checked(model)[0], cfg.input_shapes)[0])  # refuses now; quantize settles again and records the notes
     return cfg
 
 

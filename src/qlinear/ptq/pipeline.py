@@ -43,12 +43,10 @@ from qlinear.ptq.weightonly import quantize_weights
 Progress = Callable[[str, int], Callable[[int], None]]
 
 
-def load_checked(model: Any, notes: list[str] | None = None,
-                 input_shapes: dict[str, tuple[int, ...]] | None = None) -> tuple[onnx.ModelProto, str]:
+def load_checked(model: Any, notes: list[str] | None = None) -> tuple[onnx.ModelProto, str]:
     """The model and a label naming it, after :func:`~qlinear.graph.model.check_model` and the opset check (7..25),
     normalized (:func:`qlinear.graph.passes.normalize.normalize`: opset below 13 upgraded, Constant weights made
-    initializers...) and with ``input_shapes`` fixed (:func:`qlinear.graph.passes.shapes.fix_input_shapes`); what
-    changed is appended to ``notes``."""
+    initializers...); what normalizing changed is appended to ``notes``."""
     label = str(model) if isinstance(model, (str, Path)) else "model"
     m = load_model(model)
     ops = opset(m)
@@ -57,9 +55,6 @@ def load_checked(model: Any, notes: list[str] | None = None,
                          "opset 13 or newer")
     check_model(m, label)
     m, changed = normalize(m, label, copy=False)
-    if input_shapes:
-        m, fixed = fix_input_shapes(m, input_shapes, label)
-        changed += fixed
     if notes is not None:
         notes += changed
     return m, label
@@ -96,7 +91,9 @@ def quantize(model: Any, data: Any, config: QuantizeConfig | dict | None = None,
         raise ConfigError("data: calibration data is required (activation ranges come from it); only weight-only "
                           "quantization (activation_type float) with minmax or mse weights runs without it")
     norm_notes: list[str] = []
-    m, label = load_checked(model, norm_notes, cfg.input_shapes)
+    m, label = load_checked(model, norm_notes)
+    m, fixed = fix_input_shapes(m, cfg.input_shapes, label)  # --input-shape: before settling and reading data
+    norm_notes += fixed
     cfg, notes = settle(cfg, m)
     float_model = load_model(model if norm_notes else m)  # as given (a copy)
     ds = load_dataset(data, model_inputs(m), preprocess=preprocess, batch_axes=cfg.batch_axes)
