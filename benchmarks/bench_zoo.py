@@ -242,7 +242,7 @@ def bench_model(e: zoo.Entry, n_cal: int, n_eval: int) -> dict:
             if label == "qlinear" and "converted" not in rec:
                 retry = retry_converted(e, rec, err, cal + ev, work, n_cal, n_eval)
                 todo = retry[:3] + todo[2:] + retry[3:] if retry else todo
-            if "--target tflite" in label and "[static]" not in label and "a .tflite needs a static shape" in err:
+            if "--target tflite" in label and "[static]" not in label and "--input-shape" in err:
                 todo = retry_static(rec, label, cmd, work) + todo
             continue
         run.update(score_onnx(e, out, ev, ref))
@@ -296,41 +296,21 @@ def retry_converted(e: zoo.Entry, rec: dict, err: str, samples: zoo.Samples, wor
 
 
 def retry_static(rec: dict, label: str, cmd: list[str], work: Path) -> list[tuple[str, list[str], Path]]:
-    """The tflite refusal of dynamic dimensions asks for a fixed input size: fix each graph input to the samples'
-    shape (when every sample has the same one) and run ``--target tflite`` again on that model."""
-    from onnx import shape_inference
-    model, data = Path(cmd[4]), Path(cmd[cmd.index("--data") + 1])
+    """The tflite refusal of dynamic dimensions asks for ``--input-shape``: pass each graph input's shape in the
+    samples (when every sample has the same one) and run ``--target tflite`` again."""
+    data = Path(cmd[cmd.index("--data") + 1])
     shapes = {tuple((k, v.shape) for k, v in sorted(np.load(f).items())) for f in sorted(data.glob("*.npz"))}
     if len(shapes) != 1:
         rec["static"] = f"not retried: the samples have {len(shapes)} different shapes"
         print(f"  {rec['static']}", flush=True)
         return []
-    fixed = dict(shapes.pop())
-    m = onnx.load(str(model))
-    for i in m.graph.input:
-        if i.name in fixed:
-            dims = i.type.tensor_type.shape.dim
-            for d, n in zip(dims, fixed[i.name]):
-                d.Clear()
-                d.dim_value = int(n)
-    try:
-        m = shape_inference.infer_shapes(m)
-    except Exception:  # noqa: BLE001, S110 - inference is a help, not a requirement
-        pass
-    conv = work / "model.static.onnx"
-    onnx.save(m, str(conv))
-    probe = subprocess.run([sys.executable, "-c", "import onnxruntime as o, sys; o.InferenceSession(sys.argv[1])",
-                            str(conv)], capture_output=True, text=True, check=False)
-    if probe.returncode != 0:
-        rec["static"] = (f"not retried: ONNX Runtime itself fails on the model with fixed input shapes "
-                         f"(exit {probe.returncode}{', a crash' if probe.returncode < 0 else ''})")
-        print(f"  {rec['static']}", flush=True)
-        return []
-    rec["static"] = "inputs fixed to " + ", ".join(f"{k} {list(v)}" for k, v in fixed.items())
+    fixed = {k: v for k, v in shapes.pop() if len(v)}
+    rec["static"] = "--input-shape " + " ".join(f"{k}={','.join(str(d) for d in v)}" for k, v in fixed.items())
     print(f"  retrying --target tflite with {rec['static']}", flush=True)
     new = list(cmd)
-    new[4] = str(conv)
     new[new.index("-o") + 1] = str(work / "qltf_static")
+    for k, v in fixed.items():
+        new += ["--input-shape", f"{k}={','.join(str(d) for d in v)}"]
     return [(label + " [static]", new, work / "qltf_static" / "model.qdq.onnx")]
 
 
@@ -406,7 +386,7 @@ def markdown(results: list[dict], meta: dict) -> str:
               "asks (ORT's own per-channel output of opset 11/12 models is invalid, so ORT also gets the converted "
               "model there); `[scalar const]`: qlinear refused a scalar model input in the sample files and the cell "
               "is its run with that input folded into the model as a constant; `[static]`: `--target tflite` refused "
-              "dynamic input dimensions and the cell is its run with the inputs fixed to the samples' shape.")
+              "dynamic input dimensions and the cell is its run with `--input-shape` set to the samples' shape.")
     lines = [
         "# Zoo results: qlinear vs ONNX Runtime `quantize_static` on real pretrained models from PyPI wheels", "",
         head, "", legend, "",

@@ -32,7 +32,6 @@ ALLOWED = {
 #: ops the TFLite exporter writes that run_integer runs in float (DQ -> op -> Q): exact for both, no kernel needed
 FLOAT_IN_RUN_INTEGER = {
     "Pad": "zero padding of integers is DQ -> Pad -> Q with the same parameters: the float path is exact",
-    "HardSwish": "no integer kernel yet; the float path is what a Q/DQ runtime without the kernel computes",
 }
 
 

@@ -9,6 +9,11 @@ import typer
 
 from qlinear.core.granularity import PerBlock
 
+_INPUT_SHAPE_HELP = ("NAME=D0,D1,...: fix the dynamic dimensions of model input NAME (e.g. x=1,3,480,480; a .tflite "
+                     "needs static shapes); repeatable.")
+_FULL_INTEGER_HELP = ("Target tflite: refuse operators outside the TFLite integer set instead of running them as float "
+                      "islands (DEQUANTIZE -> float builtin -> QUANTIZE).")
+
 
 def quantize(
     model: Optional[Path] = typer.Argument(None, help="Float ONNX model. Omitted: the bundled example CNN."),
@@ -49,6 +54,8 @@ def quantize(
     image_std: float = typer.Option(128.0, "--image-std", help="Image preprocessing: (x - mean) / std."),
     batch_axis: Optional[list[str]] = typer.Option(None, "--batch-axis", help="NAME=AXIS: the batch axis of model "
                                                    "input NAME (default: its first dynamic dimension); repeatable."),
+    input_shape: Optional[list[str]] = typer.Option(None, "--input-shape", help=_INPUT_SHAPE_HELP),
+    full_integer: bool = typer.Option(False, "--full-integer", help=_FULL_INTEGER_HELP),
     report: bool = typer.Option(True, "--report/--no-report", help="Evaluate on the held-out samples and write "
                                 "report.json and report.html (--no-report: only the model and encodings)."),
     sensitivity: bool = typer.Option(False, "--sensitivity", help="Add to the report the output metric with only each "
@@ -64,19 +71,16 @@ def quantize(
 
     con = Console(stderr=True)
     if model is None:
-        from qlinear.examples import DATA, MODEL
-
-        model, data = MODEL, data or DATA
-        if calibration_samples is None and evaluation_samples is None:
-            calibration_samples, evaluation_samples = 20, 20  # the example has 40 samples: half held out
-        con.print(f"[dim]no model given: quantizing the bundled example {MODEL.name} on {DATA.name}[/]")
+        model, data, calibration_samples, evaluation_samples = _example(con, data, calibration_samples,
+                                                                        evaluation_samples)
     if encodings_version not in VERSIONS:
         raise ConfigError(f"--encodings-version {encodings_version!r}: expected one of {', '.join(VERSIONS)}")
     over = {"weights": weights, "weight_type": weight_type, "activation_type": activation_type,
             "block_size": block_size, "activation_method": calibration, "weight_method": weight_method,
             "target": target, "calibration_samples": calibration_samples, "evaluation_samples": evaluation_samples,
             "accuracy_target": accuracy_target, "output_format": output_format,
-            "batch_axes": _batch_axes(batch_axis)}
+            "batch_axes": _batch_axes(batch_axis), "input_shapes": _input_shapes(input_shape),
+            "full_integer": full_integer or None}
     cfg = settled_config(model, config, over)
     if data is None and not (cfg.weight_only and cfg.w_method != "gptq"):
         raise ConfigError("--data is required with a model (an .npz file or a folder of samples); only weight-only "
@@ -92,9 +96,20 @@ def quantize(
         raise typer.Exit(1)  # EXIT_PROBLEMS: written, but the asked accuracy is not reached
 
 
+def _example(con, data: Optional[Path], n_cal: Optional[int], n_eval: Optional[int]):  # noqa: ANN001, ANN202
+    """No model given: the bundled example CNN and its data (half of its 40 samples held out by default)."""
+    from qlinear.examples import DATA, MODEL
+
+    if n_cal is None and n_eval is None:
+        n_cal, n_eval = 20, 20
+    con.print(f"[dim]no model given: quantizing the bundled example {MODEL.name} on {DATA.name}[/]")
+    return MODEL, data or DATA, n_cal, n_eval
+
+
 def settled_config(model: Path, config: Optional[Path], over: dict):
     """The run's configuration, settled for the model before any data is read (:func:`qlinear.ptq.settle.settle`:
     a refused combination fails here, within a second): the config file's options, then the command line's."""
+    from qlinear.graph.passes.shapes import fix_input_shapes
     from qlinear.ptq import QuantizeConfig
     from qlinear.ptq.pipeline import load_checked
     from qlinear.ptq.settle import settle
@@ -104,7 +119,7 @@ def settled_config(model: Path, config: Optional[Path], over: dict):
     cfg = QuantizeConfig.from_dict(base, source=str(config) if config else "command line")
     if cfg.weight_only:
         return cfg
-    settle(cfg, load_checked(model)[0])  # refuses now; quantize settles again and records the notes
+    settle(cfg, fix_input_shapes(load_checked(model)[0], cfg.input_shapes)[0])  # refuses now; quantize settles again and records the notes
     return cfg
 
 
@@ -186,6 +201,22 @@ def _print_result(qm, name: str, files: list, output: Path, report: bool) -> Non
         out.print(f"[dim]{n}[/]", highlight=False)
     shown = [f for f in files if not f.startswith(".")]
     out.print(f"wrote {output}/: {', '.join(shown)}", highlight=False)
+
+
+def _input_shapes(items: Optional[list[str]]) -> Optional[dict[str, list[int]]]:
+    """``--input-shape NAME=D0,D1,...`` options as ``{NAME: [D0, D1, ...]}`` (None when not given)."""
+    from qlinear.errors import ConfigError
+
+    out = {}
+    for it in items or ():
+        name, _, dims = it.rpartition("=")
+        try:
+            out[name] = [int(d) for d in dims.split(",")]
+        except ValueError:
+            name = ""
+        if not name:
+            raise ConfigError(f"--input-shape {it!r}: expected NAME=D0,D1,..., e.g. --input-shape x=1,3,480,480")
+    return out or None
 
 
 def _batch_axes(items: Optional[list[str]]) -> Optional[dict[str, int]]:

@@ -19,8 +19,12 @@ from qlinear.graph.qdq import QdqGraph, QOp, QValue, clip_bounds
 from qlinear.kernels import activation as A
 from qlinear.kernels import elementwise as EW
 from qlinear.kernels import pool as P
+from qlinear.kernels.batch_matmul import BatchMatMul
+from qlinear.kernels.deconv import TransposeConvLayer
+from qlinear.kernels.hardswish import hard_swish_table
 from qlinear.kernels.layer import IntegerLayer, NotInteger, fused_clamp, qrange
 from qlinear.kernels.profiles import Profile
+from qlinear.kernels.resize import resize_bilinear
 
 
 class Env:
@@ -66,6 +70,11 @@ class FloatNode:
         from onnx.reference import ReferenceEvaluator
 
         node = self.node
+        if node.op_type == "BatchNormalization" and len(node.output) == 1:
+            return [_batch_norm(node, values)]
+        if node.op_type == "GlobalMaxPool":  # onnx.reference reduces axes (ndim-2, ndim-1) of 3-D inputs: wrong
+            x = np.asarray(values[0])
+            return [x.max(axis=tuple(range(2, x.ndim)), keepdims=True)]
         key = tuple((np.asarray(v).dtype.str, np.asarray(v).ndim) if v is not None else None for v in values)
         ev = self._ev.get(key)
         names = [f"i{k}" if v is not None else "" for k, v in enumerate(values)]
@@ -81,6 +90,17 @@ class FloatNode:
             self._ev[key] = ev
         res = ev.run(None, {nm: np.asarray(v) for nm, v in zip(names, values) if nm})
         return list(res)
+
+
+def _batch_norm(node: onnx.NodeProto, values: list) -> np.ndarray:
+    """Inference BatchNormalization as the ONNX definition (``scale * (x - mean) / sqrt(var + epsilon) + bias``,
+    float32). onnx.reference's BatchNormalization-9 uses the batch's statistics whenever ``momentum`` is set, and its
+    schema default sets it: not what ONNX Runtime computes."""
+    x, scale, bias, mean, var = (np.asarray(v) for v in values[:5])
+    shape = (-1,) + (1,) * (x.ndim - 2)
+    eps = attr(node, "epsilon", 1e-5)
+    y = scale.reshape(shape) * (x - mean.reshape(shape)) / np.sqrt(var.reshape(shape) + eps) + bias.reshape(shape)
+    return y.astype(x.dtype)
 
 
 Step = Callable[[Env], None]
@@ -124,7 +144,13 @@ def _first_input(op: QOp) -> QValue:
 
 
 def _linear_kernel(op: QOp, prof: Profile, qg: QdqGraph) -> Step:
-    """Conv / Gemm / MatMul: :class:`_Conv` (exact accumulation, per-channel requantization, fused clamp)."""
+    """Conv / Gemm / MatMul: :class:`_Conv` (exact accumulation, per-channel requantization, fused clamp); a MatMul
+    of two activations as LiteRT's BATCH_MATMUL (LiteRT profiles; other runtimes compute it in float)."""
+    if op.op == "MatMul" and len(op.inputs) > 1 and op.inputs[1] is not None and op.inputs[1].const is None:
+        if not prof.name.startswith("litert"):
+            raise NotInteger
+        bm, (a, b), out_name = BatchMatMul(op, prof), op.inputs[:2], op.output.name if op.output else ""
+        return lambda env: env.ints.__setitem__(out_name, bm(env.int_of(a), env.int_of(b)))
     layer = IntegerLayer(op, prof)
     x = op.inputs[0]
     out = op.output.name if op.output is not None else ""
@@ -143,6 +169,58 @@ def _linear_kernel(op: QOp, prof: Profile, qg: QdqGraph) -> Step:
             env.ints[out] = y
 
     return run
+
+
+def _transpose_conv_kernel(op: QOp, prof: Profile, qg: QdqGraph) -> Step:
+    """ConvTranspose as LiteRT's TRANSPOSE_CONV (LiteRT profiles; other runtimes compute it in float)."""
+    if not prof.name.startswith("litert"):
+        raise NotInteger
+    layer, x, out = TransposeConvLayer(op, prof), op.inputs[0], op.output.name
+
+    def run(env: Env) -> None:
+        xq = env.int_of(x)
+        if xq.ndim != 4:
+            raise KernelError(f"node {op.name}: only 2-D transposed convolutions run on integers")
+        env.ints[out] = layer(xq)
+
+    return run
+
+
+def _resize_kernel(op: QOp, prof: Profile, qg: QdqGraph) -> Step:
+    """A bilinear Resize of H, W with its input's parameters: LiteRT's integer RESIZE_BILINEAR (LiteRT profiles;
+    nearest moves values: the float path is exact)."""
+    o, x, node = _out_of(op, prof), _first_input(op), op.node
+    mode = attr(node, "mode", b"nearest")
+    ct = attr(node, "coordinate_transformation_mode", b"half_pixel")
+    ct = ct.decode() if isinstance(ct, bytes) else ct
+    if not prof.name.startswith("litert") or mode not in (b"linear", "linear") or \
+            ct not in ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric") or \
+            np.float32(x.params.s) != np.float32(o.s) or x.params.z != o.z or x.params.dtype != op.output.params.dtype:
+        raise NotInteger
+    def run(env: Env) -> None:
+        xq = env.int_of(x)
+        sizes = _resize_hw(node, qg, xq.shape)
+        if xq.ndim != 4 or sizes is None:
+            raise KernelError(f"node {op.name}: only a constant H, W resize of a 4-D tensor runs on integers")
+        o.emit(env, resize_bilinear(xq, sizes, align_corners=ct == "align_corners",
+                                    half_pixel_centers=ct in ("half_pixel", "pytorch_half_pixel")))
+
+    return run
+
+
+def _resize_hw(node: onnx.NodeProto, qg: QdqGraph, shape: tuple[int, ...]) -> tuple[int, int] | None:
+    """The output H, W of a Resize (``sizes`` or ``scales`` constant, N and C unchanged), or None."""
+    sizes = qg.consts.get(node.input[3]) if len(node.input) > 3 and node.input[3] else None
+    if sizes is not None:
+        s = [int(v) for v in np.asarray(sizes).reshape(-1)]
+        return (s[2], s[3]) if len(s) == 4 and s[:2] == list(shape[:2]) else None
+    scales = qg.consts.get(node.input[2]) if len(node.input) > 2 and node.input[2] else None
+    if scales is None:
+        return None
+    sc = np.asarray(scales, np.float32).reshape(-1)
+    if len(sc) != 4 or sc[0] != 1 or sc[1] != 1:
+        return None
+    return int(np.floor(shape[2] * sc[2])), int(np.floor(shape[3] * sc[3]))
 
 
 def _binary_kernel(op: QOp, prof: Profile, qg: QdqGraph) -> Step:
@@ -243,11 +321,14 @@ def _mean_kernel(op: QOp, prof: Profile, qg: QdqGraph) -> Step:
 
 
 def _concat_kernel(op: QOp, prof: Profile, qg: QdqGraph) -> Step:
-    """Concat, each input requantized to the output's parameters."""
+    """Concat, each input requantized to the output's parameters (LiteRT profiles: only when none needs it)."""
     o, ins = _out_of(op, prof), op.inputs
     _first_input(op)
     if any(v is None for v in ins):
         raise NotInteger
+    if prof.name.startswith("litert") and any(np.float32(v.params.s) != np.float32(o.s) or v.params.z != o.z
+                                              for v in ins):
+        raise NotInteger  # LiteRT's CONCATENATION does not requantize: the .tflite runs it as a float island
     axis = attr(op.node, "axis")
 
     def run(env: Env) -> None:
@@ -276,7 +357,8 @@ def _clamp_kernel(op: QOp, prof: Profile, qg: QdqGraph) -> Step:
 
 
 def _activation_kernel(op: QOp, prof: Profile, qg: QdqGraph) -> Step:
-    """Sigmoid / Tanh / Softmax: TFLite's int8 kernels, and its 16-bit ones at the fixed output ``1/32768, 0``."""
+    """Sigmoid / Tanh / Softmax / HardSwish (LiteRT profiles): TFLite's int8 kernels, and its 16-bit ones at the fixed
+    output ``1/32768, 0``."""
     o, x, name = _out_of(op, prof), _first_input(op), op.op
     axis = attr(op.node, "axis", -1)
     if o.dtype == np.int16 and x.params.dtype.storage == np.int16 and x.params.z == 0 and o.z == 0 \
@@ -291,6 +373,11 @@ def _activation_kernel(op: QOp, prof: Profile, qg: QdqGraph) -> Step:
         return run16
     if o.dtype != np.int8 or x.params.dtype.storage != np.int8:
         raise NotInteger
+    if name == "HardSwish":  # LiteRT's fixed-point HARD_SWISH; other runtimes compute it in float (DQ -> op -> Q)
+        if not prof.name.startswith("litert"):
+            raise NotInteger
+        table = hard_swish_table(x.params.s, x.params.z, o.s, o.z, o.lo, o.hi).astype(np.int8)
+        return lambda env: o.emit(env, table[env.int_of(x).astype(np.int64) + 128])
     if name == "Softmax":
         def run_softmax(env: Env) -> None:
             o.emit(env, A.softmax(env.int_of(x), s_in=x.params.s, s_out=o.s, zp_out=o.z, axis=axis))
@@ -306,7 +393,8 @@ def _activation_kernel(op: QOp, prof: Profile, qg: QdqGraph) -> Step:
 
 #: integer kernel family (the operator registry's ``OpSpec.kernel``) -> the function preparing its step
 KERNELS: dict[str, Callable[[QOp, Profile, QdqGraph], Step]] = {
-    "linear": _linear_kernel, "binary": _binary_kernel, "move": _move_kernel, "pool": _pool_kernel,
+    "linear": _linear_kernel, "transpose_conv": _transpose_conv_kernel, "resize": _resize_kernel,
+    "binary": _binary_kernel, "move": _move_kernel, "pool": _pool_kernel,
     "mean": _mean_kernel, "concat": _concat_kernel, "clamp": _clamp_kernel, "activation": _activation_kernel,
 }
 

@@ -75,6 +75,11 @@ class QuantizeConfig:
             (:mod:`qlinear.ptq.smooth`); default: on with ``matmul`` placement and 8-bit activations.
         batch_axes: ``{input name: axis}``, the batch axis of inputs whose first dynamic dimension is not it (see
             :mod:`qlinear.ptq.data`; CLI ``--batch-axis NAME=AXIS``).
+        input_shapes: ``{input name: [d0, d1, ...]}`` fixes the dynamic dimensions of graph inputs before any data is
+            read (shapes re-inferred, shape computations folded to constants; :mod:`qlinear.graph.passes.shapes`;
+            CLI ``--input-shape NAME=1,3,480,480``). Any target; a ``.tflite`` needs static shapes.
+        full_integer: target tflite: refuse operators outside the TFLite integer set instead of running them as
+            float islands (DEQUANTIZE -> float builtin -> QUANTIZE; CLI ``--full-integer``).
         accuracy_target: ``METRIC>=VALUE`` (``top1_agreement``, ``cosine_mean``, ``cosine_min``, ``sqnr_db``):
             precision repair raises the tensors that hurt most until it holds on the last ``repair_samples``
             calibration samples (at most half of them), which are then held back from fitting; see
@@ -112,6 +117,8 @@ class QuantizeConfig:
     gptq_act_order: bool = True
     gptq_damp: float = 0.01
     batch_axes: Any = None
+    input_shapes: Any = None
+    full_integer: bool = False
 
     def __post_init__(self) -> None:
         def one_of(name: str, allowed: tuple[str, ...]) -> None:
@@ -126,27 +133,7 @@ class QuantizeConfig:
         one_of("placement", ("auto", "all", "matmul"))
         if self.smoothing is not None and not isinstance(self.smoothing, bool):
             raise ConfigError(f"smoothing: expected true, false or null, got {self.smoothing!r}")
-        if self.weight_only:
-            if self.weight_method is not None:
-                one_of("weight_method", WEIGHT_ONLY_METHODS)
-            if self.weight_type not in ("int8", "uint8", "int4", "uint4", "int2"):
-                raise ConfigError(f"weight_type: {self.weight_type!r} with activation_type float (weight-only): "
-                                  "expected int8, uint8, int4, uint4 or int2")
-            if self.weights == "per-tensor":
-                raise ConfigError("weights: per-tensor weight-only quantization is not offered (it loses too much); "
-                                  "use per-channel, per-block or lpbq")
-            if self.target == "tflite":
-                raise ConfigError("activation_type: float (weight-only) is not available with target tflite (a "
-                                  "full-integer model); use target ort or qnn")
-            if self.accuracy_target or self.overrides:
-                raise ConfigError("accuracy_target / overrides apply to W8A8-style runs; not available with "
-                                  "activation_type float (weight-only)")
-        else:
-            if self.output_format != "qdq":
-                raise ConfigError("output_format: matmulnbits needs weight-only quantization (activation_type "
-                                  "float)")
-            if self.weight_method is not None:
-                one_of("weight_method", METHODS + DATA_WEIGHT_METHODS)
+        self._check_mode(one_of)
         if self.activation_method is not None:
             one_of("activation_method", METHODS)
         one_of("target", TARGETS)
@@ -192,6 +179,43 @@ class QuantizeConfig:
             raise ConfigError(f"batch_axes: expected a mapping of input name to axis such as {{\"state\": 1}}, got "
                               f"{self.batch_axes!r}")
         object.__setattr__(self, "batch_axes", dict(ba))
+        self._check_input_shapes()
+        if not isinstance(self.full_integer, bool):
+            raise ConfigError(f"full_integer: expected true or false, got {self.full_integer!r}")
+
+    def _check_input_shapes(self) -> None:
+        shapes = {} if self.input_shapes is None else self.input_shapes
+        ok = isinstance(shapes, dict) and all(
+            isinstance(k, str) and isinstance(v, (list, tuple)) and len(v) > 0
+            and all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in v) for k, v in shapes.items())
+        if not ok:
+            raise ConfigError(f"input_shapes: expected a mapping of input name to positive dimensions such as "
+                              f"{{\"x\": [1, 3, 480, 480]}}, got {self.input_shapes!r}")
+        object.__setattr__(self, "input_shapes", {k: tuple(v) for k, v in shapes.items()})
+
+    def _check_mode(self, one_of: Any) -> None:
+        """The options that depend on the mode: weight-only (activation_type float) or W8A8-style."""
+        if self.weight_only:
+            if self.weight_method is not None:
+                one_of("weight_method", WEIGHT_ONLY_METHODS)
+            if self.weight_type not in ("int8", "uint8", "int4", "uint4", "int2"):
+                raise ConfigError(f"weight_type: {self.weight_type!r} with activation_type float (weight-only): "
+                                  "expected int8, uint8, int4, uint4 or int2")
+            if self.weights == "per-tensor":
+                raise ConfigError("weights: per-tensor weight-only quantization is not offered (it loses too much); "
+                                  "use per-channel, per-block or lpbq")
+            if self.target == "tflite":
+                raise ConfigError("activation_type: float (weight-only) is not available with target tflite (a "
+                                  "full-integer model); use target ort or qnn")
+            if self.accuracy_target or self.overrides:
+                raise ConfigError("accuracy_target / overrides apply to W8A8-style runs; not available with "
+                                  "activation_type float (weight-only)")
+        else:
+            if self.output_format != "qdq":
+                raise ConfigError("output_format: matmulnbits needs weight-only quantization (activation_type "
+                                  "float)")
+            if self.weight_method is not None:
+                one_of("weight_method", METHODS + DATA_WEIGHT_METHODS)
 
     def _check_overrides(self) -> None:
         from qlinear.ptq.overrides import Override, validate

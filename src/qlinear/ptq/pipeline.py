@@ -30,6 +30,7 @@ from qlinear.graph.fold import fold_batchnorm
 from qlinear.graph.load import load_checked
 from qlinear.graph.model import GraphIndex, load_model, opset
 from qlinear.graph.passes.normalize import check_upgrade
+from qlinear.graph.passes.shapes import fix_input_shapes
 from qlinear.graph.plan import make_plan
 from qlinear.ptq import targets
 from qlinear.ptq.config import DATA_WEIGHT_METHODS, QuantizeConfig
@@ -74,6 +75,8 @@ def quantize(model: Any, data: Any, config: QuantizeConfig | dict | None = None,
                           "quantization (activation_type float) with minmax or mse weights runs without it")
     norm_notes: list[str] = []
     m, label = load_checked(model, norm_notes)
+    m, fixed = fix_input_shapes(m, cfg.input_shapes, label)  # --input-shape: before settling and reading data
+    norm_notes += fixed
     cfg, notes = settle(cfg, m)
     float_model = load_model(model if norm_notes else m)  # as given (a copy)
     ds = load_dataset(data, model_inputs(m), preprocess=preprocess, batch_axes=cfg.batch_axes)

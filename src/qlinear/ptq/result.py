@@ -94,7 +94,7 @@ class QuantizedModel:
         float input and output (``float_io=False``: the integers), every parameter the Q/DQ model's own. A model
         that breaks the TFLite int8 rules (:func:`qlinear.ptq.targets.check_tflite`) is refused."""
         from qlinear._atomic import write_bytes
-        from qlinear.tflite.export import export
+        from qlinear.tflite.export import convert, island_note
 
         p = path_of(path, "save_tflite")
         bad = targets.check_tflite(self.model)
@@ -102,7 +102,11 @@ class QuantizedModel:
             raise GraphError(f"save_tflite: the model (target {self.config.target}) breaks {len(bad)} TFLite rule(s): "
                              + "; ".join(str(v) for v in bad[:5]) + (" ..." if len(bad) > 5 else "")
                              + "; quantize with target tflite")
-        write_bytes(p, export(self.model, float_io=float_io))
+        out = convert(self.model, float_io=float_io, full_integer=self.config.full_integer)
+        note = island_note(out.islands)
+        if note and note not in self.notes:
+            self.notes.append(note)
+        write_bytes(p, out.data)
 
     @property
     def fitted(self) -> bool:

@@ -26,6 +26,7 @@ from typing import Any
 from qlinear.core.granularity import LPBQ, PerBlock
 from qlinear.core.types import QType, int_type
 from qlinear.errors import ConfigError
+from qlinear.graph import ops
 from qlinear.ptq.config import QuantizeConfig
 
 CONV_OPS = ("Conv", "ConvTranspose")
@@ -134,20 +135,35 @@ def _tflite(cfg: QuantizeConfig, notes: list[str]) -> QuantizeConfig:
 
 
 def _tflite_model(model: Any, cfg: QuantizeConfig) -> None:
-    """What the ``.tflite`` export needs of the float model: static input shapes (but the batch) and operators it
-    writes (:data:`qlinear.tflite.SUPPORTED`, BatchNormalization folds away), none left in float."""
+    """What the ``.tflite`` export needs of the float model: static input shapes (but the batch; ``input_shapes``
+    fixes them) and operators it writes: in the integer set (:data:`qlinear.tflite.SUPPORTED`, BatchNormalization
+    folds away) or as float islands (``qlinear.graph.ops.TFLITE_ISLANDS``), which ``full_integer`` refuses."""
     from qlinear.tflite import SUPPORTED
 
     inits = {t.name for t in model.graph.initializer}
     for v in model.graph.input:
         dims = v.type.tensor_type.shape.dim
-        if v.name not in inits and any(not d.HasField("dim_value") for d in list(dims)[1:]):
+        if v.name not in inits and any(not d.HasField("dim_value") or d.dim_value <= 0 for d in list(dims)[1:]):
+            shown = ",".join(str(d.dim_value) if d.dim_value > 0 else (d.dim_param or "?") for d in dims)
             raise ConfigError(f"target: tflite needs static input shapes, input {v.name!r} has a dynamic dimension "
-                              "after the batch; export the ONNX model with a fixed input size or use target ort")
-    bad = sorted({n.op_type for n in model.graph.node} - set(SUPPORTED) - {"BatchNormalization"})
+                              f"after the batch ([{shown}]); fix it with --input-shape {v.name}=D0,D1,... (config "
+                              "input_shapes), e.g. the shape of your samples, or use target ort")
+    integer = set(SUPPORTED) | {"BatchNormalization"}
+    bad = sorted({n.op_type for n in model.graph.node} - integer - set(ops.TFLITE_ISLANDS))
     if bad:
+        shapes = sorted(set(bad) & set(ops.NON_FLOAT_OPS))
         raise ConfigError(f"target: tflite cannot express operator(s) {', '.join(bad)} (the TFLite export writes "
-                          f"{', '.join(SUPPORTED)}); use target ort or qnn")
+                          f"{', '.join(SUPPORTED)}, and {', '.join(ops.TFLITE_ISLANDS)} as float islands)"
+                          + (f"; {', '.join(shapes)} of static shapes fold to constants: fix the input shapes with "
+                             "--input-shape NAME=D0,D1,..." if shapes else "") + "; or use target ort or qnn")
+    if cfg.full_integer:
+        for n in model.graph.node:
+            const_operand = ops.tflite_writer_of(n.op_type) == "binary" and any(i in inits for i in n.input)
+            if n.op_type not in integer | set(ops.TFLITE_MOVED) or const_operand:
+                what = "has a constant operand" if const_operand else "is outside the TFLite integer set"
+                raise ConfigError(f"full_integer: node {n.name or n.output[0]} ({n.op_type}) {what} and would "
+                                  "run as a float island (DEQUANTIZE -> float -> QUANTIZE); drop --full-integer to "
+                                  "allow float islands, or use target ort")
     if cfg.activation_type in ("int16", "uint16") and any(n.op_type == "HardSwish" for n in model.graph.node):
         raise ConfigError("activation_type: 16-bit (16x8) with target tflite, but LiteRT's HARD_SWISH has int8 kernels "
                           "only; use int8 activations for this model")

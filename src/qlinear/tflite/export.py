@@ -18,46 +18,53 @@ at ``s_in * s_w``. Every weight, bias, scale and zero point is copied, not recom
 * **Padding**: TFLite convolutions and pools know only SAME and VALID; explicit ONNX pads that are neither become a
   PAD (filled with the input's zero point, i.e. real 0) before a VALID operator.
 
+* **Also integer**: ConvTranspose -> TRANSPOSE_CONV; a MatMul of two activations -> BATCH_MATMUL; Softmax over any
+  axis (TRANSPOSE to the last); data movement whose input and outputs share their parameters moves the integers
+  (:data:`qlinear.tflite.generic.MOVEMENT`: TRANSPOSE, STRIDED_SLICE, SPLIT_V, GATHER, RESIZE_*).
+* **Float islands** (:func:`convert` names them; ``full_integer`` refuses them): any other node, or an integer
+  operator with a float operand (a constant), is written DEQUANTIZE -> float builtin(s) -> QUANTIZE
+  (:data:`qlinear.tflite.generic.ISLANDS`), what ``run_integer`` computes for a node without an integer kernel.
+  Integer graph inputs (ids, bytes) are ``.tflite`` inputs as they are.
+
 Anything else raises :class:`~qlinear.errors.UnsupportedError` naming the node. Which op types export, as which
 builtins and by which writer (:data:`WRITERS`) is the operator registry's (:mod:`qlinear.graph.ops`,
-``OpSpec.tflite_builtins`` and ``OpSpec.tflite_writer``).
+``OpSpec.tflite_builtins``, ``OpSpec.tflite_writer``, ``OpSpec.tflite_move``, ``OpSpec.tflite_island``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import onnx
 
+from qlinear.core import dequantize_linear
 from qlinear.errors import GraphError, UnsupportedError
 from qlinear.graph import ops
 from qlinear.graph.model import attr, load_model
 from qlinear.graph.qdq import QdqGraph, QOp, QValue, activation_name, clip_bounds, parse
 from qlinear.tflite import schema as S
+from qlinear.tflite.generic import ISLANDS, MOVEMENT, Ctx, Slot
 
 #: operator versions LiteRT registers for int8 kernels (and for 16x8 where it differs)
 VERSION8 = {"CONV_2D": 3, "DEPTHWISE_CONV_2D": 3, "FULLY_CONNECTED": 5, "ADD": 2, "SUB": 2, "MUL": 2,
             "AVERAGE_POOL_2D": 2, "MAX_POOL_2D": 2, "MEAN": 2, "RESHAPE": 1, "PAD": 2, "CONCATENATION": 2,
             "SOFTMAX": 2, "LOGISTIC": 2, "TANH": 2, "QUANTIZE": 2, "DEQUANTIZE": 2, "TRANSPOSE": 2, "HARD_SWISH": 1,
-            "RELU": 2, "RELU6": 2, "RELU_N1_TO_1": 2}
+            "RELU": 2, "RELU6": 2, "RELU_N1_TO_1": 2, "STRIDED_SLICE": 2, "SPLIT_V": 2, "GATHER": 2,
+            "RESIZE_BILINEAR": 2, "RESIZE_NEAREST_NEIGHBOR": 2, "TRANSPOSE_CONV": 3, "BATCH_MATMUL": 2}
 VERSION16 = {"CONV_2D": 4, "DEPTHWISE_CONV_2D": 5, "FULLY_CONNECTED": 7, "ADD": 3, "SUB": 3, "MUL": 4,
              "AVERAGE_POOL_2D": 3, "MAX_POOL_2D": 3, "MEAN": 3, "RESHAPE": 1, "PAD": 4, "CONCATENATION": 3,
              "SOFTMAX": 3, "LOGISTIC": 3, "TANH": 3, "QUANTIZE": 3, "DEQUANTIZE": 4, "TRANSPOSE": 5,
-             "HARD_SWISH": 1, "RELU": 3, "RELU6": 3, "RELU_N1_TO_1": 3}
+             "HARD_SWISH": 1, "RELU": 3, "RELU6": 3, "RELU_N1_TO_1": 3, "STRIDED_SLICE": 4, "SPLIT_V": 3,
+             "GATHER": 6, "RESIZE_BILINEAR": 4, "RESIZE_NEAREST_NEIGHBOR": 4, "TRANSPOSE_CONV": 3,
+             "BATCH_MATMUL": 3}
 
 #: the op types the exporter writes: those the operator registry gives a TFLite writer (``OpSpec.tflite_writer``)
 SUPPORTED = ops.TFLITE_EXPORTED
 
 
-@dataclass
-class _T:
-    """A TFLite tensor being written: its index, ONNX shape and whether it is stored NHWC."""
-
-    index: int
-    onnx_shape: tuple[int, ...]
-    nhwc: bool
+_T = Slot  # a TFLite tensor being written: its index, ONNX shape and whether it is stored NHWC
 
 
 def _nhwc(shape: tuple[int, ...]) -> list[int]:
@@ -66,10 +73,19 @@ def _nhwc(shape: tuple[int, ...]) -> list[int]:
 
 
 class _Writer:
-    def __init__(self, qg: QdqGraph, shapes: dict[str, tuple[int, ...]], float_io: bool) -> None:
+    def __init__(self, qg: QdqGraph, shapes: dict[str, tuple[int, ...]], float_io: bool,
+                 dtypes: dict[str, str] | None = None) -> None:
         self.qg, self.shapes, self.float_io = qg, shapes, float_io
+        self.dtypes = dtypes or {}
         self.md = S.ModelDef(description="qlinear: Q/DQ ONNX -> TFLite")
-        self.t: dict[str, _T] = {}
+        self.t: dict[str, _T] = {}   # integer tensors by the name of their integer value
+        self.f: dict[str, _T] = {}   # non-quantized tensors (float islands, integer graph inputs) by ONNX name
+        self.fused_acts: set[int] = set()  # ids of the activation nodes an integer writer fused
+        self.islands: list[str] = []  # "node (op type)" of every float-island node
+
+    def opmaker(self, name: str, version: int, ins: list[int], outs: list[int], options: str | None,
+                values: dict[str, Any]) -> S.Operator:
+        return S.Operator(self.md.opcode(name, version), ins, outs, options, values)
 
     # ------------------------------------------------------------------------------------------ tensors
     def tensor(self, name: str, shape: list[int], dtype: str, quant: S.Quant | None = None,
@@ -188,7 +204,7 @@ class _Writer:
 
     def bias(self, op: QOp, n: int) -> int:
         if len(op.node.input) < 3 or not op.node.input[2]:
-            return -1
+            return self.zero_bias(op, n) if op.op in ("Conv", "ConvTranspose") else -1
         b = op.inputs[2]
         if b is None or b.const is None or b.params.dtype.name not in ("int32", "int64"):
             raise UnsupportedError(f"node {op.name}: its bias is not an int32 DequantizeLinear of a constant")
@@ -201,16 +217,74 @@ class _Writer:
             return self.tensor(b.float_name or b.name, [n], "int64", q, bq.astype(np.int64))
         return self.tensor(b.float_name or b.name, [n], b.params.dtype.name, q, bq.astype(b.params.dtype.storage))
 
+    def transpose_conv(self, op: QOp) -> None:
+        """ConvTranspose (group 1, no dilation, no output_padding) -> TRANSPOSE_CONV, VALID or SAME."""
+        node = op.node
+        x = self.input_of(op, 0)
+        w = op.inputs[1]
+        if w is None or w.const is None or len(x.onnx_shape) != 4 or attr(node, "group", 1) != 1 \
+                or any(d != 1 for d in attr(node, "dilations", [1, 1])) or any(attr(node, "output_padding", [0, 0])):
+            raise UnsupportedError(f"node {op.name}: only 2-D ConvTranspose with constant quantized weights, group 1, "
+                                   "no dilation and no output_padding exports as TRANSPOSE_CONV")
+        if op.inputs[0].params.dtype.bits != 8:
+            raise UnsupportedError(f"node {op.name}: TRANSPOSE_CONV is exported for int8 activations only")
+        wq = np.asarray(w.const)
+        _, o, kh, kw = wq.shape
+        out = self.output_of(op, True)
+        oh, ow = out.onnx_shape[2], out.onnx_shape[3]
+        stride = tuple(attr(node, "strides", [1, 1]))
+        pads = list(attr(node, "pads", [0, 0, 0, 0]))
+        tot = [(x.onnx_shape[2] - 1) * stride[0] + kh - oh, (x.onnx_shape[3] - 1) * stride[1] + kw - ow]
+        if tot == [0, 0] and not any(pads):
+            pad = "VALID"
+        elif pads == [tot[0] // 2, tot[1] // 2, tot[0] - tot[0] // 2, tot[1] - tot[1] // 2] and \
+                [oh, ow] == [x.onnx_shape[2] * stride[0], x.onnx_shape[3] * stride[1]]:
+            pad = "SAME"
+        else:
+            raise UnsupportedError(f"node {op.name}: ConvTranspose pads {pads} are neither TFLite's SAME nor VALID")
+        wt = wq.transpose(1, 2, 3, 0)  # [C_in, O, kh, kw] -> [O, kh, kw, C_in]
+        wi = self.tensor(w.float_name or w.name, list(wt.shape), w.params.dtype.name, self.quant(w, 0),
+                         np.ascontiguousarray(wt))
+        shape_t = self.tensor(f"{op.name}_output_shape", [4], "int32",
+                              data=np.array(_nhwc(out.onnx_shape), np.int32))
+        self.op("TRANSPOSE_CONV", op.output, [shape_t, wi, x.index, self.bias(op, o)], [out.index],
+                "TransposeConvOptions", padding=S.PADDING[pad], stride_w=stride[1], stride_h=stride[0],
+                fused_activation_function=self.fused(op))
+
+    def batch_matmul(self, op: QOp) -> None:
+        """A MatMul of two integer activations -> BATCH_MATMUL, in ONNX's axis order (TRANSPOSE from/to NHWC)."""
+        a, b = self.input_of(op, 0), self.input_of(op, 1)
+        ctx = Ctx(self, op.node, lambda k, nhwc: self.output_of(op, nhwc), op.output.params.dtype.name,
+                  self.quant(op.output), lambda name: self.version(name, op.output))
+        a2 = Ctx(self, op.node, None, op.inputs[0].params.dtype.name, self.quant(op.inputs[0])).onnx_order(a)
+        b2 = Ctx(self, op.node, None, op.inputs[1].params.dtype.name, self.quant(op.inputs[1])).onnx_order(b)
+        if op.act is not None:
+            raise UnsupportedError(f"node {op.name}: BATCH_MATMUL takes no fused activation")
+        ctx.store(0, lambda o: self.op("BATCH_MATMUL", op.output, [a2.index, b2.index], [o.index],
+                                       "BatchMatMulOptions", adj_x=False, adj_y=False))
+
+    def zero_bias(self, op: QOp, n: int) -> int:
+        """A zero bias for a Conv without one (LiteRT's integer CONV_2D/DEPTHWISE_CONV_2D require the tensor), at
+        ``s_in * s_w`` like a real one."""
+        x, w = op.inputs[0], op.inputs[1]
+        scale = np.float32(x.params.s) * w.params.scale.reshape(-1).astype(np.float32)
+        q = S.Quant([float(s) for s in scale], [0] * scale.size, 0)
+        wide = x.params.dtype.bits == 16
+        return self.tensor(f"{op.name}_zero_bias", [n], "int64" if wide else "int32", q,
+                           np.zeros(n, np.int64 if wide else np.int32))
+
     def fully_connected(self, op: QOp) -> None:
         node = op.node
         x = self.input_of(op, 0)
         w = op.inputs[1]
+        if op.op == "MatMul" and w is not None and w.const is None:
+            return self.batch_matmul(op)
         if w is None or w.const is None or np.asarray(w.const).ndim != 2:
             raise UnsupportedError(f"node {op.name} ({op.op}): only a constant 2-D quantized weight exports as "
                                    "FULLY_CONNECTED")
-        if len(x.onnx_shape) != 2:
-            raise UnsupportedError(f"node {op.name} ({op.op}): FULLY_CONNECTED needs a 2-D input here, got "
-                                   f"{list(x.onnx_shape)}")
+        if len(x.onnx_shape) != 2 and (op.op != "MatMul" or x.nhwc or len(x.onnx_shape) < 2):
+            raise UnsupportedError(f"node {op.name} ({op.op}): FULLY_CONNECTED needs a 2-D input (or a MatMul's "
+                                   f"N-D input not stored NHWC) here, got {list(x.onnx_shape)}")
         wq = np.asarray(w.const)
         if op.op == "Gemm":
             if attr(node, "transA", 0) or attr(node, "alpha", 1.0) != 1.0 or attr(node, "beta", 1.0) != 1.0:
@@ -226,8 +300,9 @@ class _Writer:
         wi = self.tensor(w.float_name or w.name, list(wt.shape), w.params.dtype.name, self.quant(w, 0),
                          np.ascontiguousarray(wt))
         bias = self.bias(op, wt.shape[0]) if op.op == "Gemm" else -1
+        keep = {"keep_num_dims": True} if len(x.onnx_shape) > 2 else {}  # [.., K] -> [.., N]: MatMul's leading dims
         self.op("FULLY_CONNECTED", op.output, [x.index, wi, bias], [out.index], "FullyConnectedOptions",
-                fused_activation_function=self.fused(op))
+                fused_activation_function=self.fused(op), **keep)
 
     def binary(self, op: QOp) -> None:
         a, b = self.input_of(op, 0), self.input_of(op, 1)
@@ -293,11 +368,20 @@ class _Writer:
             self.op("TRANSPOSE", v, [x.index, perm], [tt.index], "TransposeOptions")
             x = tt
         out = self.output_of(op, len(shape) == 4)
-        tshape = _nhwc(shape) if len(shape) == 4 else list(shape)
+        spatial = len(shape) == 4 and not all(d == 1 for d in shape[2:])
+        tshape = list(shape) if spatial else _nhwc(shape) if len(shape) == 4 else list(shape)
         # the batch dimension stays free (-1) so that LiteRT can resize the input
         target = [-1] + tshape[1:] if tshape and x.onnx_shape and tshape[0] == x.onnx_shape[0] else tshape
         si = self.tensor(f"{op.name}_shape", [len(target)], "int32", data=np.array(target, np.int32))
-        self.op("RESHAPE", op.output, [x.index, si], [out.index], "ReshapeOptions", new_shape=target)
+        if not spatial:
+            self.op("RESHAPE", op.output, [x.index, si], [out.index], "ReshapeOptions", new_shape=target)
+            return
+        # a 4-D result with spatial extent: reshaped in NCHW order, then moved to NHWC
+        tv = QValue(f"{op.output.name}__nchw", op.output.params, float_name=f"{op.output.float_name}_nchw")
+        tt = self.activation(tv, False, shape)
+        self.op("RESHAPE", op.output, [x.index, si], [tt.index], "ReshapeOptions", new_shape=target)
+        perm = self.tensor(f"{op.name}_perm_nhwc", [4], "int32", data=np.array([0, 2, 3, 1], np.int32))
+        self.op("TRANSPOSE", op.output, [tt.index, perm], [out.index], "TransposeOptions")
 
     def concat(self, op: QOp) -> None:
         xs = [self.input_of(op, i) for i in range(len(op.inputs))]
@@ -331,11 +415,27 @@ class _Writer:
 
     def softmax(self, op: QOp) -> None:
         x = self.input_of(op, 0)
+        r = len(x.onnx_shape)
+        axis = attr(op.node, "axis", -1) % r
+        stored = ([0, 2, 3, 1] if x.nhwc else list(range(r))).index(axis)
+        if stored == r - 1:
+            out = self.output_of(op, x.nhwc)
+            self.op("SOFTMAX", op.output, [x.index], [out.index], "SoftmaxOptions", beta=1.0)
+            return
+        # SOFTMAX runs over the last axis: move the axis there and back (TRANSPOSE moves integers)
+        perm = list(range(r))
+        perm[stored], perm[-1] = perm[-1], perm[stored]
+        t_shape = [self.md.tensors[x.index].shape[i] for i in perm]
+        v = op.inputs[0]
+        t_in = self.tensor(f"{op.name}_axis_last", t_shape, v.params.dtype.name, self.quant(v))
+        self.op("TRANSPOSE", v, [x.index, self.tensor(f"{op.name}_perm", [r], "int32", data=np.array(perm, np.int32))],
+                [t_in], "TransposeOptions")
+        t_out = self.tensor(f"{op.name}_softmax", t_shape, op.output.params.dtype.name, self.quant(op.output))
+        self.op("SOFTMAX", op.output, [t_in], [t_out], "SoftmaxOptions", beta=1.0)
         out = self.output_of(op, x.nhwc)
-        axis = attr(op.node, "axis", -1) % len(x.onnx_shape)
-        if axis != len(x.onnx_shape) - 1 or x.nhwc:
-            raise UnsupportedError(f"node {op.name}: SOFTMAX runs over the last axis only")
-        self.op("SOFTMAX", op.output, [x.index], [out.index], "SoftmaxOptions", beta=1.0)
+        self.op("TRANSPOSE", op.output, [t_out, self.tensor(f"{op.name}_perm_back", [r], "int32",
+                                                            data=np.array(perm, np.int32))], [out.index],
+                "TransposeOptions")
 
     def clamp(self, op: QOp) -> None:
         """A Relu/Clip not fused into the operator before it: RELU, RELU6 or RELU_N1_TO_1."""
@@ -362,12 +462,117 @@ class _Writer:
             raise UnsupportedError(f"node {op.name}: HARD_SWISH has int8 kernels only in LiteRT (no 16-bit kernel)")
         self.op(name, op.output, [x.index], [out.index], "HardSwishOptions" if name == "HARD_SWISH" else None)
 
+    # ------------------------------------------------------------------------------------------ float islands
+    def float_in(self, name: str, n: onnx.NodeProto) -> _T:
+        """The non-quantized tensor ``name`` read by ``n``: a float-island output, an integer graph input, the
+        DEQUANTIZE of an integer tensor (written once), or a constant (written when an emitter uses it)."""
+        if name in self.f:
+            return self.f[name]
+        v = self.qg.value_of_dq(name)
+        if v is not None and v.const is None and v.name in self.t:
+            x = self.t[v.name]
+            shape = [x.onnx_shape[i] for i in (0, 2, 3, 1)] if x.nhwc else list(x.onnx_shape)
+            t = _T(self.tensor(name, shape, "float32"), x.onnx_shape, x.nhwc)
+            self.op("DEQUANTIZE", v, [x.index], [t.index])
+            self.f[name] = t
+            return t
+        if v is not None and v.const is not None:
+            p = v.params
+            c = dequantize_linear(v.const, p.scale, p.zero_point.astype(p.dtype.storage) if p.dtype.is_int else None,
+                                  axis=1 if p.axis is None else p.axis, block_size=p.block_size)
+            return _T(-1, tuple(np.shape(c)), False, np.asarray(c))
+        if name in self.qg.consts:
+            c = np.asarray(self.qg.consts[name])
+            return _T(-1, tuple(c.shape), False, c)
+        raise UnsupportedError(f"node {n.name or n.output[0]} ({n.op_type}): input {name!r} is neither an integer "
+                               "tensor, a float-island value nor a constant of the model")
+
+    def island(self, n: onnx.NodeProto) -> None:
+        """``n`` in float (DEQUANTIZE -> float builtin -> QUANTIZE: the QuantizeLinear after it writes the integers)."""
+        key = n.name or n.output[0]
+        s = ops.spec(n.op_type)
+        emit = ISLANDS.get(s.tflite_island or "") if s is not None else None
+        if emit is None:
+            raise UnsupportedError(f"node {key}: operator {n.op_type} is neither in the TFLite int8 set qlinear exports "
+                                   f"({', '.join(SUPPORTED)}) nor among its float islands "
+                                   f"({', '.join(ops.TFLITE_ISLANDS)})")
+        ins = [self.float_in(x, n) if x else None for x in n.input]
+
+        def out(k: int, nhwc: bool) -> _T:
+            name = n.output[k]
+            shape = self.shapes.get(name)
+            if shape is None:
+                raise GraphError(f"node {key}: the shape of {name!r} is unknown (shape inference)")
+            t = _T(self.tensor(name, _nhwc(shape) if nhwc else list(shape), self.dtypes.get(name, "float32")),
+                   shape, nhwc)
+            self.f[name] = t
+            return t
+
+        emit(Ctx(self, n, out, self.dtypes.get(n.output[0], "float32")), ins)
+        self.islands.append(f"{key} ({n.op_type})")
+
+    def movement(self, n: onnx.NodeProto, op: QOp | None) -> bool:
+        """``n`` (data movement) on the integers when its input is an integer tensor and every output is quantized
+        by one QuantizeLinear with the input's parameters; False when it is not so (it then runs as a float island)."""
+        g = self.qg.index
+        x = op.inputs[0] if op is not None and op.inputs else None
+        if x is None or x.name not in self.t or any(self.qg.value_of_dq(i) is not None for i in n.input[1:] if i):
+            return False
+        outs = []
+        for o in n.output:
+            cons = g.consumers.get(o, [])
+            if len(cons) != 1 or o in g.outputs or cons[0][0].op_type != "QuantizeLinear":
+                return False
+            qv = self.qg.values.get(cons[0][0].output[0])
+            if qv is None or not _same_params(qv, x):
+                return False
+            outs.append(qv)
+
+        def out(k: int, nhwc: bool) -> _T:
+            return self.activation(outs[k], nhwc, self.shapes[n.output[k]])
+
+        ins = [self.t[x.name]] + [self.float_in(i, n) if i else None for i in n.input[1:]]
+        MOVEMENT[ops.spec(n.op_type).tflite_move](Ctx(self, n, out, x.params.dtype.name, self.quant(x),
+                                lambda name: self.version(name, x)), ins)
+        return True
+
+    def quantize_node(self, n: onnx.NodeProto) -> None:
+        """A QuantizeLinear of a float-island value: QUANTIZE (the others are written with their operator)."""
+        qv = self.qg.values.get(n.output[0])
+        if qv is None or qv.name in self.t or n.input[0] not in self.f:
+            return
+        x = self.f[n.input[0]]
+        q = self.activation(qv, x.nhwc, x.onnx_shape)
+        self.op("QUANTIZE", qv, [x.index], [q.index])
+
+    def integer_ok(self, op: QOp) -> bool:
+        """``op`` exports as its integer builtin: it is in the set, its output and data inputs are integers."""
+        if op.op not in SUPPORTED or op.output is None:
+            return False
+        kind = ops.tflite_writer_of(op.op)
+        data = range(len(op.inputs)) if kind in ("binary", "concat") else (0,)
+        if op.op == "MatMul" and len(op.inputs) > 1 and (op.inputs[1] is None or op.inputs[1].const is None):
+            data = (0, 1)  # BATCH_MATMUL of two integer activations
+        if not all(i < len(op.inputs) and op.inputs[i] is not None and op.inputs[i].name in self.t for i in data):
+            return False
+        # RESHAPE, PAD and CONCATENATION move the integers: with other parameters the values must be requantized
+        # (in float: a float island, as run_integer's LiteRT profiles do)
+        if kind == "concat":
+            return all(_same_params(v, op.output) for v in op.inputs)
+        return kind not in ("reshape", "identity", "pad") or _same_params(op.inputs[0], op.output)
+
 
 #: TFLite writer (the operator registry's ``OpSpec.tflite_writer``) -> the :class:`_Writer` method emitting it
-WRITERS = {"conv": _Writer.conv, "fully_connected": _Writer.fully_connected, "binary": _Writer.binary,
+WRITERS = {"conv": _Writer.conv, "transpose_conv": _Writer.transpose_conv, "fully_connected": _Writer.fully_connected, "binary": _Writer.binary,
            "pool": _Writer.pool, "reduce_mean": _Writer.reduce_mean, "reshape": _Writer.reshape,
            "identity": _Writer.identity, "concat": _Writer.concat, "pad": _Writer.pad, "softmax": _Writer.softmax,
            "clamp": _Writer.clamp, "unary": _Writer.unary}
+
+
+def _same_params(a: QValue, b: QValue) -> bool:
+    pa, pb = a.params, b.params
+    return pa.per_tensor and pb.per_tensor and pa.dtype == pb.dtype and np.float32(pa.s) == np.float32(pb.s) \
+        and pa.z == pb.z
 
 
 def _builtin(op: QOp) -> str:
@@ -375,7 +580,8 @@ def _builtin(op: QOp) -> str:
     return ops.spec(op.op).tflite_builtins[0]
 
 
-def _static_shapes(m: onnx.ModelProto, batch: int) -> dict[str, tuple[int, ...]]:
+def _static_shapes(m: onnx.ModelProto, batch: int) -> tuple[dict[str, tuple[int, ...]], dict[str, str]]:
+    """Static shapes and TFLite element types of every tensor (the batch dimension fixed to ``batch``)."""
     mm = onnx.ModelProto()
     mm.CopyFrom(m)
     inits = {t.name for t in mm.graph.initializer}
@@ -386,38 +592,104 @@ def _static_shapes(m: onnx.ModelProto, batch: int) -> dict[str, tuple[int, ...]]
             if not d.HasField("dim_value") or d.dim_value <= 0:
                 if i != 0:
                     raise GraphError(f"input {v.name!r}: dimension {i} is dynamic; a .tflite needs a static shape "
-                                     "(export the ONNX model with a fixed input size)")
+                                     f"(fix it with --input-shape {v.name}=D0,D1,...)")
                 d.ClearField("dim_param")
                 d.dim_value = batch
     del mm.graph.value_info[:]
     inferred = onnx.shape_inference.infer_shapes(mm, strict_mode=False, data_prop=True)
     out: dict[str, tuple[int, ...]] = {}
+    types: dict[str, str] = {}
     for v in list(inferred.graph.input) + list(inferred.graph.value_info) + list(inferred.graph.output):
         tt = v.type.tensor_type
         if tt.HasField("shape") and all(d.HasField("dim_value") for d in tt.shape.dim):
             out[v.name] = tuple(int(d.dim_value) for d in tt.shape.dim)
-    return out
+        if tt.elem_type:
+            types[v.name] = _TYPES.get(tt.elem_type, "float32")
+    return out, types
+
+
+_TYPES = {onnx.TensorProto.FLOAT: "float32", onnx.TensorProto.INT32: "int32", onnx.TensorProto.INT64: "int64",
+          onnx.TensorProto.BOOL: "bool", onnx.TensorProto.INT8: "int8", onnx.TensorProto.UINT8: "uint8",
+          onnx.TensorProto.INT16: "int16"}
+
+
+@dataclass
+class Converted:
+    """A written ``.tflite``: its bytes and the nodes that run as float islands (``"name (OpType)"``)."""
+
+    data: bytes
+    islands: list[str] = field(default_factory=list)
 
 
 def export(model: Any, *, float_io: bool = True, batch: int = 1) -> bytes:
     """The ``.tflite`` bytes of a TFLite-conforming Q/DQ model (module docstring). ``batch`` fixes a dynamic batch
     dimension (LiteRT can resize it at run time)."""
+    return convert(model, float_io=float_io, batch=batch).data
+
+
+def convert(model: Any, *, float_io: bool = True, batch: int = 1, full_integer: bool = False) -> Converted:
+    """:func:`export`, with the float islands it wrote named; ``full_integer`` refuses any float island instead."""
     qg = parse(model)
     m = qg.model
-    shapes = _static_shapes(m, batch)
-    w = _Writer(qg, shapes, float_io)
-    g = qg.index
+    shapes, types = _static_shapes(m, batch)
+    w = _Writer(qg, shapes, float_io, types)
+    _inputs(w)
+    for n in m.graph.node:
+        key = n.name or (n.output[0] if n.output else "")
+        if n.op_type == "QuantizeLinear":
+            w.quantize_node(n)
+            continue
+        if n.op_type in ops.QDQ_STRUCTURE or id(n) in w.fused_acts:
+            continue
+        op = qg.ops.get(key)
+        if op is not None and w.integer_ok(op):
+            WRITERS[ops.tflite_writer_of(op.op)](w, op)
+            if op.act_node is not None:
+                w.fused_acts.add(id(op.act_node))
+            continue
+        if n.op_type in ops.TFLITE_MOVED and w.movement(n, op):
+            continue
+        if full_integer:
+            raise UnsupportedError(f"node {key} ({n.op_type}) has no integer TFLite form here and would run as a float "
+                                   "island (DEQUANTIZE -> float -> QUANTIZE); drop --full-integer (full_integer) to "
+                                   "allow float islands, or use target ort")
+        w.island(n)
+    _outputs(w)
+    return Converted(S.serialize(w.md), w.islands)
+
+
+def island_note(islands: list[str], shown: int = 8) -> str:
+    """The note naming the float islands of a ``.tflite`` ("" when there are none)."""
+    if not islands:
+        return ""
+    kinds = sorted({i.rsplit(" (", 1)[1].rstrip(")") for i in islands})
+    return (f"target tflite: {len(islands)} node(s) run as float islands (DEQUANTIZE -> float builtin -> QUANTIZE; "
+            f"--full-integer refuses them): {', '.join(kinds)}: " + ", ".join(islands[:shown])
+            + (" ..." if len(islands) > shown else ""))
+
+
+def _inputs(w: _Writer) -> None:
+    """Graph inputs: a float input quantized by one QuantizeLinear (QUANTIZE, or the integers with ``float_io`` off);
+    any other input (an integer input read by GATHER/CAST, a float input read in float) is passed through."""
+    qg, m, g = w.qg, w.qg.model, w.qg.index
     for v in m.graph.input:
         if v.name in g.initializers:
             continue
         cons = g.consumers.get(v.name, [])
         qn = [n for n, _ in cons if n.op_type == "QuantizeLinear"]
-        if len(qn) != 1 or len(cons) != 1 or qn[0].output[0] not in qg.values:
-            raise UnsupportedError(f"graph input {v.name!r} must feed exactly one QuantizeLinear")
-        qv = qg.values[qn[0].output[0]]
-        shape = shapes[v.name]
+        shape = w.shapes[v.name]
         nhwc = len(shape) == 4
-        if float_io:
+        if len(qn) != 1 or len(cons) != 1 or qn[0].output[0] not in qg.values:
+            dtype = w.dtypes.get(v.name, "float32")
+            if dtype == "float32" and not w.float_io:
+                raise UnsupportedError(f"graph input {v.name!r} must feed exactly one QuantizeLinear for integer "
+                                       "inputs (float_io=False)")
+            t = _T(w.tensor(v.name, _nhwc(shape) if nhwc else list(shape), dtype), shape, nhwc)
+            w.f[v.name] = t
+            w.md.inputs.append(t.index)
+            continue
+        qv = qg.values[qn[0].output[0]]
+        if w.float_io:
             fi = w.tensor(v.name, _nhwc(shape) if nhwc else list(shape), "float32")
             qt = w.activation(qv, nhwc, shape)
             w.op("QUANTIZE", qv, [fi], [qt.index])
@@ -425,36 +697,26 @@ def export(model: Any, *, float_io: bool = True, batch: int = 1) -> bytes:
         else:
             qt = w.activation(qv, nhwc, shape)
             w.md.inputs.append(qt.index)
-    handled: set[str] = set()
-    for n in m.graph.node:
-        key = n.name or (n.output[0] if n.output else "")
-        if n.op_type in ops.QDQ_STRUCTURE:
-            continue
-        op = qg.ops.get(key)
-        if op is None:
-            if n.op_type in ops.QDQ_FUSED_ACTIVATIONS and any(o.act_node is n for o in qg.ops.values()):
-                continue
-            raise UnsupportedError(f"node {key} ({n.op_type}) has no quantized inputs: the TFLite export needs a "
-                                   "full-integer model")
-        if op.op not in SUPPORTED:
-            raise UnsupportedError(f"node {op.name}: operator {op.op} is not in the TFLite int8 set qlinear exports "
-                                   f"({', '.join(SUPPORTED)})")
-        WRITERS[ops.tflite_writer_of(op.op)](w, op)
-        handled.add(key)
+
+
+def _outputs(w: _Writer) -> None:
+    qg, m, g = w.qg, w.qg.model, w.qg.index
     for o in m.graph.output:
         p = g.producer.get(o.name)
+        if o.name in w.f:  # a float-island value or a passed-through input
+            w.md.outputs.append(w.f[o.name].index)
+            continue
         if p is None or p.op_type != "DequantizeLinear" or p.input[0] not in qg.values or \
                 p.input[0] not in w.t:
             raise UnsupportedError(f"graph output {o.name!r} must be the DequantizeLinear of an integer tensor")
         qt = w.t[p.input[0]]
-        if float_io:
+        if w.float_io:
             shape = _nhwc(qt.onnx_shape) if qt.nhwc else list(qt.onnx_shape)
             fo = w.tensor(o.name, shape, "float32")
             w.op("DEQUANTIZE", qg.values[p.input[0]], [qt.index], [fo])
             w.md.outputs.append(fo)
         else:
             w.md.outputs.append(qt.index)
-    return S.serialize(w.md)
 
 
 def input_layout(model: Any) -> dict[str, str]:
@@ -465,4 +727,4 @@ def input_layout(model: Any) -> dict[str, str]:
             for v in m.graph.input if v.name not in inits}
 
 
-__all__ = ["SUPPORTED", "export", "input_layout"]
+__all__ = ["SUPPORTED", "Converted", "convert", "export", "input_layout", "island_note"]

@@ -28,13 +28,25 @@ TENSOR_TYPE = {"float32": 0, "float16": 1, "int32": 2, "uint8": 3, "int64": 4, "
 OP = {"ADD": 0, "AVERAGE_POOL_2D": 1, "CONCATENATION": 2, "CONV_2D": 3, "DEPTHWISE_CONV_2D": 4, "DEQUANTIZE": 6,
       "FULLY_CONNECTED": 9, "LOGISTIC": 14, "MAX_POOL_2D": 17, "MUL": 18, "RELU": 19, "RELU_N1_TO_1": 20,
       "RELU6": 21, "RESHAPE": 22, "SOFTMAX": 25, "TANH": 28, "PAD": 34, "TRANSPOSE": 39, "MEAN": 40, "SUB": 41,
-      "MAXIMUM": 55, "MINIMUM": 57, "QUANTIZE": 114, "HARD_SWISH": 117}
+      "MAXIMUM": 55, "MINIMUM": 57, "QUANTIZE": 114, "HARD_SWISH": 117, "RESIZE_BILINEAR": 23, "GATHER": 36,
+      "DIV": 42, "SQUEEZE": 43, "STRIDED_SLICE": 45, "EXP": 47, "SPLIT": 49, "CAST": 53, "NEG": 59, "SLICE": 65,
+      "TRANSPOSE_CONV": 67, "EXPAND_DIMS": 70, "LOG": 73, "SUM": 74, "SQRT": 75, "RSQRT": 76, "POW": 78,
+      "REDUCE_MAX": 82, "REDUCE_MIN": 89, "SQUARE": 92, "RESIZE_NEAREST_NEIGHBOR": 97, "LEAKY_RELU": 98,
+      "ABS": 101, "SPLIT_V": 102, "BATCH_MATMUL": 126, "GELU": 150, "BROADCAST_TO": 130, "EQUAL": 71,
+      "NOT_EQUAL": 72, "LESS": 58, "GREATER": 61, "SELECT_V2": 123}
 
 # union BuiltinOptions: 1-based position of each table in the union's declaration
 OPTIONS = {"Conv2DOptions": 1, "DepthwiseConv2DOptions": 2, "Pool2DOptions": 5, "FullyConnectedOptions": 8,
            "SoftmaxOptions": 9, "ConcatenationOptions": 10, "AddOptions": 11, "ReshapeOptions": 17, "MulOptions": 21,
            "PadOptions": 22, "TransposeOptions": 26, "ReducerOptions": 27, "SubOptions": 28,
-           "DequantizeOptions": 38, "MaximumMinimumOptions": 39, "QuantizeOptions": 89, "HardSwishOptions": 91}
+           "DequantizeOptions": 38, "MaximumMinimumOptions": 39, "QuantizeOptions": 89, "HardSwishOptions": 91,
+           "ResizeBilinearOptions": 15, "GatherOptions": 23, "DivOptions": 29, "SqueezeOptions": 30,
+           "StridedSliceOptions": 32, "ExpOptions": 33, "SplitOptions": 35, "CastOptions": 37,
+           "SliceOptions": 48, "TransposeConvOptions": 49, "ExpandDimsOptions": 52, "PowOptions": 56,
+           "ResizeNearestNeighborOptions": 74, "LeakyReluOptions": 75, "AbsOptions": 78, "SplitVOptions": 79,
+           "NegOptions": 42, "GeluOptions": 116, "BatchMatMulOptions": 101, "BroadcastToOptions": 104,
+           "EqualOptions": 53, "NotEqualOptions": 54, "LessOptions": 41, "GreaterOptions": 44,
+           "SelectV2Options": 98}
 
 # enum ActivationFunctionType : byte; enum Padding : byte
 ACTIVATION = {None: 0, "NONE": 0, "RELU": 1, "RELU_N1_TO_1": 2, "RELU6": 3, "TANH": 4}
@@ -63,6 +75,24 @@ OPTION_FIELDS: dict[str, list[tuple[str, str, Any]]] = {
     "ReducerOptions": [("keep_dims", "bool", False)],
     "PadOptions": [], "TransposeOptions": [], "QuantizeOptions": [], "DequantizeOptions": [],
     "MaximumMinimumOptions": [], "HardSwishOptions": [],
+    "ResizeBilinearOptions": [("new_height", "int32", 0), ("new_width", "int32", 0), ("align_corners", "bool", False),
+                              ("half_pixel_centers", "bool", False)],
+    "ResizeNearestNeighborOptions": [("align_corners", "bool", False), ("half_pixel_centers", "bool", False)],
+    "GatherOptions": [("axis", "int32", 0), ("batch_dims", "int32", 0)],
+    "DivOptions": [("fused_activation_function", "int8", 0)],
+    "SqueezeOptions": [("squeeze_dims", "ivec", None)],
+    "StridedSliceOptions": [("begin_mask", "int32", 0), ("end_mask", "int32", 0), ("ellipsis_mask", "int32", 0),
+                            ("new_axis_mask", "int32", 0), ("shrink_axis_mask", "int32", 0), ("offset", "bool", False)],
+    "SplitOptions": [("num_splits", "int32", 0)], "SplitVOptions": [("num_splits", "int32", 0)],
+    "CastOptions": [("in_data_type", "int8", 0), ("out_data_type", "int8", 0)],
+    "TransposeConvOptions": [("padding", "int8", 0), ("stride_w", "int32", 0), ("stride_h", "int32", 0),
+                             ("fused_activation_function", "int8", 0), ("quantized_bias_type", "int8", 0)],
+    "LeakyReluOptions": [("alpha", "float", 0.0)], "GeluOptions": [("approximate", "bool", False)],
+    "BatchMatMulOptions": [("adj_x", "bool", False), ("adj_y", "bool", False),
+                           ("asymmetric_quantize_inputs", "bool", False)],
+    "SliceOptions": [], "ExpandDimsOptions": [], "ExpOptions": [], "PowOptions": [], "AbsOptions": [],
+    "NegOptions": [], "BroadcastToOptions": [], "EqualOptions": [], "NotEqualOptions": [], "LessOptions": [],
+    "GreaterOptions": [], "SelectV2Options": [],
 }
 
 

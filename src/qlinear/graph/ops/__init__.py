@@ -48,6 +48,10 @@ SAME_SCALE_TFLITE = with_role("same_scale_tflite")
 FIXED_TFLITE = {t: s.fixed_tflite for t, s in REGISTRY.specs.items() if s.fixed_tflite is not None}
 FIXED_TFLITE16 = {t: s.fixed_tflite16 for t, s in REGISTRY.specs.items() if s.fixed_tflite16 is not None}
 TFLITE_EXPORTED = tuple(t for t, s in REGISTRY.specs.items() if s.tflite_writer is not None)
+#: op types the TFLite export can write as a float island (DEQUANTIZE -> float builtin -> QUANTIZE)
+TFLITE_ISLANDS = tuple(t for t, s in REGISTRY.specs.items() if s.tflite_island is not None)
+#: op types the TFLite export moves as integers when input and outputs share their parameters
+TFLITE_MOVED = tuple(t for t, s in REGISTRY.specs.items() if s.tflite_move is not None)
 INTEGER_KERNEL_OPS = tuple(t for t, s in REGISTRY.specs.items() if s.kernel is not None)
 #: operators that make an embedding (pooling, normalization) when they produce a graph output (report metrics)
 EMBEDDING_PRODUCERS = ("Div", "ReduceMean", "ReduceSum", "ReduceL2", "LpNormalization", "LayerNormalization")
@@ -107,6 +111,8 @@ __all__ = [
     "ROLES",
     "SAME_SCALE_TFLITE",
     "TFLITE_EXPORTED",
+    "TFLITE_ISLANDS",
+    "TFLITE_MOVED",
     "TRANSFORMER_NORMS",
     "WEIGHTED",
     "OpSpec",

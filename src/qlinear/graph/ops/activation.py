@@ -18,15 +18,23 @@ _RELUS = ("RELU", "RELU6", "RELU_N1_TO_1")
 _FIXED8 = (1 / 256, -128)
 _FIXED16 = (1 / 32768, 0)
 
-REGISTRY.add(FAMILY, ("Relu", "Clip"), _CLAMP, tflite_builtins=_RELUS, tflite_writer="clamp", kernel="clamp")
+REGISTRY.add(FAMILY, "Relu", _CLAMP, tflite_builtins=_RELUS, tflite_writer="clamp", kernel="clamp",
+             tflite_island="unary", tflite_float_builtin="RELU")
+REGISTRY.add(FAMILY, "Clip", _CLAMP, tflite_builtins=_RELUS, tflite_writer="clamp", kernel="clamp",
+             tflite_island="clip")
 REGISTRY.add(FAMILY, "LeakyRelu", ("fusable_activation",))
 REGISTRY.add(FAMILY, "Softmax", ("mlp_boundary",), fixed_tflite=_FIXED8, fixed_tflite16=_FIXED16,
              tflite_builtins=("SOFTMAX",), tflite_writer="softmax", kernel="activation")
 REGISTRY.add(FAMILY, "Sigmoid", ("smooth_activation",), fixed_tflite=_FIXED8, fixed_tflite16=_FIXED16,
-             tflite_builtins=("LOGISTIC",), tflite_writer="unary", kernel="activation")
+             tflite_builtins=("LOGISTIC",), tflite_writer="unary", kernel="activation", tflite_island="unary",
+             tflite_float_builtin="LOGISTIC")
 REGISTRY.add(FAMILY, "Tanh", ("smooth_activation",), fixed_tflite=(1 / 128, 0), fixed_tflite16=_FIXED16,
-             tflite_builtins=("TANH",), tflite_writer="unary", kernel="activation")
+             tflite_builtins=("TANH",), tflite_writer="unary", kernel="activation", tflite_island="unary",
+             tflite_float_builtin="TANH")
 REGISTRY.add(FAMILY, "LogSoftmax", fixed_tflite=(16 / 256, 127))
-REGISTRY.add(FAMILY, "HardSwish", tflite_builtins=("HARD_SWISH",), tflite_writer="unary")
-REGISTRY.add(FAMILY, ("Gelu", "FastGelu", "BiasGelu", "QuickGelu", "Erf", "HardSigmoid", "Softplus"),
-             ("smooth_activation",))
+REGISTRY.add(FAMILY, "HardSwish", tflite_builtins=("HARD_SWISH",), tflite_writer="unary", kernel="activation",
+             tflite_island="unary",
+             tflite_float_builtin="HARD_SWISH")
+REGISTRY.add(FAMILY, ("Gelu", "FastGelu", "BiasGelu", "QuickGelu", "Erf", "Softplus"), ("smooth_activation",))
+# HardSigmoid = clip(alpha * x + beta, 0, 1): no TFLite builtin, a float island of MUL, ADD, MINIMUM, MAXIMUM
+REGISTRY.add(FAMILY, "HardSigmoid", ("smooth_activation",), tflite_island="hard_sigmoid")

@@ -8,9 +8,19 @@ from qlinear.graph.ops.spec import REGISTRY
 
 FAMILY = "elementwise"
 
+_ISLAND = {"tflite_island": "binary"}
 REGISTRY.add(FAMILY, "Add", ("fuses_activation",), tflite_builtins=("ADD",), tflite_writer="binary",
-             kernel="binary")
-REGISTRY.add(FAMILY, "Sub", tflite_builtins=("SUB",), tflite_writer="binary", kernel="binary")
-REGISTRY.add(FAMILY, "Mul", tflite_builtins=("MUL",), tflite_writer="binary", kernel="binary")
+             kernel="binary", tflite_float_builtin="ADD", **_ISLAND)
+REGISTRY.add(FAMILY, "Sub", tflite_builtins=("SUB",), tflite_writer="binary", kernel="binary",
+             tflite_float_builtin="SUB", **_ISLAND)
+REGISTRY.add(FAMILY, "Mul", tflite_builtins=("MUL",), tflite_writer="binary", kernel="binary",
+             tflite_float_builtin="MUL", **_ISLAND)
 # Max/Min against a constant: the per-channel clip cross-layer equalization writes in place of a Clip
-REGISTRY.add(FAMILY, ("Max", "Min"), ("constant_clamp",))
+REGISTRY.add(FAMILY, "Max", ("constant_clamp",), tflite_float_builtin="MAXIMUM", **_ISLAND)
+REGISTRY.add(FAMILY, "Min", ("constant_clamp",), tflite_float_builtin="MINIMUM", **_ISLAND)
+# float-only arithmetic: TFLite float islands (DEQUANTIZE -> builtin -> QUANTIZE)
+REGISTRY.add(FAMILY, "Div", tflite_float_builtin="DIV", **_ISLAND)
+REGISTRY.add(FAMILY, "Pow", tflite_float_builtin="POW", **_ISLAND)
+for _t, _b in (("Exp", "EXP"), ("Sqrt", "SQRT"), ("Neg", "NEG"), ("Abs", "ABS"), ("Log", "LOG")):
+    REGISTRY.add(FAMILY, _t, tflite_island="unary", tflite_float_builtin=_b)
+REGISTRY.add(FAMILY, "Reciprocal", tflite_island="reciprocal")

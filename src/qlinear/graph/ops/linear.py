@@ -26,12 +26,15 @@ FAMILY = "linear"
 _FUSED = ("weighted", "fuses_activation")
 
 REGISTRY.add(FAMILY, "Conv", _FUSED + ("mlp_boundary",), weight_input=1, bias_input=2,
-             tflite_builtins=("CONV_2D", "DEPTHWISE_CONV_2D"), tflite_writer="conv", kernel="linear")
-REGISTRY.add(FAMILY, "ConvTranspose", _FUSED, weight_input=1, bias_input=2)
+             tflite_builtins=("CONV_2D", "DEPTHWISE_CONV_2D"), tflite_writer="conv", kernel="linear",
+             tflite_island="conv")
+REGISTRY.add(FAMILY, "ConvTranspose", _FUSED, weight_input=1, bias_input=2, tflite_builtins=("TRANSPOSE_CONV",),
+             tflite_writer="transpose_conv", kernel="transpose_conv")
 REGISTRY.add(FAMILY, "Gemm", _FUSED + ("mlp_boundary",), weight_input=1, bias_input=2,
              tflite_builtins=("FULLY_CONNECTED",), tflite_writer="fully_connected", kernel="linear")
 REGISTRY.add(FAMILY, "MatMul", _FUSED + ("mlp_boundary",), weight_input=1,
-             tflite_builtins=("FULLY_CONNECTED",), tflite_writer="fully_connected", kernel="linear")
+             tflite_builtins=("FULLY_CONNECTED",), tflite_writer="fully_connected", kernel="linear",
+             tflite_island="matmul")
 
 
 def input_axes(node: onnx.NodeProto, idx: int, rank: int) -> tuple[int, int] | None:

@@ -9,8 +9,13 @@ FAMILY = "other"
 
 REGISTRY.add(FAMILY, ("Shape", "Size", "NonZero", "ArgMax", "ArgMin", "TopK"), ("non_float",))
 REGISTRY.add(FAMILY, "Constant", ("non_float", "qdq_structure"))
-REGISTRY.add(FAMILY, ("ConstantOfShape", "Range", "Equal", "Less", "Greater", "Not", "And", "Or", "Cast"),
-             ("non_float",))
+REGISTRY.add(FAMILY, ("ConstantOfShape", "Range"), ("non_float",))
+for _t, _b in (("Equal", "EQUAL"), ("Less", "LESS"), ("Greater", "GREATER")):
+    REGISTRY.add(FAMILY, _t, ("non_float",), tflite_island="compare", tflite_float_builtin=_b)
+REGISTRY.add(FAMILY, ("Not", "And", "Or"), ("non_float",))
+REGISTRY.add(FAMILY, "Cast", ("non_float",), tflite_island="cast")
 REGISTRY.add(FAMILY, "LayerNormalization", ("transformer_norm", "mlp_boundary"))
 REGISTRY.add(FAMILY, "SimplifiedLayerNormalization", ("transformer_norm",))
 REGISTRY.add(FAMILY, ("QuantizeLinear", "DequantizeLinear"), ("qdq_structure",))
+# a BatchNormalization that did not fold into a Conv (after a ConvTranspose, say): a TFLite float island
+REGISTRY.add(FAMILY, "BatchNormalization", tflite_island="batch_norm")

@@ -16,3 +16,7 @@ REGISTRY.add(FAMILY, "GlobalAveragePool", ("same_scale_tflite",), tflite_builtin
 # ReduceMean is the decomposed form of LayerNormalization in exported transformers
 REGISTRY.add(FAMILY, "ReduceMean", ("transformer_norm",), tflite_builtins=("MEAN",), tflite_writer="reduce_mean",
              kernel="mean")
+# reductions outside the integer set: TFLite float islands (SUM, REDUCE_MAX)
+REGISTRY.add(FAMILY, "ReduceSum", tflite_island="reduce", tflite_float_builtin="SUM")
+REGISTRY.add(FAMILY, ("ReduceMax", "GlobalMaxPool"), tflite_island="reduce",
+             tflite_float_builtin="REDUCE_MAX")

@@ -3,7 +3,8 @@
 An :class:`OpSpec` says what qlinear knows about an operator, whatever layer asks: the quantization plan (weighted
 input, fused activations, data movement, outputs that are not float data), the Q/DQ parser (clamps a runtime fuses
 into the operator before it), the TFLite int8 table (fixed output parameters, same-scale operators, the builtins
-and which writer of :mod:`qlinear.tflite.export` emits them) and the integer kernel family that
+and which writer of :mod:`qlinear.tflite.export` emits them; which emitter of :mod:`qlinear.tflite.generic` moves its
+integers or writes it as a float island) and the integer kernel family that
 :mod:`qlinear.kernels.run` dispatches to. The graph layer holds only this description: the kernels and the TFLite
 writers register their implementations under the names given here (``kernel``, ``tflite_writer``).
 """
@@ -44,6 +45,9 @@ class OpSpec:
     tflite_builtins: tuple[str, ...] = ()         # the TFLite builtins it exports as
     tflite_writer: str | None = None              # the writer of qlinear.tflite.export that emits them
     kernel: str | None = None                     # the integer kernel family of qlinear.kernels.run
+    tflite_move: str | None = None                # emitter of qlinear.tflite.generic moving its integers
+    tflite_island: str | None = None              # emitter of qlinear.tflite.generic writing it in float
+    tflite_float_builtin: str | None = None       # the float builtin of a one-builtin island (unary/binary)
 
     def has(self, role: str) -> bool:
         return role in self.roles

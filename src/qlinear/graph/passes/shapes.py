@@ -1,0 +1,185 @@
+"""Fix the dynamic dimensions of graph inputs (``--input-shape NAME=1,3,480,480``), then fold what they made constant.
+
+:func:`fix_input_shapes` (in this order):
+
+1. every named input is checked before anything changes: it is a graph input (not an initializer), the shape has
+   the input's rank, and a dimension the model already fixes is given the same value; each error names the input,
+   the field and the fix (:class:`~qlinear.errors.GraphError`);
+2. the inputs' dimensions are set, the stored ``value_info`` (with its symbolic dimensions) dropped, and the shapes
+   re-inferred (``onnx.shape_inference`` with data propagation);
+3. **shape computations are folded**: a ``Shape`` (or ``Size``) of a tensor whose shape is now static becomes an
+   initializer, and so does every deterministic node whose inputs are all constants (the ``Gather``, ``Cast``,
+   ``Concat``, ``Range``, ``ConstantOfShape``, ``Expand``... that computed a Reshape's target or an anchor grid from
+   those shapes), computed with ``onnx.reference`` (the ONNX definition), up to :data:`FOLD_LIMIT` elements.
+
+The notes say what changed. A model needs static shapes for a ``.tflite``; the fixed shapes also help any target
+(shape arithmetic no longer runs at inference time).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from qlinear.errors import GraphError
+from qlinear.graph.ops import QDQ_STRUCTURE, QUANTIZE_OPS
+
+#: the largest constant (elements) a fold may create
+FOLD_LIMIT = 1 << 20
+
+
+def _not_folded(op_type: str) -> bool:
+    """Random nodes and the Q/DQ encoding are never folded (control flow neither: nodes with subgraphs)."""
+    return op_type.startswith("Random") or op_type in ("Multinomial", "Bernoulli") or op_type in QUANTIZE_OPS \
+        or op_type in QDQ_STRUCTURE
+
+
+def fix_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]],
+                     label: str = "model") -> tuple[onnx.ModelProto, list[str]]:
+    """``model`` (rewritten in place) with the graph inputs in ``shapes`` fixed and the shape computations folded
+    (module docstring), and the notes saying so. ``shapes`` empty: ``model`` unchanged, no notes."""
+    if not shapes:
+        return model, []
+    g = model.graph
+    inits = {t.name for t in g.initializer}
+    inputs = {v.name: v for v in g.input if v.name not in inits}
+    for name, dims in shapes.items():
+        _check_one(label, name, [int(d) for d in dims], inputs)
+    for name, dims in shapes.items():
+        tt = inputs[name].type.tensor_type
+        for d, n in zip(tt.shape.dim, dims):
+            d.Clear()
+            d.dim_value = int(n)
+    del g.value_info[:]
+    n_fold = fold_static_shapes(model)
+    fixed = ", ".join(f"{k} [{', '.join(str(int(d)) for d in v)}]" for k, v in shapes.items())
+    note = f"input shapes fixed: {fixed}"
+    if n_fold:
+        note += f"; {n_fold} shape computation node(s) folded to constants"
+    return model, [note]
+
+
+def _check_one(label: str, name: str, dims: list[int], inputs: Mapping[str, onnx.ValueInfoProto]) -> None:
+    if name not in inputs:
+        raise GraphError(f"{label}: input_shapes: {name!r} is not a graph input; the model's inputs are "
+                         f"{sorted(inputs)} (--input-shape NAME=d0,d1,...)")
+    tt = inputs[name].type.tensor_type
+    if not tt.HasField("shape"):
+        return
+    have = list(tt.shape.dim)
+    if len(have) != len(dims):
+        shown = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in have]
+        raise GraphError(f"{label}: input_shapes: input {name!r} has rank {len(have)} {shown}, the shape given has "
+                         f"{len(dims)} dimensions {dims}; give one value per dimension")
+    for i, (d, n) in enumerate(zip(have, dims)):
+        if d.HasField("dim_value") and d.dim_value > 0 and d.dim_value != n:
+            raise GraphError(f"{label}: input_shapes: input {name!r} dimension {i} is fixed to {d.dim_value} by the "
+                             f"model, the shape given says {n}; give {d.dim_value} there")
+
+
+def _static_shapes(model: onnx.ModelProto) -> dict[str, tuple[int, ...]]:
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+    except Exception:  # noqa: BLE001 - inference is a help: a model it fails on folds nothing
+        return {}
+    out: dict[str, tuple[int, ...]] = {}
+    g = inferred.graph
+    for v in list(g.input) + list(g.value_info) + list(g.output):
+        tt = v.type.tensor_type
+        if tt.HasField("shape") and all(d.HasField("dim_value") for d in tt.shape.dim):
+            out[v.name] = tuple(int(d.dim_value) for d in tt.shape.dim)
+    return out
+
+
+def fold_static_shapes(model: onnx.ModelProto) -> int:
+    """Fold ``Shape``/``Size`` of static tensors and the nodes of constants that follow (module docstring, step 3),
+    repeatedly until nothing changes; returns the number of nodes folded."""
+    total = 0
+    while True:
+        n = _fold_once(model)
+        total += n
+        if not n:
+            return total
+
+
+def _fold_once(model: onnx.ModelProto) -> int:
+    g = model.graph
+    shapes = _static_shapes(model)
+    consts = {t.name: t for t in g.initializer}
+    outputs = {o.name for o in g.output}
+    keep, folded = [], 0
+    for n in g.node:
+        y = _fold_value(n, shapes, consts, outputs, model)
+        if y is None:
+            keep.append(n)
+            continue
+        t = numpy_helper.from_array(y, n.output[0])
+        g.initializer.append(t)
+        consts[t.name] = t
+        folded += 1
+    if folded:
+        del g.node[:]
+        g.node.extend(keep)
+        _prune(g)
+    return folded
+
+
+def _fold_value(n: onnx.NodeProto, shapes: Mapping[str, tuple[int, ...]], consts: Mapping[str, onnx.TensorProto],
+                outputs: set[str], model: onnx.ModelProto) -> np.ndarray | None:
+    if n.domain not in ("", "ai.onnx") or len(n.output) != 1 or n.output[0] in outputs or _not_folded(n.op_type):
+        return None
+    if n.op_type in ("Shape", "Size") and n.input and n.input[0] in shapes:
+        shp = np.array(shapes[n.input[0]], np.int64)
+        if n.op_type == "Size":
+            return np.array(int(np.prod(shp)), np.int64)
+        start = next((a.i for a in n.attribute if a.name == "start"), 0)
+        end = next((a.i for a in n.attribute if a.name == "end"), None)
+        return shp[start:end]
+    ins = [x for x in n.input if x]
+    if not ins or not all(x in consts for x in ins) or any(a.type in (onnx.AttributeProto.GRAPH,
+                                                                      onnx.AttributeProto.GRAPHS)
+                                                           for a in n.attribute):
+        return None
+    out = shapes.get(n.output[0])
+    if out is not None and int(np.prod(out)) > FOLD_LIMIT:
+        return None
+    try:
+        y = _eval(n, [numpy_helper.to_array(consts[x]) if x else None for x in n.input], model)
+    except Exception:  # noqa: BLE001 - a node the reference cannot evaluate stays as it is
+        return None
+    return y if y.size <= FOLD_LIMIT else None
+
+
+def _eval(node: onnx.NodeProto, args: list[np.ndarray | None], model: onnx.ModelProto) -> np.ndarray:
+    from onnx.reference import ReferenceEvaluator
+
+    names = [f"x{i}" if a is not None else "" for i, a in enumerate(args)]
+    n = helper.make_node(node.op_type, names, ["y"])
+    n.attribute.extend(node.attribute)
+    ins = [helper.make_tensor_value_info(nm, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
+           for nm, a in zip(names, args) if a is not None]
+    gr = helper.make_graph([n], "fold", ins, [helper.make_tensor_value_info("y", onnx.TensorProto.UNDEFINED, None)])
+    m = helper.make_model(gr, opset_imports=[o for o in model.opset_import if o.domain in ("", "ai.onnx")])
+    return np.asarray(ReferenceEvaluator(m).run(None, {nm: a for nm, a in zip(names, args) if a is not None})[0])
+
+
+def _prune(g: onnx.GraphProto) -> None:
+    """Drop the initializers (and their graph-input entries) that nothing reads any more."""
+    used = {x for n in g.node for x in n.input} | {o.name for o in g.output}
+    for n in g.node:  # names read inside subgraphs
+        for a in n.attribute:
+            for sg in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+                used |= {x for sn in sg.node for x in sn.input}
+    inits = {t.name for t in g.initializer}
+    kept = [t for t in g.initializer if t.name in used]
+    del g.initializer[:]
+    g.initializer.extend(kept)
+    ins = [v for v in g.input if v.name in used or v.name not in inits]
+    del g.input[:]
+    g.input.extend(ins)
+
+
+__all__ = ["FOLD_LIMIT", "fix_input_shapes", "fold_static_shapes"]

@@ -1,0 +1,482 @@
+"""TFLite builtins that run on integer tensors and on float ones alike: data movement (TRANSPOSE, STRIDED_SLICE,
+SPLIT_V, GATHER, RESIZE_*), and the float builtins of *float islands* (``DEQUANTIZE -> float builtin -> QUANTIZE``)
+for operators outside the integer set (:data:`ISLANDS`). Which op type uses which emitter is the operator registry's
+(:mod:`qlinear.graph.ops`: ``OpSpec.tflite_move``, ``OpSpec.tflite_island``, ``OpSpec.tflite_float_builtin``).
+
+Every emitter writes one ONNX node with the tensors a :class:`Ctx` makes: integer tensors with the node's quantization
+parameters (data movement between tensors of equal parameters: the integers are moved, not recomputed) or float32
+tensors (a float island: the values are the ONNX definition's in float32, which is what ``run_integer`` evaluates on
+the dequantized values). Layout: every 4-D tensor is stored NHWC (:mod:`qlinear.tflite.export`); an emitter maps
+its axes onto the stored order, or goes through ONNX's order with a TRANSPOSE where that is simpler.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import onnx
+
+from qlinear.errors import UnsupportedError
+from qlinear.graph import ops
+from qlinear.graph.model import attr
+from qlinear.tflite import schema as S
+
+TO_NHWC = (0, 2, 3, 1)
+TO_NCHW = (0, 3, 1, 2)
+#: float builtins whose first version is not 1 (LiteRT registers BROADCAST_TO from version 2)
+FLOAT_VERSIONS = {"BROADCAST_TO": 2}
+#: ONNX axis of a 4-D tensor -> its axis in the stored NHWC order
+NHWC_AXIS = {0: 0, 1: 3, 2: 1, 3: 2}
+
+
+@dataclass
+class Slot:
+    """A TFLite tensor being written: its index (-1: a constant not written yet), ONNX shape, whether it is stored
+    NHWC, and the value of a constant."""
+
+    index: int
+    onnx_shape: tuple[int, ...]
+    nhwc: bool
+    const: np.ndarray | None = None
+
+
+class Ctx:
+    """What an emitter writes with: ``new`` tensors of the node's kind (integer with ``quant``, or of the ONNX dtype),
+    output ``k`` (``out``), int32 parameter tensors (``param``), operators (``op``)."""
+
+    def __init__(self, w: Any, node: onnx.NodeProto, out: Callable[[int, bool], Slot], dtype: str,
+                 quant: Any = None, version_of: Any = None) -> None:
+        self.w, self.node, self._out, self.dtype, self.quant, self.version_of = w, node, out, dtype, quant, version_of
+
+    @property
+    def name(self) -> str:
+        return self.node.name or self.node.output[0]
+
+    def shape(self, k: int = 0) -> tuple[int, ...]:
+        s = self.w.shapes.get(self.node.output[k])
+        if s is None:
+            raise UnsupportedError(f"node {self.name} ({self.node.op_type}): the shape of output {k} is unknown; fix "
+                                   "the input shapes (--input-shape)")
+        return s
+
+    def new(self, tag: str, onnx_shape: tuple[int, ...], nhwc: bool) -> Slot:
+        shape = [onnx_shape[i] for i in TO_NHWC] if nhwc else list(onnx_shape)
+        return Slot(self.w.tensor(f"{self.name}_{tag}", shape, self.dtype, self.quant), tuple(onnx_shape), nhwc)
+
+    def out(self, k: int, nhwc: bool) -> Slot:
+        return self._out(k, nhwc and len(self.shape(k)) == 4)
+
+    def param(self, tag: str, values: Any, dtype: str = "int32") -> int:
+        a = np.asarray(values, {"int32": np.int32, "float32": np.float32, "int64": np.int64}[dtype])
+        return self.w.tensor(f"{self.name}_{tag}", list(a.shape), dtype, data=a)
+
+    def op(self, name: str, ins: list[int], outs: list[int], options: str | None = None, **values: Any) -> None:
+        version = self.version_of(name) if self.version_of is not None else FLOAT_VERSIONS.get(name, 1)
+        self.w.md.operators.append(self.w.opmaker(name, version, ins, outs, options, values))
+
+    def index(self, s: Slot, like: Slot | None = None) -> int:
+        """The tensor index of ``s`` (a constant is written now, in the layout of ``like``: NHWC broadcast, and of
+        ``like``'s element type when it is a tensor)."""
+        if s.index >= 0:
+            return s.index
+        a = np.asarray(s.const)
+        if like is not None and like.nhwc and a.ndim <= 4 and a.size > 1:
+            a = a.reshape((1,) * (4 - a.ndim) + a.shape).transpose(TO_NHWC)
+        kind = self.w.md.tensors[like.index].type if like is not None and like.index >= 0 else None
+        if kind in ("int32", "int64"):
+            a = a.astype(np.int32 if kind == "int32" else np.int64)
+        elif a.dtype.kind == "f" or self.dtype == "float32" or kind == "float32":
+            a = a.astype(np.float32)
+        elif a.dtype == np.int64:
+            a = a.astype(np.int32)
+        s.index = self.w.tensor(f"{self.name}_const{len(self.w.md.tensors)}", list(a.shape),
+                                {np.dtype(np.float32): "float32", np.dtype(np.int64): "int64"}.get(a.dtype, "int32"),
+                                data=np.ascontiguousarray(a))
+        return s.index
+
+    def onnx_order(self, x: Slot) -> Slot:
+        """``x`` in ONNX's axis order (a TRANSPOSE from NHWC when it is stored so)."""
+        if not x.nhwc:
+            return x
+        t = self.new("nchw", x.onnx_shape, False)
+        self.op("TRANSPOSE", [x.index, self.param("perm_nchw", TO_NCHW)], [t.index], "TransposeOptions")
+        return t
+
+    def store(self, k: int, write: Callable[[Slot], None]) -> Slot:
+        """Output ``k``: ``write`` fills a tensor in ONNX order, moved to NHWC when the output is 4-D."""
+        shape = self.shape(k)
+        if len(shape) != 4:
+            o = self.out(k, False)
+            write(o)
+            return o
+        t = self.new(f"out{k}_nchw", shape, False)
+        write(t)
+        o = self.out(k, True)
+        self.op("TRANSPOSE", [t.index, self.param(f"perm_nhwc{k}", TO_NHWC)], [o.index], "TransposeOptions")
+        return o
+
+
+def _const(ctx: Ctx, i: int) -> np.ndarray | None:
+    n = ctx.node
+    if len(n.input) <= i or not n.input[i]:
+        return None
+    v = ctx.w.qg.consts.get(n.input[i])
+    if v is None:
+        raise UnsupportedError(f"node {ctx.name} ({n.op_type}): input {i} ({n.input[i]!r}) must be a constant for "
+                               "the TFLite export; fix the input shapes (--input-shape) so that it folds")
+    return np.asarray(v)
+
+
+# ---------------------------------------------------------------------------------------------- data movement
+def transpose(ctx: Ctx, ins: list[Slot | None]) -> None:
+    x = ins[0]
+    r = len(x.onnx_shape)
+    p = np.array(attr(ctx.node, "perm", list(range(r))[::-1]))
+    a_inv = np.argsort(TO_NHWC) if x.nhwc else np.arange(r)
+    out_shape = ctx.shape()
+    b = np.array(TO_NHWC) if len(out_shape) == 4 else np.arange(r)
+    q = a_inv[p][b]
+    o = ctx.out(0, True)
+    ctx.op("TRANSPOSE", [x.index, ctx.param("perm", q)], [o.index], "TransposeOptions")
+
+
+def _stored_axis(x: Slot, a: int) -> int:
+    a %= len(x.onnx_shape)
+    return NHWC_AXIS[a] if x.nhwc else a
+
+
+def slice_(ctx: Ctx, ins: list[Slot | None]) -> None:
+    x = ins[0]
+    r = len(x.onnx_shape)
+    starts, ends = _const(ctx, 1), _const(ctx, 2)
+    if starts is None:  # opset < 10: attributes
+        starts, ends = np.array(attr(ctx.node, "starts")), np.array(attr(ctx.node, "ends"))
+        axes = np.array(attr(ctx.node, "axes", list(range(len(starts)))))
+        steps = np.ones(len(starts), np.int64)
+    else:
+        axes = _const(ctx, 3)
+        axes = np.arange(len(starts)) if axes is None else axes
+        steps = _const(ctx, 4)
+        steps = np.ones(len(starts), np.int64) if steps is None else steps
+    begin, end, stride, whole, to_start = [0] * r, [0] * r, [1] * r, set(range(r)), set()
+    for s, e, a, st in zip(starts.tolist(), ends.tolist(), axes.tolist(), steps.tolist()):
+        a %= r
+        begin[a], end[a], stride[a] = slice(int(s), int(e), int(st)).indices(x.onnx_shape[a])
+        whole.discard(a)
+        if stride[a] < 0 and end[a] < 0:  # runs to the start: TFLite reads end -1 as the last element
+            to_start.add(a)
+    order = TO_NHWC if x.nhwc else tuple(range(r))
+    begin, end, stride = ([v[i] for i in order] for v in (begin, end, stride))
+    # axes not sliced are taken whole by the masks (the batch stays resizable)
+    begin_mask = sum(1 << _stored_axis(x, a) for a in whole)
+    end_mask = sum(1 << _stored_axis(x, a) for a in whole | to_start)
+    o = ctx.out(0, True)
+    ctx.op("STRIDED_SLICE", [x.index, ctx.param("begin", begin), ctx.param("end", end), ctx.param("strides", stride)],
+           [o.index], "StridedSliceOptions", begin_mask=begin_mask, end_mask=end_mask)
+
+
+def split(ctx: Ctx, ins: list[Slot | None]) -> None:
+    x = ins[0]
+    n = ctx.node
+    axis = attr(n, "axis", 0) % len(x.onnx_shape)
+    sizes = _const(ctx, 1)
+    if sizes is None:
+        sizes = attr(n, "split")
+    if sizes is None:
+        sizes = [ctx.shape(k)[axis] for k in range(len(n.output))]
+    outs = [ctx.out(k, True).index for k in range(len(n.output))]
+    ctx.op("SPLIT_V", [x.index, ctx.param("sizes", sizes), ctx.param("axis", _stored_axis(x, axis))], outs,
+           "SplitVOptions", num_splits=len(outs))
+
+
+def gather(ctx: Ctx, ins: list[Slot | None]) -> None:
+    x, idx = ctx.onnx_order(ins[0]), ins[1]
+    axis = attr(ctx.node, "axis", 0) % len(x.onnx_shape)
+    if idx.const is not None:
+        c = np.asarray(idx.const).astype(np.int64)
+        c = np.where(c < 0, c + x.onnx_shape[axis], c)
+        ii = ctx.param("indices", c.astype(np.int32))
+    else:
+        ii = idx.index
+    ctx.store(0, lambda o: ctx.op("GATHER", [x.index, ii], [o.index], "GatherOptions", axis=axis))
+
+
+def resize(ctx: Ctx, ins: list[Slot | None]) -> None:
+    x = ins[0]
+    n = ctx.node
+    shape = ctx.shape()
+    if len(shape) != 4 or not x.nhwc or shape[:2] != x.onnx_shape[:2]:
+        raise UnsupportedError(f"node {ctx.name} (Resize): only the H, W of a 4-D tensor resize in TFLite")
+    mode = _s(attr(n, "mode", b"nearest"))
+    ct = _s(attr(n, "coordinate_transformation_mode", b"half_pixel"))
+    nearest = _s(attr(n, "nearest_mode", b"round_prefer_floor"))
+    ok = {("nearest", "asymmetric", "floor"): (False, False), ("nearest", "align_corners", "round_prefer_ceil"):
+          (True, False), ("linear", "align_corners", ""): (True, False), ("linear", "half_pixel", ""): (False, True),
+          ("linear", "pytorch_half_pixel", ""): (False, True), ("linear", "asymmetric", ""): (False, False)}
+    key = (mode, ct, nearest if mode == "nearest" else "")
+    if key not in ok or (ct == "pytorch_half_pixel" and min(shape[2:]) == 1):
+        raise UnsupportedError(f"node {ctx.name} (Resize): mode {mode}, coordinate_transformation_mode {ct}"
+                               + (f", nearest_mode {nearest}" if mode == "nearest" else "")
+                               + " has no TFLite RESIZE_BILINEAR/RESIZE_NEAREST_NEIGHBOR form")
+    align, half = ok[key]
+    o = ctx.out(0, True)
+    size = ctx.param("size", [shape[2], shape[3]])
+    if mode == "nearest":
+        ctx.op("RESIZE_NEAREST_NEIGHBOR", [x.index, size], [o.index], "ResizeNearestNeighborOptions",
+               align_corners=align, half_pixel_centers=half)
+    else:
+        ctx.op("RESIZE_BILINEAR", [x.index, size], [o.index], "ResizeBilinearOptions", align_corners=align,
+               half_pixel_centers=half)
+
+
+def _s(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def reshape(ctx: Ctx, ins: list[Slot | None]) -> None:
+    x = ctx.onnx_order(ins[0])
+    shape = list(ctx.shape())
+    if shape and x.onnx_shape and shape[0] == x.onnx_shape[0]:
+        shape[0] = -1  # the batch dimension stays free so that LiteRT can resize the input
+    ctx.store(0, lambda o: ctx.op("RESHAPE", [x.index, ctx.param("shape", shape)], [o.index], "ReshapeOptions",
+                                  new_shape=shape))
+
+
+def concat(ctx: Ctx, ins: list[Slot | None]) -> None:
+    xs = [s for s in ins if s is not None]
+    r = len(ctx.shape())
+    axis = attr(ctx.node, "axis") % r
+    nhwc = r == 4
+    idx = [ctx.index(s) if s.const is None or not nhwc else ctx.index(s, Slot(-1, (), True)) for s in xs]
+    if any(s.const is None and s.nhwc != nhwc for s in xs):
+        raise UnsupportedError(f"node {ctx.name} (Concat): inputs in different layouts")
+    o = ctx.out(0, True)
+    ctx.op("CONCATENATION", idx, [o.index], "ConcatenationOptions", axis=NHWC_AXIS[axis] if nhwc else axis)
+
+
+#: emitter name (the operator registry's ``OpSpec.tflite_move``) -> the emitter moving integers (or floats)
+MOVEMENT: dict[str, Callable[[Ctx, list[Slot | None]], None]] = {
+    "transpose": transpose, "slice": slice_, "split": split, "gather": gather, "resize": resize,
+}
+
+
+# ---------------------------------------------------------------------------------------------- float islands
+#: the options table of a float builtin (None: it has none)
+_OPTIONS = {"EXP": "ExpOptions", "NEG": "NegOptions", "ABS": "AbsOptions", "HARD_SWISH": "HardSwishOptions",
+            "ADD": "AddOptions", "SUB": "SubOptions", "MUL": "MulOptions", "DIV": "DivOptions", "POW": "PowOptions",
+            "MAXIMUM": "MaximumMinimumOptions", "MINIMUM": "MaximumMinimumOptions", "EQUAL": "EqualOptions",
+            "LESS": "LessOptions", "GREATER": "GreaterOptions"}
+_FUSED = ("AddOptions", "SubOptions", "MulOptions", "DivOptions")
+
+
+def _float_builtin(ctx: Ctx) -> str:
+    return ops.spec(ctx.node.op_type).tflite_float_builtin
+
+
+def _elementwise_layout(ctx: Ctx, ins: list[Slot | None]) -> bool:
+    """Whether the output is stored NHWC; refuses a non-constant of another rank next to a NHWC tensor."""
+    nhwc = len(ctx.shape()) == 4 and any(s is not None and s.nhwc for s in ins)
+    for s in ins:
+        if s is not None and s.const is None and nhwc and not s.nhwc and int(np.prod(s.onnx_shape)) != 1:
+            raise UnsupportedError(f"node {ctx.name} ({ctx.node.op_type}): broadcasting a {len(s.onnx_shape)}-D "
+                                   "tensor against a 4-D one is not exported")
+    return nhwc
+
+
+def unary(ctx: Ctx, ins: list[Slot | None]) -> None:
+    x = ins[0]
+    o = ctx.out(0, x.nhwc)
+    name = _float_builtin(ctx)
+    ctx.op(name, [ctx.index(x)], [o.index], _OPTIONS.get(name))
+
+
+def binary(ctx: Ctx, ins: list[Slot | None]) -> None:
+    a, b = ins[0], ins[1]
+    nhwc = _elementwise_layout(ctx, ins)
+    tensor = a if a.const is None else b
+    like = Slot(tensor.index, (), nhwc)
+    name = _float_builtin(ctx)
+    opts = _OPTIONS.get(name)
+    o = ctx.out(0, nhwc)
+    values = {"fused_activation_function": 0} if opts in _FUSED else {}
+    ctx.op(name, [ctx.index(a, like), ctx.index(b, like)], [o.index], opts, **values)
+
+
+def _scalar_op(ctx: Ctx, name: str, opts: str | None, x: int, c: float, out: int, **values: Any) -> None:
+    ctx.op(name, [x, ctx.param(f"{name.lower()}_c{len(ctx.w.md.tensors)}", np.float32(c), "float32")], [out], opts,
+           **values)
+
+
+def hard_sigmoid(ctx: Ctx, ins: list[Slot | None]) -> None:
+    """``max(0, min(1, x * alpha + beta))`` in float32, as the ONNX definition: MUL, ADD, MINIMUM, MAXIMUM."""
+    x = ins[0]
+    alpha, beta = attr(ctx.node, "alpha", 0.2), attr(ctx.node, "beta", 0.5)
+    t1, t2, t3 = (ctx.new(f"t{i}", x.onnx_shape, x.nhwc) for i in range(3))
+    o = ctx.out(0, x.nhwc)
+    _scalar_op(ctx, "MUL", "MulOptions", x.index, alpha, t1.index, fused_activation_function=0)
+    _scalar_op(ctx, "ADD", "AddOptions", t1.index, beta, t2.index, fused_activation_function=0)
+    _scalar_op(ctx, "MINIMUM", "MaximumMinimumOptions", t2.index, 1.0, t3.index)
+    _scalar_op(ctx, "MAXIMUM", "MaximumMinimumOptions", t3.index, 0.0, o.index)
+
+
+def clip(ctx: Ctx, ins: list[Slot | None]) -> None:
+    x = ins[0]
+    lo = _const(ctx, 1) if len(ctx.node.input) > 1 else None
+    hi = _const(ctx, 2) if len(ctx.node.input) > 2 else None
+    lo = attr(ctx.node, "min", None) if lo is None else float(lo)
+    hi = attr(ctx.node, "max", None) if hi is None else float(hi)
+    o = ctx.out(0, x.nhwc)
+    cur = x.index
+    if lo is not None and hi is not None:
+        t = ctx.new("lo", x.onnx_shape, x.nhwc)
+        _scalar_op(ctx, "MAXIMUM", "MaximumMinimumOptions", cur, lo, t.index)
+        _scalar_op(ctx, "MINIMUM", "MaximumMinimumOptions", t.index, hi, o.index)
+    elif lo is not None or hi is not None:
+        _scalar_op(ctx, "MAXIMUM" if lo is not None else "MINIMUM", "MaximumMinimumOptions", cur,
+                   lo if lo is not None else hi, o.index)
+    else:
+        ctx.op("RESHAPE", [cur], [o.index], "ReshapeOptions", new_shape=list(ctx.w.md.tensors[cur].shape))
+
+
+def reciprocal(ctx: Ctx, ins: list[Slot | None]) -> None:
+    x = ins[0]
+    o = ctx.out(0, x.nhwc)
+    one = ctx.param("one", np.float32(1.0), "float32")
+    ctx.op("DIV", [one, x.index], [o.index], "DivOptions", fused_activation_function=0)
+
+
+def batch_norm(ctx: Ctx, ins: list[Slot | None]) -> None:
+    """Inference BatchNormalization as the ONNX definition computes it in float32: ``scale * (x - mean) /
+    sqrt(var + epsilon) + bias`` (SUB, MUL, DIV, ADD on per-channel constants)."""
+    x = ins[0]
+    if len(ctx.node.output) > 1 and any(ctx.node.output[1:]):
+        raise UnsupportedError(f"node {ctx.name} (BatchNormalization): training mode has no TFLite form")
+    scale, bias, mean, var = (_const(ctx, i) for i in (1, 2, 3, 4))
+    r = len(x.onnx_shape)
+    eps = attr(ctx.node, "epsilon", 1e-5)
+
+    def chan(a: np.ndarray) -> Slot:
+        a = np.asarray(a, np.float32).reshape((1, -1) + (1,) * (r - 2))
+        return Slot(-1, a.shape, False, a)
+
+    sq = np.sqrt(np.asarray(var, np.float32) + np.float32(eps)).astype(np.float32)
+    t = [ctx.new(f"bn{i}", x.onnx_shape, x.nhwc) for i in range(3)]
+    o = ctx.out(0, x.nhwc)
+    steps = [("SUB", x, chan(mean), t[0]), ("MUL", chan(scale), t[0], t[1]), ("DIV", t[1], chan(sq), t[2]),
+             ("ADD", t[2], chan(bias), o)]
+    for name, a, b, y in steps:
+        ctx.op(name, [ctx.index(a, x), ctx.index(b, x)], [y.index], _OPTIONS[name], fused_activation_function=0)
+
+
+def broadcast(ctx: Ctx, ins: list[Slot | None]) -> None:
+    """Expand -> BROADCAST_TO (in ONNX's axis order)."""
+    x = ctx.onnx_order(ins[0])
+    shape = list(ctx.shape())
+    ctx.store(0, lambda o: ctx.op("BROADCAST_TO", [ctx.index(x), ctx.param("shape", shape)], [o.index],
+                                  "BroadcastToOptions"))
+
+
+def compare(ctx: Ctx, ins: list[Slot | None]) -> None:
+    """Equal / Less / Greater -> EQUAL / LESS / GREATER (a bool tensor)."""
+    binary(ctx, ins)
+
+
+def cast(ctx: Ctx, ins: list[Slot | None]) -> None:
+    x = ins[0]
+    o = ctx.out(0, x.nhwc)
+    src = ctx.w.md.tensors[ctx.index(x)].type
+    dst = ctx.w.md.tensors[o.index].type
+    ctx.op("CAST", [ctx.index(x)], [o.index], "CastOptions", in_data_type=S.TENSOR_TYPE[src],
+           out_data_type=S.TENSOR_TYPE[dst])
+
+
+def reduce(ctx: Ctx, ins: list[Slot | None]) -> None:
+    """ReduceSum / ReduceMax / GlobalMaxPool -> SUM / REDUCE_MAX over constant axes (attribute or input 1)."""
+    n = ctx.node
+    x = ins[0]
+    r = len(x.onnx_shape)
+    if n.op_type.startswith("Global"):
+        axes, keep = list(range(2, r)), True
+    else:
+        axes = attr(n, "axes")
+        if axes is None:
+            c = _const(ctx, 1)
+            axes = list(range(r)) if c is None or (c.size == 0 and not attr(n, "noop_with_empty_axes", 0)) \
+                else [int(a) for a in c.reshape(-1)]
+        keep = bool(attr(n, "keepdims", 1))
+    if not axes:  # noop_with_empty_axes
+        return reshape(ctx, ins)
+    axes = sorted(a % r for a in axes)
+    if x.nhwc and not keep:
+        x = ctx.onnx_order(x)
+    stored = [_stored_axis(x, a) for a in axes]
+    o = ctx.out(0, x.nhwc and keep)
+    ctx.op(_float_builtin(ctx), [x.index, ctx.param("axes", stored)], [o.index], "ReducerOptions", keep_dims=keep)
+
+
+def matmul(ctx: Ctx, ins: list[Slot | None]) -> None:
+    """A float MatMul: FULLY_CONNECTED with a constant 2-D weight, else BATCH_MATMUL (in ONNX's axis order). Float
+    sums: the order of the additions is the kernel's (exact when every row has one non-zero product, a one-hot)."""
+    x, w = ctx.onnx_order(ins[0]), ins[1]
+    if w.const is not None and np.ndim(w.const) == 2:
+        wt = np.ascontiguousarray(np.asarray(w.const, np.float32).T)
+        wi = ctx.w.tensor(f"{ctx.name}_weight", list(wt.shape), "float32", data=wt)
+        keep = {"keep_num_dims": True} if len(x.onnx_shape) > 2 else {}
+        ctx.store(0, lambda o: ctx.op("FULLY_CONNECTED", [x.index, wi, -1], [o.index], "FullyConnectedOptions",
+                                      fused_activation_function=0, **keep))
+        return
+    w2 = ctx.onnx_order(w) if w.const is None else w
+    ctx.store(0, lambda o: ctx.op("BATCH_MATMUL", [x.index, ctx.index(w2)], [o.index], "BatchMatMulOptions",
+                                  adj_x=False, adj_y=False))
+
+
+def conv(ctx: Ctx, ins: list[Slot | None]) -> None:
+    """A float 2-D Conv with constant weights: [PAD,] CONV_2D or DEPTHWISE_CONV_2D, VALID, NHWC."""
+    n = ctx.node
+    x, w, b = ins[0], ins[1], ins[2] if len(ins) > 2 else None
+    if w.const is None or np.ndim(w.const) != 4 or len(x.onnx_shape) != 4 or (b is not None and b.const is None) \
+            or attr(n, "auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET"):
+        raise UnsupportedError(f"node {ctx.name} (Conv): a float island needs a 2-D Conv with constant weights")
+    wf = np.asarray(w.const, np.float32)
+    o, cg, kh, kw = wf.shape
+    groups = attr(n, "group", 1)
+    depthwise = groups > 1 and cg == 1 and groups == x.onnx_shape[1]
+    if groups != 1 and not depthwise:
+        raise UnsupportedError(f"node {ctx.name} (Conv): grouped float convolutions are not exported")
+    pads = list(attr(n, "pads", [0, 0, 0, 0]))
+    if any(pads):
+        shape = (x.onnx_shape[0], x.onnx_shape[1], x.onnx_shape[2] + pads[0] + pads[2],
+                 x.onnx_shape[3] + pads[1] + pads[3])
+        xp = ctx.new("padded", shape, True)
+        ctx.op("PAD", [x.index, ctx.param("paddings", [[0, 0], [pads[0], pads[2]], [pads[1], pads[3]], [0, 0]])],
+               [xp.index], "PadOptions")
+        x = xp
+    stride, dil = attr(n, "strides", [1, 1]), attr(n, "dilations", [1, 1])
+    bias = np.zeros(o, np.float32) if b is None else np.asarray(b.const, np.float32).reshape(-1)
+    bi = ctx.w.tensor(f"{ctx.name}_bias", [o], "float32", data=bias)
+    out = ctx.out(0, True)
+    common = {"padding": 1, "stride_w": stride[1], "stride_h": stride[0], "fused_activation_function": 0,
+              "dilation_w_factor": dil[1], "dilation_h_factor": dil[0]}
+    if depthwise:
+        wt = np.ascontiguousarray(wf.reshape(o, kh, kw).transpose(1, 2, 0)[None])
+        wi = ctx.w.tensor(f"{ctx.name}_weight", list(wt.shape), "float32", data=wt)
+        ctx.op("DEPTHWISE_CONV_2D", [x.index, wi, bi], [out.index], "DepthwiseConv2DOptions",
+               depth_multiplier=o // groups, **common)
+        return
+    wt = np.ascontiguousarray(wf.transpose(0, 2, 3, 1))
+    wi = ctx.w.tensor(f"{ctx.name}_weight", list(wt.shape), "float32", data=wt)
+    ctx.op("CONV_2D", [x.index, wi, bi], [out.index], "Conv2DOptions", **common)
+
+
+#: emitter name (the operator registry's ``OpSpec.tflite_island``) -> float-island emitter (float32 in and out)
+ISLANDS: dict[str, Callable[[Ctx, list[Slot | None]], None]] = {
+    **MOVEMENT, "unary": unary, "binary": binary, "hard_sigmoid": hard_sigmoid, "clip": clip,
+    "reciprocal": reciprocal, "reshape": reshape, "concat": concat, "batch_norm": batch_norm,
+    "broadcast": broadcast, "compare": compare, "cast": cast, "reduce": reduce, "matmul": matmul,
+    "conv": conv,
+}
+
+__all__ = ["ISLANDS", "MOVEMENT", "Ctx", "Slot"]

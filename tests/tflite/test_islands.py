@@ -1,0 +1,212 @@
+"""TFLite export for real models (issue 21, Deliver 4): data movement on integers (TRANSPOSE, STRIDED_SLICE, SPLIT_V,
+GATHER, RESIZE_NEAREST_NEIGHBOR), float islands (DEQUANTIZE -> float builtin -> QUANTIZE) for operators outside the
+integer set and for constant operands, each run by LiteRT 2.3.0 and compared bit for bit with run_integer in the
+matching profile; ``--full-integer`` refuses islands, naming the node."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import qlinear
+from qlinear.errors import ConfigError, UnsupportedError
+from qlinear.kernels.run import IntegerModel
+from qlinear.tflite import schema as S
+from qlinear.tflite.export import convert
+
+litert = pytest.importorskip("ai_edge_litert.interpreter")
+G = pytest.importorskip("ai_edge_litert.schema_py_generated")
+
+RESOLVERS = {"ref": litert.OpResolverType.BUILTIN_REF, "auto": litert.OpResolverType.AUTO}
+RNG = np.random.default_rng(1)
+X = RNG.normal(0, 2, (40, 4, 8, 8)).astype(np.float32)
+N_CAL = 32
+
+
+def _model(nodes, inits, outputs=("y",)):
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4, 8, 8])],
+                          [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs],
+                          [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    inferred = onnx.shape_inference.infer_shapes(m)
+    for i, o in enumerate(inferred.graph.output):
+        m.graph.output[i].CopyFrom(o)
+    return m
+
+
+def _n(op, ins, outs, **kw):
+    return helper.make_node(op, ins, outs, **kw)
+
+
+def _i64(*v):
+    return np.array(v, np.int64)
+
+
+# case -> (nodes, initializers, TFLite builtins that must be in the file, whether it has float islands)
+CASES = {
+    "transpose": ([_n("Transpose", ["x"], ["y"], perm=[0, 1, 3, 2])], {}, {"TRANSPOSE"}, False),
+    "transpose_to_3d": ([_n("Reshape", ["x", "s"], ["r"]), _n("Transpose", ["r"], ["y"], perm=[0, 2, 1])],
+                        {"s": _i64(-1, 4, 64)}, {"TRANSPOSE"}, False),
+    "slice": ([_n("Slice", ["x", "st", "en", "ax"], ["y"])], {"st": _i64(1, 2), "en": _i64(3, 7), "ax": _i64(1, 3)},
+              {"STRIDED_SLICE"}, False),
+    "slice_step_reverse": ([_n("Slice", ["x", "st", "en", "ax", "sp"], ["y"])],
+                           {"st": _i64(-1, 0), "en": _i64(-100, 8), "ax": _i64(2, 1), "sp": _i64(-2, 3)},
+                           {"STRIDED_SLICE"}, False),
+    "split_concat": ([_n("Split", ["x", "sz"], ["a", "b"], axis=1), _n("Concat", ["b", "a"], ["y"], axis=1)],
+                     {"sz": _i64(1, 3)}, {"SPLIT_V"}, False),
+    "gather": ([_n("Gather", ["x", "i"], ["y"], axis=1)], {"i": _i64(2, 0, -1)}, {"GATHER"}, False),
+    "gather_scalar_3d": ([_n("Gather", ["x", "i"], ["y"], axis=2)], {"i": np.array(3, np.int64)}, {"GATHER"}, False),
+    "resize_nearest": ([_n("Resize", ["x", "", "sc"], ["y"], mode="nearest", coordinate_transformation_mode="asymmetric",
+                           nearest_mode="floor")], {"sc": np.array([1, 1, 2, 2], np.float32)},
+                       {"RESIZE_NEAREST_NEIGHBOR"}, False),
+    "resize_bilinear_half_pixel": ([_n("Resize", ["x", "", "sc"], ["y"], mode="linear",
+                                       coordinate_transformation_mode="half_pixel")],
+                                   {"sc": np.array([1, 1, 2, 2], np.float32)}, {"RESIZE_BILINEAR"}, False),
+    "resize_bilinear_align_corners": ([_n("Resize", ["x", "", "sc"], ["y"], mode="linear",
+                                          coordinate_transformation_mode="align_corners")],
+                                      {"sc": np.array([1, 1, 1.625, 1.375], np.float32)}, {"RESIZE_BILINEAR"}, False),
+    "hard_sigmoid": ([_n("HardSigmoid", ["x"], ["y"], alpha=0.2, beta=0.5)], {}, {"DEQUANTIZE", "MINIMUM"}, True),
+    "div_const": ([_n("Div", ["x", "c"], ["y"])], {"c": np.float32(6.0)}, {"DIV"}, True),
+    "add_const_channel": ([_n("Add", ["x", "c"], ["y"])], {"c": RNG.normal(0, 1, (1, 4, 1, 1)).astype(np.float32)},
+                          {"ADD"}, True),
+    "mul_const_relu": ([_n("Mul", ["x", "c"], ["m"]), _n("Relu", ["m"], ["y"])], {"c": np.float32(0.37)},
+                       {"MUL", "RELU"}, True),
+    "sub_const_row": ([_n("Sub", ["c", "x"], ["y"])], {"c": RNG.normal(0, 1, (8,)).astype(np.float32)}, {"SUB"},
+                      True),
+    "hardswish_decomposed": ([_n("Add", ["x", "three"], ["a"]), _n("Clip", ["a", "lo", "hi"], ["c"]),
+                              _n("Mul", ["x", "c"], ["m"]), _n("Div", ["m", "six"], ["y"])],
+                             {"three": np.float32(3), "lo": np.float32(0), "hi": np.float32(6), "six": np.float32(6)},
+                             {"DIV", "MUL"}, True),
+    "sqrt_abs": ([_n("Abs", ["x"], ["a"]), _n("Sqrt", ["a"], ["y"])], {}, {"ABS", "SQRT"}, True),
+    "exp": ([_n("Exp", ["x"], ["y"])], {}, {"EXP"}, True),
+    "conv_transpose_k2s2": ([_n("ConvTranspose", ["x", "w"], ["y"], strides=[2, 2], kernel_shape=[2, 2])],
+                            {"w": RNG.normal(0, 0.5, (4, 6, 2, 2)).astype(np.float32)}, {"TRANSPOSE_CONV"}, False),
+    "conv_transpose_same_bias_relu": ([_n("ConvTranspose", ["x", "w", "b"], ["c"], strides=[2, 2], pads=[0, 0, 1, 1]),
+                                       _n("Relu", ["c"], ["y"])],
+                                      {"w": RNG.normal(0, 0.5, (4, 3, 3, 3)).astype(np.float32),
+                                       "b": RNG.normal(0, 0.5, (3,)).astype(np.float32)}, {"TRANSPOSE_CONV"}, False),
+    "batchnorm_after_conv_transpose": ([_n("ConvTranspose", ["x", "w"], ["c"], strides=[2, 2], kernel_shape=[2, 2]),
+                                        _n("BatchNormalization", ["c", "s", "bb", "mu", "var"], ["y"], momentum=0.9)],
+                                       {"w": RNG.normal(0, 0.5, (4, 3, 2, 2)).astype(np.float32),
+                                        "s": np.float32([0.5, 2, 1.5]), "bb": np.float32([0.1, -0.2, 0.3]),
+                                        "mu": np.float32([0.2, 0, -0.1]), "var": np.float32([1, 2, 0.5])},
+                                       {"TRANSPOSE_CONV", "DIV"}, True),
+    "matmul_activations_4d": ([_n("Transpose", ["x"], ["t"], perm=[0, 1, 3, 2]), _n("MatMul", ["x", "t"], ["y"])], {},
+                              {"BATCH_MATMUL"}, False),
+    "matmul_activations_3d": ([_n("Reshape", ["x", "s"], ["r"]), _n("Transpose", ["r"], ["t"], perm=[0, 2, 1]),
+                               _n("MatMul", ["r", "t"], ["y"])], {"s": _i64(-1, 4, 64)}, {"BATCH_MATMUL"}, False),
+    "reduce_max_expand": ([_n("ReduceMax", ["x"], ["m"], axes=[1], keepdims=1), _n("Expand", ["m", "s"], ["e"]),
+                           _n("Sub", ["x", "e"], ["y"])], {"s": _i64(1, 4, 8, 8)}, {"REDUCE_MAX", "BROADCAST_TO"},
+                          True),
+    "global_max_pool": ([_n("GlobalMaxPool", ["x"], ["y"])], {}, {"REDUCE_MAX"}, True),
+    "reduce_sum_channels": ([_n("ReduceSum", ["x", "a"], ["y"], keepdims=0)], {"a": _i64(1)}, {"SUM"}, True),
+    "softmax_channels": ([_n("Softmax", ["x"], ["y"], axis=1)], {}, {"SOFTMAX"}, False),  # NHWC: already last
+    "softmax_axis2": ([_n("Softmax", ["x"], ["y"], axis=2)], {}, {"SOFTMAX", "TRANSPOSE"}, False),
+    "reshape_3d_to_4d": ([_n("Reshape", ["x", "s1"], ["r"]), _n("Reshape", ["r", "s2"], ["y"])],
+                         {"s1": _i64(-1, 4, 64), "s2": _i64(-1, 4, 16, 4)}, {"RESHAPE", "TRANSPOSE"}, False),
+    "matmul_3d": ([_n("Reshape", ["x", "s"], ["r"]), _n("MatMul", ["r", "w"], ["y"])],
+                  {"s": _i64(-1, 16, 16), "w": RNG.normal(0, 0.5, (16, 5)).astype(np.float32)},
+                  {"FULLY_CONNECTED"}, False),
+}
+
+
+#: cases LiteRT's default resolver computes otherwise (run_integer reproduces its reference kernels there)
+REF_ONLY = {"resize_bilinear_half_pixel": "XNNPACK's int8 bilinear resize is not reproduced",
+            "resize_bilinear_align_corners": "XNNPACK's int8 bilinear resize is not reproduced"}
+
+
+def _builtins(data: bytes) -> set[str]:
+    m = G.ModelT.InitFromPackedBuf(data, 0)
+    names = {v: k for k, v in S.OP.items()}
+    return {names.get(c.builtinCode, str(c.builtinCode)) for c in m.operatorCodes}
+
+
+def _litert(data: bytes, x: np.ndarray, resolver: str) -> np.ndarray:
+    """LiteRT's output for the samples ``x``, one sample per call (the .tflite is written for batch 1)."""
+    it = litert.Interpreter(model_content=data, experimental_op_resolver_type=RESOLVERS[resolver])
+    it.allocate_tensors()
+    ys = []
+    for xi in x:
+        it.set_tensor(it.get_input_details()[0]["index"], xi[None].transpose(0, 2, 3, 1))
+        it.invoke()
+        ys.append(it.get_tensor(it.get_output_details()[0]["index"]))
+    y = np.concatenate(ys)
+    return y.transpose(0, 3, 1, 2) if y.ndim == 4 else y
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_operator_bit_exact_against_litert(case):
+    nodes, inits, must, islands = CASES[case]
+    qm = qlinear.quantize(_model(nodes, inits), {"x": X},
+                          dict(calibration_samples=N_CAL, evaluation_samples=0, target="tflite"))
+    out = convert(qm.model)
+    used = _builtins(out.data)
+    assert must <= used, sorted(used)
+    assert bool(out.islands) == islands, out.islands
+    x = X[N_CAL:]
+    for resolver, mode in (("ref", "litert_ref"), ("auto", "litert_xnnpack"))[:1 if case in REF_ONLY else 2]:
+        y = _litert(out.data, x, resolver)
+        z = IntegerModel(qm.model, mode).run({"x": x})["y"]
+        assert y.shape == z.shape and np.array_equal(y, z), \
+            f"{resolver}: {int((y != z).sum())} of {y.size} differ from run_integer {mode}"
+
+
+def test_islands_are_named_in_a_note_and_full_integer_refuses_them(tmp_path):
+    m = _model(*CASES["hard_sigmoid"][:2])
+    qm = qlinear.quantize(m, {"x": X}, dict(calibration_samples=N_CAL, evaluation_samples=0, target="tflite"))
+    islands = convert(qm.model).islands
+    assert len(islands) == 1 and islands[0].endswith("(HardSigmoid)")
+    qm.save(tmp_path / "out", report=False)
+    assert any("float islands" in n and "HardSigmoid" in n for n in qm.notes)
+    with pytest.raises(ConfigError, match=r"full_integer: node y \(HardSigmoid\) is outside.*drop --full-integer"):
+        qlinear.quantize(m, {"x": X}, dict(calibration_samples=8, evaluation_samples=0, target="tflite",
+                                           full_integer=True))
+    with pytest.raises(UnsupportedError, match=r"node \S+ \(HardSigmoid\).*float island"):
+        convert(qm.model, full_integer=True)
+    m = _model(*CASES["add_const_channel"][:2])
+    with pytest.raises(ConfigError, match=r"node y \(Add\) has a constant operand"):
+        qlinear.quantize(m, {"x": X}, dict(calibration_samples=8, evaluation_samples=0, target="tflite",
+                                           full_integer=True))
+    m = _model(*CASES["transpose"][:2])  # data movement is integer: allowed with full_integer
+    qm = qlinear.quantize(m, {"x": X}, dict(calibration_samples=8, evaluation_samples=0, target="tflite",
+                                            full_integer=True))
+    assert convert(qm.model, full_integer=True).islands == []
+
+
+def test_operator_without_island_is_refused_before_work():
+    m = _model([_n("Erf", ["x"], ["y"])], {})
+    with pytest.raises(ConfigError, match="cannot express operator.*Erf"):
+        qlinear.quantize(m, {"x": X}, dict(calibration_samples=8, evaluation_samples=0, target="tflite"))
+
+
+def test_integer_input_passes_through_to_a_one_hot_matmul():
+    """An int32 graph input (magika's bytes) is a .tflite input as it is: RESHAPE, EQUAL, CAST, FULLY_CONNECTED in
+    float (one non-zero product per row: exact), then the integer output; LiteRT equals run_integer bit for bit."""
+    w = RNG.normal(0, 1, (10, 5)).astype(np.float32)
+    g = helper.make_graph(
+        [_n("Reshape", ["ids", "s"], ["r"]), _n("Equal", ["r", "classes"], ["e"]), _n("Cast", ["e"], ["f"], to=1),
+         _n("MatMul", ["f", "w"], ["m"]), _n("Relu", ["m"], ["y"])], "g",
+        [helper.make_tensor_value_info("ids", TensorProto.INT32, ["N", 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(_i64(-1, 16, 1), "s"), numpy_helper.from_array(np.arange(10, dtype=np.int32)[None, None],
+                                                                                 "classes"),
+         numpy_helper.from_array(w, "w")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.graph.output[0].CopyFrom(onnx.shape_inference.infer_shapes(m).graph.output[0])
+    ids = RNG.integers(0, 10, (24, 16)).astype(np.int32)
+    qm = qlinear.quantize(m, {"ids": ids}, dict(calibration_samples=16, evaluation_samples=0, target="tflite",
+                                                input_shapes={"ids": [1, 16]}))
+    out = convert(qm.model)
+    assert {"EQUAL", "CAST"} <= _builtins(out.data)
+    for resolver, mode in (("ref", "litert_ref"), ("auto", "litert_xnnpack")):
+        it = litert.Interpreter(model_content=out.data, experimental_op_resolver_type=RESOLVERS[resolver])
+        it.allocate_tensors()
+        assert it.get_input_details()[0]["dtype"] == np.int32
+        im = IntegerModel(qm.model, mode)
+        for x in ids[16:]:
+            it.set_tensor(it.get_input_details()[0]["index"], x[None])
+            it.invoke()
+            y = it.get_tensor(it.get_output_details()[0]["index"])
+            assert np.array_equal(y, im.run({"ids": x[None]})["y"])
