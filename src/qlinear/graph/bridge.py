@@ -415,7 +415,8 @@ def _apply_metadata(es: EncodingSet, meta: dict) -> EncodingSet:
             dt = x.get("dtype")
             if dt is not None:  # 2-bit param stored on the 4-bit grid
                 zp = np.array(x["zero_point"]) if "zero_point" in x else None
-                cand = Encoding(e.name, dt, scale=s64, zero_point=zp, axis=e.axis, role=e.role)
+                cand = Encoding(e.name, dt, scale=s64, zero_point=zp, axis=e.axis, block_size=e.block_size,
+                                role=e.role)
                 s32 = s64.astype(np.float32)
                 stored = s32 / 2 if cand.shifted else s32
                 if stored.shape == e.scale.shape and np.array_equal(stored.astype(np.float64), e.scale):
