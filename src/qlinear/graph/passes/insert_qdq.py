@@ -148,7 +148,7 @@ class _Writer:
                 out = self.int32_bias(e, w, restore)
             elif e.shifted:
                 out = self.shifted(e, w, restore)
-            elif e.granularity == "lpbq":
+            elif isinstance(e.grain, gr.LPBQ):
                 out = self.lpbq(e, w, restore)
             else:
                 out = self.plain(e, w, restore)
@@ -231,7 +231,7 @@ class _Writer:
         pn = param_names(e.name)
         qn = self.lazy_const(pn.quantized, lambda: src.integers().astype(STORAGE[st]), st, shape)
         sd = helper.tensor_dtype_to_np_dtype(src.scale_type)
-        if e.granularity == "lpbq":  # DQ(int scales uint8, per-channel float scale, axis=channel) -> scale
+        if isinstance(e.grain, gr.LPBQ):  # DQ(int scales uint8, per-channel float scale, axis=channel) -> scale
             ln = lpbq_names(e.name)
             ints = expand_block_scale(e.int_scale, shape, e.axis, e.block_size)
             pcf = e.scale.reshape(-1).astype(np.float32)
@@ -245,7 +245,7 @@ class _Writer:
             ins = [qn, self.const(pn.scale, s.astype(sd))]
         if src.zero_point:
             ins.append(self.const(pn.zero_point, np.asarray(z).astype(STORAGE[st])))
-        axis = None if e.granularity == "per_tensor" else e.axis
+        axis = None if isinstance(e.grain, gr.PerTensor) else e.axis
         return self.node("DequantizeLinear", ins, e.name, self.names.new(pn.node), axis=axis,
                          block_size=e.block_size or None)
 
@@ -331,5 +331,5 @@ def _take_info(new: ir.Value, old: ir.Value) -> None:
 def onnx_params(e: Encoding, shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray | None, int | None]:
     """float32 scale, zero point (storage dtype) and axis attribute, in ONNX shapes."""
     p = e.onnx_params(shape)
-    axis = None if e.granularity == "per_tensor" else p["axis"]
+    axis = None if isinstance(e.grain, gr.PerTensor) else p["axis"]
     return p["scale"], p["zero_point"], axis
