@@ -34,6 +34,9 @@ from qlinear.errors import EncodingError, EncodingKeyError
 
 Role = Literal["activation", "param"]
 Granularity = Literal["float", "per_tensor", "per_channel", "per_block", "lpbq"]
+#: the AIMET spelling of each core granularity (:attr:`Encoding.granularity`)
+SPELLING: dict[type, Granularity] = {gr.PerTensor: "per_tensor", gr.PerAxis: "per_channel", gr.PerBlock: "per_block",
+                                     gr.LPBQ: "lpbq"}
 
 #: Types an encoding may name: every quantized type of the core registry except the scale-only float8e8m0,
 #: plus the float pass-through types.
@@ -273,15 +276,8 @@ class Encoding:
 
     @property
     def granularity(self) -> Granularity:
-        if self.scale is None:
-            return "float"
-        if self.int_scale is not None:
-            return "lpbq"
-        if self.block_size:
-            return "per_block"
-        if self.axis is None and self.scale.size == 1:
-            return "per_tensor"
-        return "per_channel"
+        """The AIMET spelling of :attr:`grain` (what the files and ``qlinear encodings inspect`` show)."""
+        return "float" if self.scale is None else SPELLING[type(self.grain)]
 
     @property
     def grain(self) -> gr.Granularity | None:
