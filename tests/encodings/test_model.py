@@ -94,3 +94,33 @@ def test_shifted_int2_has_no_onnx_params_but_quantizes_on_its_grid():
                                                     [-0.375, -0.125, 0.125, 0.125, 0.375, 0.375]])
     with pytest.raises(QlinearError, match="saturate"):
         e.quantize(x, saturate=False)
+
+
+def test_grain_is_the_core_granularity_of_every_kind_of_entry():
+    """``Encoding.grain``: the core object the code compares (isinstance); the AIMET spelling stays the files'."""
+    from qlinear.core.granularity import LPBQ, PerAxis, PerBlock, PerTensor
+
+    s = np.full((4, 2), 0.01)
+    cases = [
+        (E.Encoding("a", "uint8", scale=np.float64(0.1), zero_point=np.int64(3)), PerTensor(), "per_tensor"),
+        (E.Encoding("w", "int8", scale=np.full(4, 0.1), axis=0), PerAxis(0), "per_channel"),
+        (E.Encoding("w", "int8", scale=np.full(4, 0.1)), PerAxis(None), "per_channel"),  # 0.6.1: unresolved
+        (E.Encoding("w", "int4", scale=s, axis=1, block_size=16), PerBlock(1, 16), "per_block"),
+        (E.Encoding("w", "int4", scale=np.full((4, 1), 0.01), int_scale=np.ones((4, 2), np.int64), axis=1,
+                    block_size=16, decompressed_bits=8), LPBQ(1, 16, 4), "lpbq"),
+        (E.Encoding("h", "float16"), None, "float"),
+    ]
+    for e, grain, spelling in cases:
+        assert e.grain == grain and type(e.grain) is type(grain) and e.granularity == spelling, e
+    assert isinstance(cases[4][0].grain, PerBlock)  # LPBQ is blocked: checks for blocks take it too
+
+
+def test_int_stored_as_reads_the_type_table():
+    import ml_dtypes
+
+    from qlinear.core.types import int_stored_as
+
+    assert int_stored_as(np.uint8).name == "uint8" and int_stored_as(ml_dtypes.int4).name == "int4"
+    assert int_stored_as(ml_dtypes.int2).name == "int2" and int_stored_as(np.int32).name == "int32"
+    for d in (np.int64, np.float32, ml_dtypes.float8_e4m3fn, np.uint32):
+        assert int_stored_as(d) is None, d

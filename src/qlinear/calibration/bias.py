@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from qlinear.core import granularity as gr
 from qlinear.encodings.model import Encoding
 
 I32_MAX = 2**31 - 1
@@ -39,10 +40,10 @@ def up32(v: np.ndarray) -> np.ndarray:
 
 def _scale_channels(e: Encoding, ratio: np.ndarray, axis: int) -> Encoding:
     """``e`` with every scale of channel ``c`` (along tensor ``axis``) multiplied by ``ratio[c]`` (>= 1)."""
-    if e.granularity == "per_tensor":
+    if isinstance(e.grain, gr.PerTensor):
         return e.replace(scale=up32(e.scale * float(ratio.max())))
     s = np.asarray(e.scale, np.float64)
-    if e.granularity == "per_channel":
+    if isinstance(e.grain, gr.PerAxis):
         return e.replace(scale=np.where(ratio > 1, up32(s * ratio), s))
     shape = [1] * s.ndim  # blocked / LPBQ scales keep the tensor's rank
     shape[axis] = ratio.size

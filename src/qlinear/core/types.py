@@ -224,6 +224,13 @@ def dtype_of(a: np.ndarray, *, arg: str, allowed: tuple[str, ...] | None = None,
     return t
 
 
+def int_stored_as(dtype: Any) -> QType | None:
+    """The integer type whose NumPy storage is ``dtype`` (``ml_dtypes.int4`` -> int4, ``np.uint8`` -> uint8), ``None``
+    for any other dtype (floats, int64 ...)."""
+    t = _BY_DTYPE.get(np.dtype(dtype))
+    return t if t is not None and t.kind is Kind.INT else None
+
+
 def require(t: QType, allowed: tuple[str, ...], *, arg: str, what: str) -> QType:
     """Check that an already-resolved type is one of ``allowed``."""
     if t.name not in allowed:
@@ -231,4 +238,4 @@ def require(t: QType, allowed: tuple[str, ...], *, arg: str, what: str) -> QType
     return t
 
 
-__all__ = ["Kind", "QType", "TABLE", "qtype", "dtype_of", "int_type", "require"]
+__all__ = ["Kind", "QType", "TABLE", "qtype", "dtype_of", "int_stored_as", "int_type", "require"]

@@ -28,11 +28,15 @@ from typing import Any, Iterable, Iterator, Literal, Mapping
 
 import numpy as np
 
+from qlinear.core import granularity as gr
 from qlinear.core.types import Kind, QType, qtype
 from qlinear.errors import EncodingError, EncodingKeyError
 
 Role = Literal["activation", "param"]
 Granularity = Literal["float", "per_tensor", "per_channel", "per_block", "lpbq"]
+#: the AIMET spelling of each core granularity (:attr:`Encoding.granularity`)
+SPELLING: dict[type, Granularity] = {gr.PerTensor: "per_tensor", gr.PerAxis: "per_channel", gr.PerBlock: "per_block",
+                                     gr.LPBQ: "lpbq"}
 
 #: Types an encoding may name: every quantized type of the core registry except the scale-only float8e8m0,
 #: plus the float pass-through types.
@@ -272,20 +276,28 @@ class Encoding:
 
     @property
     def granularity(self) -> Granularity:
+        """The AIMET spelling of :attr:`grain` (what the files and ``qlinear encodings inspect`` show)."""
+        return "float" if self.scale is None else SPELLING[type(self.grain)]
+
+    @property
+    def grain(self) -> gr.Granularity | None:
+        """The core granularity (``None`` for a float cast): :class:`~qlinear.core.granularity.PerTensor`,
+        ``PerAxis(axis)``, ``PerBlock(axis, block_size)`` or ``LPBQ(axis, block_size, decompressed_bits - bits)``,
+        the axis as stored (``None`` while unresolved). The AIMET spellings (:attr:`granularity`) are the files'."""
         if self.scale is None:
-            return "float"
+            return None
         if self.int_scale is not None:
-            return "lpbq"
+            return gr.LPBQ(self.axis, self.block_size, self.decompressed_bits - self.qtype.bits)
         if self.block_size:
-            return "per_block"
+            return gr.PerBlock(self.axis, self.block_size)
         if self.axis is None and self.scale.size == 1:
-            return "per_tensor"
-        return "per_channel"
+            return gr.PerTensor()
+        return gr.PerAxis(self.axis)
 
     @property
     def resolved(self) -> bool:
         """True when the axes are known (always, except per-channel/per-block read from 0.6.1 or 1.0.0)."""
-        return self.granularity in ("float", "per_tensor") or self.axis is not None
+        return self.scale is None or isinstance(self.grain, gr.PerTensor) or self.axis is not None
 
     @property
     def signed(self) -> bool:
@@ -318,7 +330,7 @@ class Encoding:
         scale itself, or for per-block and LPBQ encodings the largest block scale of the channel (what an int32 bias
         scale is built from)."""
         s = np.asarray(self.effective_scale, np.float64)
-        if self.granularity in ("per_tensor", "per_channel"):
+        if not isinstance(self.grain, gr.PerBlock):
             return s
         s = s.reshape(s.shape + (1,) * (rank - s.ndim)) if s.ndim < rank else s
         c = channel_axis % rank
@@ -326,8 +338,6 @@ class Encoding:
 
     def centered(self, x: Any) -> np.ndarray:
         """``quantize(x) - zero_point`` as int64 (the integers a kernel multiplies), any granularity."""
-        from qlinear.core import granularity as gr
-
         x = np.asarray(x)
         q = self.quantize(x).astype(np.int64)
         if self.zero_point is None or not np.any(self.zero_point):
@@ -393,7 +403,7 @@ class Encoding:
         s = self.effective_scale.astype(np.float32)
         z = None if t.is_float else self.zero_point_or_zeros.astype(t.storage)
         axis = 1 if self.axis is None else self.axis
-        if self.granularity == "per_tensor":
+        if isinstance(self.grain, gr.PerTensor):
             s = s.reshape(())
             z = None if z is None else z.reshape(())
         if self.block_size and x_shape is not None:
@@ -437,11 +447,9 @@ class Encoding:
 
     def _shifted_grid(self, x_shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
         """The float32 scale and float64 zero point of every element of a tensor of ``x_shape`` (broadcastable)."""
-        from qlinear.core import granularity as gr
-
         self._need_resolved("its shifted grid")
         s, z = self.scale, self.zero_point
-        if self.granularity == "per_tensor":
+        if isinstance(self.grain, gr.PerTensor):
             s, z = s.reshape(()), z.reshape(())
         if self.block_size:
             s = expand_block_scale(s, x_shape, self.axis, self.block_size)

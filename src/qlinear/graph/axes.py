@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from qlinear.core import granularity as gr
 from qlinear.encodings.model import Encoding, EncodingSet
 from qlinear.errors import EncodingError
 from qlinear.graph.model import GraphIndex, load_model
@@ -53,7 +54,7 @@ def resolve_encoding(e: Encoding, g: GraphIndex) -> Encoding:
         shape = tuple(int(d) for d in g.shape(e.name))
         c, b = param_axes(g, e.name)
         n = e.scale.size
-        if e.granularity == "per_channel":
+        if isinstance(e.grain, gr.PerAxis):
             if n != shape[c]:
                 raise EncodingError(f"{e.name}: {n} per-channel scales, but the tensor {list(shape)} has {shape[c]} "
                                     f"channels on its channel axis {c}")

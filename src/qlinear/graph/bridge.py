@@ -25,6 +25,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, numpy_helper
 
+from qlinear.core import granularity as gr
 from qlinear.core.types import Kind, QType, qtype
 from qlinear.encodings.model import Encoding, EncodingSet, Style
 from qlinear.errors import EncodingError, GraphError, UnsupportedError
@@ -126,11 +127,11 @@ def _validate_one(e: Encoding, g: GraphIndex, rep: Report) -> None:
                 bad(f"scale {bad_v!r} is {'0' if abs(bad_v) < 1 else 'infinite'} in float32, the type ONNX scales "
                     "are stored in; recalibrate (a scale must be in [1.2e-38, 3.4e38])")
                 return
-    gran = e.granularity
-    if gran in ("float", "per_tensor"):
+    grain = e.grain
+    if grain is None or isinstance(grain, gr.PerTensor):
         return
     if shape is None or any(not isinstance(d, int) or d <= 0 for d in shape):
-        bad(f"{gran.replace('_', '-')} needs a known static shape, shape inference gave {shape}")
+        bad(f"{'per-channel' if isinstance(grain, gr.PerAxis) else 'per-block'} needs a known static shape, shape inference gave {shape}")
         return
     rank = len(shape)
     if e.axis is None:
@@ -140,7 +141,7 @@ def _validate_one(e: Encoding, g: GraphIndex, rep: Report) -> None:
         bad(f"axis {e.axis} is out of range for a tensor of rank {rank} {list(shape)}")
         return
     ax = e.axis % rank
-    if gran == "per_channel":
+    if isinstance(grain, gr.PerAxis):
         if e.scale.size != shape[ax]:
             bad(f"{e.scale.size} scales but the tensor {list(shape)} has {shape[ax]} on axis {ax}")
         return
@@ -415,7 +416,8 @@ def _apply_metadata(es: EncodingSet, meta: dict) -> EncodingSet:
             dt = x.get("dtype")
             if dt is not None:  # 2-bit param stored on the 4-bit grid
                 zp = np.array(x["zero_point"]) if "zero_point" in x else None
-                cand = Encoding(e.name, dt, scale=s64, zero_point=zp, axis=e.axis, role=e.role)
+                cand = Encoding(e.name, dt, scale=s64, zero_point=zp, axis=e.axis, block_size=e.block_size,
+                                role=e.role)
                 s32 = s64.astype(np.float32)
                 stored = s32 / 2 if cand.shifted else s32
                 if stored.shape == e.scale.shape and np.array_equal(stored.astype(np.float64), e.scale):

@@ -26,6 +26,7 @@ from onnx import numpy_helper
 
 from qlinear.calibration.bias import accumulator_bound
 from qlinear.core import granularity as gr
+from qlinear.core.types import int_stored_as, qtype
 from qlinear.graph.model import GraphIndex, attr, load_model
 from qlinear.graph.ops import WEIGHTED, weight_channel_axis
 
@@ -98,12 +99,8 @@ def _dq_of(g: GraphIndex, name: str) -> onnx.NodeProto | None:
 def _centered_weight(g: GraphIndex, const: dict, dq: onnx.NodeProto) -> tuple[np.ndarray, str] | None:
     """``w_q - z_w`` (int64, the weight's shape) of a weight DequantizeLinear, and its quantized type name."""
     q = _value(g, const, dq.input[0])
-    if q is None or q.dtype.kind not in "iu" and q.dtype.name not in ("int4", "uint4", "int2", "uint2"):
-        return None
-    from qlinear.core.types import qtype
-
-    t = qtype(q.dtype)
-    if not t.is_int:
+    t = None if q is None else int_stored_as(q.dtype)
+    if t is None:
         return None
     z = _value(g, const, dq.input[2]) if len(dq.input) > 2 else None
     qi = q.astype(np.int64)
@@ -147,8 +144,6 @@ def check_integer(model: Any) -> IntegerCheck:
                 attr(qn, "output_dtype") else np.dtype(np.uint8))
         else:
             x_dtype = x_q.dtype
-        from qlinear.core.types import qtype
-
         xt = qtype(x_dtype)
         if not xt.is_int:
             res.layers.append(LayerCheck(name, node.op_type, wname, "float", note=f"{xt.name} activations"))

@@ -23,7 +23,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from qlinear.core.types import QType, qtype
+from qlinear.core.types import QType, int_stored_as, qtype
 from qlinear.graph.model import GraphIndex, attr, load_model
 from qlinear.graph.ops import QDQ_FUSED_ACTIVATIONS, QDQ_STRUCTURE
 
@@ -213,7 +213,7 @@ def parse(model: Any) -> QdqGraph:
             continue
         if src in consts:
             c = consts[src]
-            if c.dtype.kind not in "iu" and c.dtype.name not in ("int4", "uint4", "int2", "uint2"):
+            if int_stored_as(c.dtype) is None:
                 continue
             p = _params(n, consts, c.ndim, c.dtype)
             if p is None:

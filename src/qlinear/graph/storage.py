@@ -12,14 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import ml_dtypes
-import numpy as np
-
-from qlinear.core.types import qtype
-
-#: NumPy storage of each integer weight type as written (2-bit types on the 4-bit grid)
-STORAGE = {"int4": np.dtype(ml_dtypes.int4), "uint4": np.dtype(ml_dtypes.uint4), "int8": np.dtype(np.int8),
-           "uint8": np.dtype(np.uint8), "int2": np.dtype(ml_dtypes.int4), "uint2": np.dtype(ml_dtypes.uint4)}
+from qlinear.core.types import TABLE, qtype
 
 
 def storage_type(dtype: str) -> str:
@@ -29,6 +22,10 @@ def storage_type(dtype: str) -> str:
     if t.bits == 2:
         return "int4" if t.signed else "uint4"
     return t.name
+
+
+#: NumPy storage of each integer weight type as written (2-bit types on the 4-bit grid), from core's type table
+STORAGE = {t.name: qtype(storage_type(t.name)).storage for t in TABLE if t.is_int and t.bits <= 8}
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ import numpy as np
 import onnx
 
 from qlinear import calibration as C
-from qlinear.core.granularity import LPBQ, PerAxis, PerBlock
+from qlinear.core.granularity import LPBQ, PerAxis, PerBlock, PerTensor
 from qlinear.core.types import int_type, qtype
 from qlinear.encodings import Encoding, EncodingSet
 from qlinear.graph import apply
@@ -121,7 +121,7 @@ def int32_biases(es: EncodingSet, m: onnx.ModelProto, plan: Plan, notes: list[st
     for spec in plan.weights:
         we = encs.get(spec.name)
         ie = encs.get(spec.input) or encs.get(resolve_inherit(plan, spec.input))
-        if we is None or ie is None or not we.qtype.is_int or not ie.qtype.is_int or ie.granularity != "per_tensor":
+        if we is None or ie is None or not we.qtype.is_int or not ie.qtype.is_int or not isinstance(ie.grain, PerTensor):
             continue
         w = g.array(spec.name)
         rank = w.ndim
@@ -136,7 +136,7 @@ def int32_biases(es: EncodingSet, m: onnx.ModelProto, plan: Plan, notes: list[st
             raised[spec.name] = int(np.sum(ratio > 1))
         if spec.bias:
             we = encs[spec.name]  # a per-tensor weight has a per-tensor bias (TFLite/XNNPACK require it)
-            ws = we.scale if we.granularity == "per_tensor" else we.channel_scale(spec.channel_axis, rank)
+            ws = we.scale if isinstance(we.grain, PerTensor) else we.channel_scale(spec.channel_axis, rank)
             s = C.bias_scale(ie.scale, ws)
             encs[spec.bias] = Encoding(spec.bias, "int32", scale=s, axis=0 if s.ndim else None, role="param")
     if raised and notes is not None:

@@ -32,6 +32,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from qlinear.core.granularity import PerTensor
 from qlinear.core.native import cpu_count
 from qlinear.errors import DataError
 from qlinear.graph.ops import EMBEDDING_PRODUCERS, LAYOUT_PASSTHROUGH, QUANTIZE_OPS
@@ -126,8 +127,8 @@ def output_engine(qm: Any) -> str:
     """How the report computes the quantized model's outputs: ``ort-int8`` (ONNX Runtime at its default
     optimization level, the fused int8 kernels users deploy, when they are exact on this CPU and the target is
     ``ort``), else ``onnx`` (every QuantizeLinear/DequantizeLinear as ONNX defines it, float operators in between)."""
-    act = {e.dtype for e in qm.encodings.activations if e.scale is not None}
-    if qm.config.target == "ort" and act and act <= {"uint8", "int8"} and int8_kernels_exact():
+    act = {e.qtype for e in qm.encodings.activations if e.scale is not None}
+    if qm.config.target == "ort" and act and all(t.is_int and t.bits == 8 for t in act) and int8_kernels_exact():
         return "ort-int8"
     return "onnx"
 
@@ -221,7 +222,7 @@ class _Scratch:
 
     def handles(self, e: Any) -> bool:
         t = e.qtype
-        return t.is_int and t.storage in self.REUSABLE and not e.block_size and e.granularity == "per_tensor"
+        return t.is_int and t.storage in self.REUSABLE and isinstance(e.grain, PerTensor)
 
     def _buf(self, key: str, n: int, dtype: np.dtype) -> np.ndarray:
         b = getattr(self.local, key, None)

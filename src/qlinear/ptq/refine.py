@@ -29,6 +29,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from qlinear.core.granularity import PerTensor
 from qlinear.encodings import EncodingSet
 from qlinear.graph.plan import Plan
 from qlinear.ptq.config import QuantizeConfig
@@ -91,7 +92,7 @@ def refine_weights(es: EncodingSet, m: onnx.ModelProto, plan: Plan, ds: Any, n_c
         err = ly.error(Wm, ly.to_matrix(wq.astype(np.float64))).sum()
         if methods[name] == "adaround":
             w2 = adaround(ly, w32, e, AdaRoundOptions(iterations=cfg.adaround_iterations))
-            e2, w2 = regrid(ly, e, w2, gains(ly, w32, w2, asymmetric=True, per_tensor=e.granularity == "per_tensor"))
+            e2, w2 = regrid(ly, e, w2, gains(ly, w32, w2, asymmetric=True, per_tensor=isinstance(e.grain, PerTensor)))
             err2 = ly.error(Wm, ly.to_matrix(w2.astype(np.float64))).sum()
             if err2 < err:  # keep the learned rounding only where it lowers the layer's output error
                 e, wq, err = e2, w2, err2

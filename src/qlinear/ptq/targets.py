@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import onnx
 
+from qlinear.core.granularity import PerBlock, PerTensor
 from qlinear.encodings import Encoding, EncodingSet
 from qlinear.graph import ops
 from qlinear.graph.model import GraphIndex, load_model
@@ -75,11 +76,11 @@ def check_tflite(model: Any, encodings: EncodingSet | None = None) -> list[Viola
                 out.append(Violation(e.name, "weights must be symmetric (zero point 0)"))
         if e.role == "activation" and t.name not in ("int8", "int16"):
             out.append(Violation(e.name, f"activations must be int8 (or int16), got {t.name}"))
-        if e.role == "activation" and e.granularity != "per_tensor":
+        if e.role == "activation" and not isinstance(e.grain, PerTensor):
             out.append(Violation(e.name, "activations must be per-tensor"))
         if e.role == "activation" and t.name == "int16" and np.any(e.zero_point_or_zeros != 0):
             out.append(Violation(e.name, "int16 activations must have zero point 0"))
-        if e.granularity in ("per_block", "lpbq"):
+        if isinstance(e.grain, PerBlock):  # LPBQ too
             out.append(Violation(e.name, "block quantization is not in the TFLite int8 table"))
     for n in m.graph.node:
         o = n.output[0] if n.output else ""

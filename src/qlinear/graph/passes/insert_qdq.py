@@ -30,6 +30,7 @@ import numpy as np
 import onnx_ir as ir
 from onnx import TensorProto, helper
 
+from qlinear.core import granularity as gr
 from qlinear.core.types import Kind, qtype
 from qlinear.encodings.model import Encoding, expand_block_scale
 from qlinear.errors import EncodingError, GraphError, UnsupportedError
@@ -147,7 +148,7 @@ class _Writer:
                 out = self.int32_bias(e, w, restore)
             elif e.shifted:
                 out = self.shifted(e, w, restore)
-            elif e.granularity == "lpbq":
+            elif isinstance(e.grain, gr.LPBQ):
                 out = self.lpbq(e, w, restore)
             else:
                 out = self.plain(e, w, restore)
@@ -174,25 +175,28 @@ class _Writer:
         return self.dq([qn, sn, zn], e.name, self.names.new(f"{e.name}_DequantizeLinear"), axis=axis, restore=restore)
 
     def shifted(self, e: Encoding, w: np.ndarray, restore: int | None) -> ir.Value:
-        # int2 shifted grid (AIMET shift_zero_point): q' = 2q - 2zp on int4 with scale s/2 is the same grid exactly
-        t = e.qtype
+        # int2 shifted grid (AIMET shift_zero_point): q' = 2q - 2zp on int4 with scale s/2 is the same grid exactly;
+        # q from AIMET's own quantizer (Encoding.quantize: its clamping and rounding, ties away from zero)
+        shape = tuple(w.shape)
         s = e.scale.astype(np.float32)
-        axis = e.axis if e.granularity != "per_tensor" else None
         half = (s.astype(np.float64) / 2).astype(np.float32)
         if not np.array_equal(half.astype(np.float64) * 2, s.astype(np.float64)):
             raise UnsupportedError(f"{e.name}: scale/2 is not exact in float32; the shifted grid cannot be stored")
-        # q = clamp(round(x/s + zp)), x^ = (q - zp)*s = (2q - 2zp)*(s/2), 2q - 2zp odd in [-3, 3]
-        sh = s.reshape(-1) if s.ndim else s
-        zz = e.zero_point.reshape(-1) if e.zero_point.ndim else e.zero_point
-        bshape = [1] * w.ndim
-        if axis is not None:
-            bshape[axis % w.ndim] = -1
-        sb = np.reshape(sh, bshape) if axis is not None else sh
-        zb = np.reshape(zz, bshape) if axis is not None else zz
-        k = np.clip(np.rint(w.astype(np.float64) / sb.astype(np.float64) + zb), t.qmin, t.qmax)
-        qn = self.const(f"{e.name}_quantized", (2 * (k - zb)).astype(np.int8), "int4")
-        sn = self.const(f"{e.name}_scale", half)
-        return self.dq([qn, sn], e.name, self.names.new(f"{e.name}_DequantizeLinear"), axis=axis, restore=restore)
+        g, z = e.grain, e.zero_point.astype(np.float64)
+        if isinstance(g, gr.PerTensor):
+            half, z, axis = half.reshape(()), z.reshape(()), None
+        elif isinstance(g, gr.PerBlock):  # ONNX's blocked shape: the scale of the weight's rank
+            half = expand_block_scale(half, shape, e.axis, e.block_size)
+            z, axis = expand_block_scale(z, shape, e.axis, e.block_size), e.axis
+        else:
+            half, z, axis = half.reshape(-1), z.reshape(-1), e.axis
+        full = gr.resolve(shape, half.shape, 1 if axis is None else axis, e.block_size)
+        k = 2 * (e.quantize(w).astype(np.float64) - gr.expand(z, shape, full))  # odd integers in [-3, 3]
+        pn = param_names(e.name)
+        qn = self.const(pn.quantized, k.astype(np.int8), "int4")  # signed whatever the type
+        sn = self.const(pn.scale, half)
+        return self.dq([qn, sn], e.name, self.names.new(pn.node), axis=axis, block_size=e.block_size,
+                       restore=restore)
 
     def lpbq(self, e: Encoding, w: np.ndarray, restore: int | None) -> ir.Value:
         # LPBQ: DQ(int scales uint8, per-channel float scale, axis=channel) -> effective scale -> blocked DQ
@@ -227,7 +231,7 @@ class _Writer:
         pn = param_names(e.name)
         qn = self.lazy_const(pn.quantized, lambda: src.integers().astype(STORAGE[st]), st, shape)
         sd = helper.tensor_dtype_to_np_dtype(src.scale_type)
-        if e.granularity == "lpbq":  # DQ(int scales uint8, per-channel float scale, axis=channel) -> scale
+        if isinstance(e.grain, gr.LPBQ):  # DQ(int scales uint8, per-channel float scale, axis=channel) -> scale
             ln = lpbq_names(e.name)
             ints = expand_block_scale(e.int_scale, shape, e.axis, e.block_size)
             pcf = e.scale.reshape(-1).astype(np.float32)
@@ -241,7 +245,7 @@ class _Writer:
             ins = [qn, self.const(pn.scale, s.astype(sd))]
         if src.zero_point:
             ins.append(self.const(pn.zero_point, np.asarray(z).astype(STORAGE[st])))
-        axis = None if e.granularity == "per_tensor" else e.axis
+        axis = None if isinstance(e.grain, gr.PerTensor) else e.axis
         return self.node("DequantizeLinear", ins, e.name, self.names.new(pn.node), axis=axis,
                          block_size=e.block_size or None)
 
@@ -327,5 +331,5 @@ def _take_info(new: ir.Value, old: ir.Value) -> None:
 def onnx_params(e: Encoding, shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray | None, int | None]:
     """float32 scale, zero point (storage dtype) and axis attribute, in ONNX shapes."""
     p = e.onnx_params(shape)
-    axis = None if e.granularity == "per_tensor" else p["axis"]
+    axis = None if isinstance(e.grain, gr.PerTensor) else p["axis"]
     return p["scale"], p["zero_point"], axis

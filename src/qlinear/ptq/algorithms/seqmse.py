@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from qlinear.core.granularity import PerAxis, PerTensor
 from qlinear.encodings.model import Encoding
 from qlinear.ptq.layers import Layer
 
@@ -32,9 +33,9 @@ GAIN_RANGE = (0.5, 2.0)
 
 def _scaled(e: Encoding, ratio: np.ndarray, layer: Layer) -> Encoding:
     """``e`` with the scale of output channel ``c`` multiplied by ``ratio[c]`` (one value per-tensor)."""
-    if e.granularity == "per_tensor":
+    if isinstance(e.grain, PerTensor):
         return e.replace(scale=e.scale * float(ratio.reshape(-1)[0]))
-    if e.granularity == "per_channel":
+    if isinstance(e.grain, PerAxis):
         return e.replace(scale=np.asarray(e.scale, np.float64) * ratio.reshape(np.shape(e.scale)))
     return _scaled_blocks(e, ratio, layer)
 
@@ -88,7 +89,7 @@ def seqmse(layer: Layer, w: np.ndarray, e: Encoding, ratios: tuple[float, ...] =
     yy, T = _targets(layer, W, asymmetric)
     best = np.full((n_g, n_o), np.inf)
     best_r = np.ones(n_g * n_o)
-    per_tensor = e.granularity == "per_tensor"
+    per_tensor = isinstance(e.grain, PerTensor)
     w32 = np.asarray(w, np.float32)
     lo, hi = GAIN_RANGE
     for r in ratios:
