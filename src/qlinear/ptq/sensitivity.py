@@ -28,6 +28,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from qlinear.graph.ops import bias_input
 from qlinear.graph.plan import resolve_inherit
 from qlinear.ptq.session import Session
 from qlinear.ptq.staged import _order, node_inputs
@@ -65,8 +66,8 @@ def gated_model(qdq: onnx.ModelProto, float_model: onnx.ModelProto, names: dict[
     finits = {t.name: t for t in float_model.graph.initializer}
     qinits = {t.name for t in g.initializer}
     inherit = inherit or {}
-    bias_of = {n.input[2]: n.input[1] for n in g.node if n.op_type in ("Conv", "ConvTranspose", "Gemm")
-               and len(n.input) > 2 and n.input[2]}  # a bias is gated with its layer's weight
+    bias_of = {n.input[b]: n.input[1] for n in g.node if (b := bias_input(n.op_type)) is not None
+               and len(n.input) > b and n.input[b]}  # a bias is gated with its layer's weight
     gates: list[tuple[str, str]] = []
     index: dict[str, int] = {}
     nodes: list[onnx.NodeProto] = []
