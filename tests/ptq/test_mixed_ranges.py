@@ -137,3 +137,15 @@ def test_ort_inner_concat_requantizes_each_part():
     assert np.max(np.abs(fused - ref)) <= 2 * s_out + 1e-6
     assert _sqnr(run_reference(m, {"x": ev})[0], ref) > 20
     assert qm.report().mixed[0]["graph_outputs"] == []
+
+
+def test_ort_mixed_output_also_read_by_a_conv_stays_quantized():
+    """A mixed Concat that is a graph output and also feeds a Conv keeps its output encoding (the Conv needs one
+    input grid): nothing is left in float and no note claims so."""
+    m, x = detector(inner=True), _data()
+    m.graph.output.append(helper.make_tensor_value_info("det", TensorProto.FLOAT, ["N", N_BOX + N_CLS, 64]))
+    qm = qlinear.quantize(m, {"x": x}, dict(CFG, target="ort"))
+    assert "det" in {e.name for e in qm.encodings}
+    assert not any("left in float" in n for n in qm.notes)
+    rep = qm.report()
+    assert rep.kinds["det"] == "mixed" and rep.outputs["det"]["sqnr_db_worst_part"] < rep.outputs["det"]["sqnr_db"]

@@ -209,7 +209,8 @@ def evaluate(qm: Any, *, samples: int | None = None, progress: Callable[[int], N
 
 def concat_parts(ref: Any, outputs: list[str]) -> dict[str, tuple[int, list[tuple[str, int, int]]]]:
     """Graph outputs computed by a Concat (:func:`qlinear.ptq.mixed.part_slices`): axis and parts."""
-    if not any(n.op_type == "Concat" for n in ref.graph.node):
+    prod = {o: n for n in ref.graph.node for o in n.output}
+    if not any(prod.get(o) is not None and prod[o].op_type in ("Concat", "Identity") for o in outputs):
         return {}
     try:
         inf = onnx.shape_inference.infer_shapes(ref)

@@ -61,15 +61,22 @@ def keep_parts(plan: Plan, m: Any, target: str, notes: list[str]) -> None:
                          f"precision (per-part SQNR in the report); {REMEDY}")
             continue
         reach = output_of(plan, c, outs)
-        if not reach:
-            continue
         drop = set(reach) | {c.output}
+        if not reach or c.output not in plan.activations or _feeds_compute(m, plan, c.output, drop):
+            continue
         plan.activations = [t for t in plan.activations if t not in drop]
         plan.inherit = {k: v for k, v in plan.inherit.items() if k not in drop}
         for t in drop:
             plan.skipped[t] = "output of a Concat of mixed ranges: left in float (each part keeps its parameters)"
         notes.append(f"{what}: each input keeps its own parameters and the output {', '.join(sorted(reach))} is "
                      "left in float (one grid over all parts would undo them)")
+
+
+def _feeds_compute(m: Any, plan: Plan, t: str, drop: set[str]) -> bool:
+    """``t`` (or data movement of it) is read by a node whose output does not just reuse its encoding: an operator
+    that needs ``t`` quantized as one tensor."""
+    users = {k for k in plan.inherit if resolve_inherit(plan, k) == t} | {t}
+    return any(n.output and not set(n.output) <= users | drop for n in m.graph.node if users & set(n.input))
 
 
 def _x(r: float) -> str:
