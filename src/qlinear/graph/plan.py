@@ -7,7 +7,11 @@
   activation).
 * **Data-movement ops** (Reshape, Flatten, Transpose, Squeeze, Unsqueeze, MaxPool, Identity, Slice, Gather, Pad,
   SpaceToDepth, DepthToSpace) share their input's parameters.
-* **Concat** inputs and output share one set of parameters (their ranges are merged).
+* **Concat**: where the target requires it (``tflite``: one scale in and out), its inputs and output share one set of
+  parameters (their ranges are merged, the plan's ``tied``); elsewhere (``ort``, ``qnn``: ONNX Runtime's
+  QLinearConcat and the integer kernels requantize each input) every input keeps its own and the output gets its
+  own. Every Concat is listed in ``Plan.concats`` (its parts' observed ranges are filled in after calibration, the
+  mixed-range checks of :mod:`qlinear.ptq.mixed`).
 * **Transformer graphs**: only tensors computed from float data are quantized — float graph inputs and embedding
   lookups (``Gather`` of a float initializer) and what is computed from them. Float tensors derived from integer
   inputs, shapes and constants alone (attention masks: ``Cast(attention_mask)``, ``Where(mask, 0, -inf)``; position
@@ -54,12 +58,37 @@ class BiasSpec:
 
 
 @dataclass
+class ConcatSpec:
+    """A Concat of the plan: its data inputs (the parts), output and axis; ``ranges`` (the largest ``|x|`` of each
+    part on the calibration data) are filled in after calibration."""
+
+    node: str
+    inputs: list[str]
+    output: str
+    axis: int
+    ranges: list[float] = field(default_factory=list)
+
+    def ratio(self) -> float:
+        """How many times the widest part's range is the narrowest's (1.0 before calibration; inf if a part is all
+        zeros)."""
+        if len(self.ranges) < 2:
+            return 1.0
+        lo, hi = min(self.ranges), max(self.ranges)
+        return float("inf") if lo <= 0 < hi else (hi / lo if lo > 0 else 1.0)
+
+
+#: targets whose Concat requires one set of parameters for its inputs and output
+TIED_CONCAT_TARGETS = ("tflite",)
+
+
+@dataclass
 class Plan:
     """The quantization plan of a float model."""
 
     activations: list[str] = field(default_factory=list)        # tensors observed and quantized
     inherit: dict[str, str] = field(default_factory=dict)        # tensor -> tensor whose encoding it reuses
     tied: list[list[str]] = field(default_factory=list)          # groups sharing one encoding (Concat)
+    concats: list[ConcatSpec] = field(default_factory=list)     # every quantized Concat (tied or not)
     weights: list[WeightSpec] = field(default_factory=list)
     biases: list[BiasSpec] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)        # tensor -> reason
@@ -78,12 +107,14 @@ def is_transformer(m: onnx.ModelProto) -> bool:
 
 
 def make_plan(m: onnx.ModelProto, *, exclude_nodes: tuple[str, ...] = (), exclude_op_types: tuple[str, ...] = (),
-              quantize_outputs: bool = True, placement: str = "all") -> Plan:
+              quantize_outputs: bool = True, placement: str = "all", target: str = "tflite") -> Plan:
     """The plan of ``m``. ``placement`` ``all``: every float activation a runtime computes in integers (CNNs,
     integer-only targets); ``matmul``: only the inputs of MatMul/Gemm (both operands of activation x activation
     products, so attention scores and probabilities too) — transformer encoders on CPUs/GPUs, where LayerNorm,
-    Softmax, Gelu and the residual adds run in float and their outlier ranges never meet an 8-bit grid."""
-    plan = _make_plan(m, exclude_nodes, exclude_op_types, quantize_outputs)
+    Softmax, Gelu and the residual adds run in float and their outlier ranges never meet an 8-bit grid.
+    ``target``: Concat inputs and output are tied into one encoding only for the targets that require it
+    (``TIED_CONCAT_TARGETS``)."""
+    plan = _make_plan(m, exclude_nodes, exclude_op_types, quantize_outputs, target in TIED_CONCAT_TARGETS)
     if placement == "matmul":
         g = GraphIndex.build(m, infer_shapes=False)
         feeds: set[str] = set()
@@ -97,13 +128,14 @@ def make_plan(m: onnx.ModelProto, *, exclude_nodes: tuple[str, ...] = (), exclud
                 plan.skipped[t] = "placement matmul: not a MatMul/Gemm input"
         plan.activations = [t for t in plan.activations if t in feeds]
         plan.tied = [grp for grp in plan.tied if all(t in feeds for t in grp)]
+        plan.concats = [c for c in plan.concats if c.output in feeds]
         keep = set(plan.activations)
         plan.inherit = {k: v for k, v in plan.inherit.items() if resolve_inherit(plan, v) in keep}
     return plan
 
 
 def _make_plan(m: onnx.ModelProto, exclude_nodes: tuple[str, ...], exclude_op_types: tuple[str, ...],
-               quantize_outputs: bool) -> Plan:
+               quantize_outputs: bool, tie_concat: bool = True) -> Plan:
     g = GraphIndex.build(m)
     plan = Plan()
     excluded = set(exclude_nodes)
@@ -176,7 +208,11 @@ def _make_plan(m: onnx.ModelProto, exclude_nodes: tuple[str, ...], exclude_op_ty
                 continue
             want(out)
         if n.op_type == "Concat" and not skip_node:
-            plan.tied.append([t for t in n.input if t] + [n.output[0]])
+            if tie_concat:
+                plan.tied.append([t for t in n.input if t] + [n.output[0]])
+            axis = next((int(a.i) for a in n.attribute if a.name == "axis"), 0)
+            parts = [t for t in n.input if t and t not in g.initializers]
+            plan.concats.append(ConcatSpec(n.name or n.output[0], parts, n.output[0], axis))
     return plan
 
 

@@ -4,8 +4,9 @@
   values): ``classifier`` (``[N, classes]`` logits or softmax rows: top-1 agreement, top-1 accuracy when labels are
   known, cosine, SQNR), ``probability`` (values in [0, 1], a few per sample: agreement of the decisions at 0.5 and
   SQNR), ``embedding`` (unit-norm rows or an embedding/hidden-state name: cosine, SQNR), ``generic`` (cosine, SQNR),
-  ``mixed`` (channels of very different ranges along the last axis, such as boxes next to scores: SQNR per part of
-  similar range, judged by the worst part, :func:`range_parts`), ``integer`` (exact match) and ``passthrough`` (an integer output no quantizer reaches: skipped, with a note). The
+  ``mixed`` (an output computed by a Concat whose parts' ranges differ by more than 16x, such as boxes next to
+  scores: SQNR per Concat input, :func:`concat_parts`; else channels of very different ranges along the last axis:
+  SQNR per run of similar range, :func:`range_parts`; judged by the worst part), ``integer`` (exact match) and ``passthrough`` (an integer output no quantizer reaches: skipped, with a note). The
   metric of its kind is the output's headline (``Report.headlines``). Metrics are accumulated batch by batch, so
   samples of different shapes (a dynamic sequence length) are compared sample by sample and aggregated;
 * **per-tensor SQNR** of each activation's own quantization, ``10 log10(sum x^2 / sum (x - DQ(Q(x)))^2)`` with ``x``
@@ -31,11 +32,14 @@ from functools import lru_cache
 from typing import Any, Callable
 
 import numpy as np
+import onnx
 
 from qlinear.core.granularity import PerTensor
 from qlinear.core.native import cpu_count
 from qlinear.errors import DataError
 from qlinear.graph.ops import EMBEDDING_PRODUCERS, LAYOUT_PASSTHROUGH, QUANTIZE_OPS
+from qlinear.graph.plan import resolve_inherit
+from qlinear.ptq.mixed import MIXED_RATIO, REMEDY, mixed, part_slices
 
 HIST_CAP = 100_000  # float values kept per tensor for its histogram
 
@@ -64,13 +68,14 @@ class Report:
     kinds: dict[str, str] = field(default_factory=dict)  #: output -> kind (:func:`output_kind`)
     headlines: dict[str, str | None] = field(default_factory=dict)  #: output -> the metric of its kind (None: skipped)
     sensitivity: list[dict[str, Any]] = field(default_factory=list)  #: :mod:`qlinear.ptq.sensitivity`, when asked
+    mixed: list[dict[str, Any]] = field(default_factory=list)  #: Concats of mixed ranges (:func:`mixed_concats`)
 
     def to_dict(self) -> dict[str, Any]:
         outs = {o: ({"kind": self.kinds[o], "headline": self.headlines.get(o), **r} if o in self.kinds else r)
                 for o, r in self.outputs.items()}
         return {"samples": self.samples, "stat_samples": self.stat_samples, "engine": self.engine,
                 "outputs": outs, "ranking": self.ranking, "tensors": [t.__dict__ for t in self.tensors],
-                "timings": self.timings, "histograms": self.histograms}
+                "timings": self.timings, "histograms": self.histograms, "mixed_ranges": self.mixed}
 
 
 def _sqnr(sig: float, noise: float) -> float:
@@ -177,10 +182,16 @@ def evaluate(qm: Any, *, samples: int | None = None, progress: Callable[[int], N
     ranking = [s.name for s in sorted(stats, key=lambda s: s.sqnr_db)]
     labels = None if ds.labels is None else ds.labels[start:stop]
     untouched, producers = untouched_outputs(qm.model), output_producers(ref)
+    cparts = concat_parts(ref, outputs)
     res, kinds, heads = {}, {}, {}
     for o in outputs:
         kinds[o] = output_kind(o, out_f[o], counts, passthrough=o in untouched, producer=producers.get(o, ""))
-        res[o] = kind_metrics(kinds[o], out_f[o], out_q[o], counts, labels, o, ds.source)
+        parts = cparts.get(o)
+        if kinds[o] in ("generic", "mixed") and parts is not None and part_ratio(out_f[o], parts) > MIXED_RATIO:
+            kinds[o] = "mixed"
+        else:
+            parts = None
+        res[o] = kind_metrics(kinds[o], out_f[o], out_q[o], counts, labels, o, ds.source, parts=parts)
         heads[o] = HEADLINE[kinds[o]]
         if kinds[o] == "passthrough":
             note = (f"output {o!r} is an integer output that no quantizer reaches (it passes inputs or shapes "
@@ -193,7 +204,68 @@ def evaluate(qm: Any, *, samples: int | None = None, progress: Callable[[int], N
         h = seen[name].histogram(by_name[name])
         if h is not None:
             hists[name] = h
-    return Report(n, stats, res, ranking, hists, stat_samples=n_stat, engine=engine, kinds=kinds, headlines=heads)
+    mixed = mixed_concats(qm, stats, res, cparts)
+    return Report(n, stats, res, ranking, hists, stat_samples=n_stat, engine=engine, kinds=kinds, headlines=heads,
+                  mixed=mixed)
+
+
+def concat_parts(ref: Any, outputs: list[str]) -> dict[str, tuple[int, list[tuple[str, int, int]]]]:
+    """Graph outputs computed by a Concat (:func:`qlinear.ptq.mixed.part_slices`): axis and parts."""
+    prod = {o: n for n in ref.graph.node for o in n.output}
+    if not any(prod.get(o) is not None and prod[o].op_type in ("Concat", "Identity") for o in outputs):
+        return {}
+    try:
+        inf = onnx.shape_inference.infer_shapes(ref)
+    except Exception:  # noqa: BLE001 - shapes are a convenience here: no shapes, no parts
+        return {}
+    shapes = {}
+    for v in list(inf.graph.value_info) + list(inf.graph.output) + list(inf.graph.input):
+        if v.type.tensor_type.HasField("shape"):
+            shapes[v.name] = tuple(d.dim_value if d.HasField("dim_value") else None
+                                   for d in v.type.tensor_type.shape.dim)
+    out = {}
+    for o in outputs:
+        p = part_slices(ref, o, shapes)
+        if p is not None and len(p[1]) > 1:
+            out[o] = p
+    return out
+
+
+def part_ratio(xs: list[np.ndarray], parts: tuple[int, list[tuple[str, int, int]]]) -> float:
+    """How many times the widest part's largest ``|x|`` is the narrowest's (inf when a part is all zeros)."""
+    axis, sl = parts
+    r = []
+    for _, a, b in sl:
+        vals = [np.abs(np.take(x, range(a, b), axis=axis)).max() for x in xs if x.size and x.ndim > axis]
+        r.append(float(max(vals)) if vals else 0.0)
+    if not r or max(r) == 0:
+        return 1.0
+    return float("inf") if min(r) == 0 else max(r) / min(r)
+
+
+def mixed_concats(qm: Any, stats: list[TensorStat], res: dict[str, dict[str, float]],
+                  cparts: dict[str, tuple[int, list[tuple[str, int, int]]]]) -> list[dict[str, Any]]:
+    """Every Concat whose parts' ranges differ by more than ``MIXED_RATIO`` (:mod:`qlinear.ptq.mixed`), with each
+    part's SQNR: of the graph output's slice where the Concat computes an output, else of the part's own
+    quantization; ``tied``: the target made the parts share one scale (then the ``remedy`` applies)."""
+    plan = getattr(qm, "plan", None)
+    if plan is None:
+        return []
+    tied = {t for grp in plan.tied for t in grp}
+    by_name = {s.name: s.sqnr_db for s in stats}
+    outs = {o.name for o in qm.reference_model.graph.output}
+    rows = []
+    for c in mixed(plan):
+        reach = [o for o in outs if resolve_inherit(plan, o) == c.output or o == c.output]
+        o = next((o for o in reach if o in res and o in cparts), None)
+        keys = {t: f"sqnr_db[{a}:{b}]" for t, a, b in cparts[o][1]} if o else {}
+        got = res[o] if o else {}
+        parts = [{"tensor": t, "range": r,
+                  "sqnr_db": got.get(keys.get(t, ""), by_name.get(resolve_inherit(plan, t)))}
+                 for t, r in zip(c.inputs, c.ranges)]
+        rows.append({"concat": c.node, "output": c.output, "graph_outputs": sorted(reach), "ratio": c.ratio(),
+                     "tied": c.output in tied, "parts": parts, "remedy": REMEDY if c.output in tied else None})
+    return rows
 
 
 def _stat_encodings(qm: Any) -> list[Any]:
@@ -519,9 +591,12 @@ def range_parts(xs: list[np.ndarray], *, ratio: float = 100.0, max_channels: int
 
 
 def kind_metrics(kind: str, fa: list[np.ndarray], qa: list[np.ndarray], counts: list[int],
-                 labels: list[int] | None, name: str, source: str) -> dict[str, float]:
+                 labels: list[int] | None, name: str, source: str,
+                 parts: tuple[int, list[tuple[str, int, int]]] | None = None) -> dict[str, float]:
     """The metrics of an output of ``kind`` (:func:`output_kind`) over batches: float outputs ``fa``, quantized
-    ``qa``, ``counts`` samples per batch (samples may differ in shape from batch to batch)."""
+    ``qa``, ``counts`` samples per batch (samples may differ in shape from batch to batch). ``parts`` (a ``mixed``
+    output computed by a Concat: its axis and each input's slice) replaces the channel runs of :func:`range_parts`:
+    one SQNR per Concat input, ``sqnr_db[start:stop]`` (its slice along the concat axis)."""
     if kind == "passthrough":
         return {}
     if kind == "integer":
@@ -542,10 +617,11 @@ def kind_metrics(kind: str, fa: list[np.ndarray], qa: list[np.ndarray], counts: 
     r["sqnr_db"] = _sqnr(sum(float(np.sum(a ** 2)) for a in rows_f),
                          sum(float(np.sum((a - b) ** 2)) for a, b in zip(rows_f, rows_q)))
     if kind == "mixed":
+        axis, sl = parts if parts is not None else (-1, [("", a, b) for a, b in range_parts(fa)])
         worst = float("inf")
-        for lo, hi in range_parts(fa):
-            pf = [a[..., lo:hi].astype(np.float64) for a in fa]
-            pq = [b[..., lo:hi].astype(np.float64) for b in qa]
+        for _, lo, hi in sl:
+            pf = [np.take(a, range(lo, hi), axis=axis).astype(np.float64) for a in fa]
+            pq = [np.take(b, range(lo, hi), axis=axis).astype(np.float64) for b in qa]
             v = _sqnr(sum(float(np.sum(a ** 2)) for a in pf), sum(float(np.sum((a - b) ** 2)) for a, b in zip(pf, pq)))
             r[f"sqnr_db[{lo}:{hi}]"] = v
             worst = min(worst, v)

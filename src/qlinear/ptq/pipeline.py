@@ -36,6 +36,7 @@ from qlinear.ptq import targets
 from qlinear.ptq.config import DATA_WEIGHT_METHODS, QuantizeConfig
 from qlinear.ptq.data import Dataset, ImagePreprocess, load_dataset, model_inputs
 from qlinear.ptq.encode import TensorConfigs, apply_encodings, build_encodings, int32_biases
+from qlinear.ptq.mixed import fill_ranges, keep_parts
 from qlinear.ptq.result import QuantizedModel
 from qlinear.ptq.settle import placement_for, settle
 from qlinear.ptq.weightonly import quantize_weights
@@ -159,7 +160,7 @@ def _calibrate(run: _Run, reference: onnx.ModelProto, placement: str) -> Quantiz
     """Plan, calibrate, encode (refinement, bias correction, repair, int32 biases) and build the Q/DQ model."""
     cfg, m, notes, timings, progress = run.cfg, run.m, run.notes, run.timings, run.progress
     plan = make_plan(m, exclude_nodes=cfg.exclude_nodes, exclude_op_types=cfg.exclude_op_types,
-                     quantize_outputs=cfg.quantize_outputs, placement=placement)
+                     quantize_outputs=cfg.quantize_outputs, placement=placement, target=cfg.target)
     implicit: dict[str, str] = {}
     if placement == "matmul" and cfg.activation_method is None:
         from qlinear.graph.plan import activation_fn_output
@@ -177,6 +178,8 @@ def _calibrate(run: _Run, reference: onnx.ModelProto, placement: str) -> Quantiz
     obs, means = _collect(m, run.ds, run.n_fit, list(plan.activations), cfg, means_for, adv, run.label, keep, tcfg)
     timings["calibration"] = time.perf_counter() - t0
     t0 = time.perf_counter()
+    fill_ranges(plan, obs)
+    keep_parts(plan, m, cfg.target, notes)
     encs = build_encodings(m, plan, obs, tcfg)
     es = EncodingSet(tuple(encs), producer={"package": "qlinear", "version": _version()}, version="2.0.0")
     es = targets.finalize(es, m, plan, cfg)

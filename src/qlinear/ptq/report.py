@@ -99,6 +99,24 @@ def _sensitivity(rep: Report) -> str:
             f"(most harmful first)</h2>{chart(items)}")
 
 
+def _mixed_html(rows: list[dict]) -> str:
+    """The Concats whose parts' ranges differ by more than 16x, each part's SQNR; red with the remedy where the
+    target made the parts share one scale."""
+    if not rows:
+        return ""
+    body = []
+    for r in rows:
+        parts = "; ".join(f"{html.escape(p['tensor'])} |x|&le;{p['range']:.3g}: "
+                          + ("n/a" if p["sqnr_db"] is None else f"{p['sqnr_db']:.1f} dB") for p in r["parts"])
+        how = f'one scale (target rule): {html.escape(r["remedy"])}' if r["tied"] else "each part keeps its parameters"
+        style = ' style="color:#c0392b"' if r["tied"] else ""
+        body.append(f"<tr{style}><td>{html.escape(r['concat'])}</td><td>{html.escape(', '.join(r['graph_outputs']))}"
+                    f"</td><td>{r['ratio']:.0f}x</td><td>{parts}</td><td>{how}</td></tr>")
+    return ("<h2>Concats of mixed ranges (parts differ by more than 16x)</h2><table><tr><th>Concat</th>"
+            "<th>graph output</th><th>range ratio</th><th>parts: SQNR</th><th>parameters</th></tr>"
+            + "".join(body) + "</table>")
+
+
 def to_html(qm: Any, rep: Report) -> str:
     cfg = qm.config
     rows = "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(str(v))}</td></tr>" for k, v in cfg.to_dict().items())
@@ -132,6 +150,7 @@ def to_html(qm: Any, rep: Report) -> str:
         f"<td>{'' if lc.accumulator == 'float' else f'{lc.headroom_bits:.2f}'}</td><td>{html.escape(lc.note)}</td></tr>"
         for lc in ic.layers)
     isum = "" if ic is None else html.escape(str(ic))
+    mixed = _mixed_html(getattr(rep, "mixed", None) or [])
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>qlinear quantization report</title>
 <style>body{{font-family:sans-serif;margin:2em;max-width:1100px}}table{{border-collapse:collapse;font-size:12px}}
 td,th{{border:1px solid #ccc;padding:2px 6px}}h2{{margin-top:1.5em}}</style></head><body>
@@ -140,7 +159,7 @@ td,th{{border:1px solid #ccc;padding:2px 6px}}h2{{margin-top:1.5em}}</style></he
 {"ONNX Runtime's int8 kernels (exact on this CPU)" if rep.engine == "ort-int8" else "the Q/DQ model as ONNX defines it"};
 {len(qm.encodings)} encodings; timings: {times}</p><ul>{notes}</ul>
 <h2>Outputs against the float model</h2><p>Each output is judged by the metric of its kind (bold).</p>
-<table><tr><th>output</th><th>kind</th><th colspan="6">metrics</th></tr>{outs}</table>
+<table><tr><th>output</th><th>kind</th><th colspan="6">metrics</th></tr>{outs}</table>{mixed}
 <h2>Per-tensor SQNR of its own quantization (lowest first)</h2>{_bars(worst)}
 {_sensitivity(rep)}
 <h2>Precision decisions</h2><table><tr><th>#</th><th>tensor</th><th>change</th><th>why</th>

@@ -1,6 +1,8 @@
 """Data movement: operators that move, select or repeat values without computing new ones. Their output reuses
 their input's encoding (the plan's ``inherit``); the integer kernels move the integers; TFLite wants the same
-parameters in and out. Concat merges its inputs' ranges into one encoding (the plan's ``tied``)."""
+parameters in and out. Concat merges its inputs' ranges into one encoding (the plan's ``tied``) only where the target
+requires one scale (``same_scale_tflite``: TFLite); for ort/qnn each input keeps its own parameters and the integer
+kernels requantize them (``concat``)."""
 
 from __future__ import annotations
 

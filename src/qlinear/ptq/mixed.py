@@ -1,0 +1,110 @@
+"""Concats of parts with very different ranges (issue 21: a detector's box coordinates in pixels next to sigmoid class
+scores in [0, 1]).
+
+* After calibration each Concat of the plan (:class:`qlinear.graph.plan.ConcatSpec`) gets its parts' ranges (the
+  largest ``|x|`` each input took on the calibration data, :func:`fill_ranges`); a Concat is **mixed** when the widest
+  part's range is more than ``MIXED_RATIO`` (16) times the narrowest's: one 8-bit grid over both leaves the narrow
+  part a handful of levels.
+* Targets ``ort`` and ``qnn`` keep each input's own parameters (the plan does not tie them); the output of a mixed
+  Concat that is a graph output (directly or through data movement) is left in float, with a note
+  (:func:`keep_parts`): one grid there would undo what the inputs kept. A mixed Concat inside the graph keeps its own
+  output encoding (its consumer needs one input grid).
+* Target ``tflite`` requires one scale in and out: nothing changes; every mixed Concat is noted here and flagged in
+  the report with each part's SQNR and the remedy (``REMEDY``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from qlinear.graph.plan import ConcatSpec, Plan, resolve_inherit
+
+MIXED_RATIO = 16.0
+REMEDY = ("use target ort or qnn (each Concat input keeps its own parameters), or split the output / quantize the "
+          "parts with 16-bit activations")
+
+
+def fill_ranges(plan: Plan, obs: dict[str, Any]) -> None:
+    """Each Concat's parts' ranges from the observers (before tied groups are merged); a Concat with a part that
+    was not observed keeps no ranges."""
+    for c in plan.concats:
+        rs = []
+        for t in c.inputs:
+            o = obs.get(resolve_inherit(plan, t))
+            if o is None or getattr(o, "min", None) is None:
+                rs = []
+                break
+            rs.append(float(max(np.max(np.abs(o.min)), np.max(np.abs(o.max)))))
+        c.ranges = rs
+
+
+def mixed(plan: Plan, ratio: float = MIXED_RATIO) -> list[ConcatSpec]:
+    """The Concats whose parts' ranges differ by more than ``ratio``."""
+    return [c for c in plan.concats if c.ratio() > ratio]
+
+
+def output_of(plan: Plan, c: ConcatSpec, graph_outputs: set[str]) -> list[str]:
+    """The graph outputs that reuse the Concat output's encoding (the output itself or data movement after it)."""
+    return [o for o in graph_outputs if resolve_inherit(plan, o) == c.output]
+
+
+def keep_parts(plan: Plan, m: Any, target: str, notes: list[str]) -> None:
+    """Settle the mixed Concats for ``target`` (call after :func:`fill_ranges`, before the encodings are built)."""
+    outs = {o.name for o in m.graph.output}
+    for c in mixed(plan):
+        what = f"Concat {c.node!r}: its parts' ranges differ by {_x(c.ratio())} (" + ", ".join(
+            f"{t} |x|<={r:.3g}" for t, r in zip(c.inputs, c.ranges)) + ")"
+        if target == "tflite":
+            notes.append(f"WARNING: {what} but TFLite requires one scale for all of them: the narrow parts lose "
+                         f"precision (per-part SQNR in the report); {REMEDY}")
+            continue
+        reach = output_of(plan, c, outs)
+        drop = set(reach) | {c.output}
+        if not reach or c.output not in plan.activations or _feeds_compute(m, plan, c.output, drop):
+            continue
+        plan.activations = [t for t in plan.activations if t not in drop]
+        plan.inherit = {k: v for k, v in plan.inherit.items() if k not in drop}
+        for t in drop:
+            plan.skipped[t] = "output of a Concat of mixed ranges: left in float (each part keeps its parameters)"
+        notes.append(f"{what}: each input keeps its own parameters and the output {', '.join(sorted(reach))} is "
+                     "left in float (one grid over all parts would undo them)")
+
+
+def _feeds_compute(m: Any, plan: Plan, t: str, drop: set[str]) -> bool:
+    """``t`` (or data movement of it) is read by a node whose output does not just reuse its encoding: an operator
+    that needs ``t`` quantized as one tensor."""
+    users = {k for k in plan.inherit if resolve_inherit(plan, k) == t} | {t}
+    return any(n.output and not set(n.output) <= users | drop for n in m.graph.node if users & set(n.input))
+
+
+def _x(r: float) -> str:
+    return "more than 1e6x" if not np.isfinite(r) or r > 1e6 else f"{r:.0f}x"
+
+
+def part_slices(m: Any, output: str, shapes: dict[str, tuple]) -> tuple[int, list[tuple[str, int, int]]] | None:
+    """For a graph output of the float model ``m`` computed by a Concat (directly or through ``Identity``): the
+    concat axis (non-negative) and each data part's ``(input, start, stop)`` along it, from the static ``shapes`` of
+    the inputs; None for another output or when a part's extent is unknown."""
+    prod = {o: n for n in m.graph.node for o in n.output}
+    inits = {t.name for t in m.graph.initializer}
+    n = prod.get(output)
+    while n is not None and n.op_type == "Identity":
+        n = prod.get(n.input[0])
+    if n is None or n.op_type != "Concat":
+        return None
+    dims = [shapes.get(t) for t in n.input if t]
+    if any(d is None for d in dims) or len({len(d) for d in dims}) != 1:
+        return None
+    rank = len(dims[0])
+    axis = next((int(a.i) for a in n.attribute if a.name == "axis"), 0)
+    axis = axis + rank if axis < 0 else axis
+    if not 0 <= axis < rank or any(not isinstance(d[axis], int) for d in dims):
+        return None
+    out, a = [], 0
+    for t, d in zip([t for t in n.input if t], dims):
+        if t not in inits:
+            out.append((t, a, a + int(d[axis])))
+        a += int(d[axis])
+    return axis, out

@@ -1,0 +1,151 @@
+"""Issue 21: a Concat of parts with very different ranges (a detector's boxes in pixels next to sigmoid scores).
+
+Target ort keeps each part's own parameters (scores survive); target tflite ties them (the TFLite rule) and the report
+flags the Concat with each part's SQNR and the remedy; the headline of such an output is its worst part. The numbers
+are checked against ONNX Runtime and onnx.reference runs of the written models, not against the report alone."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from onnx_peers import run_reference
+
+import qlinear
+from qlinear.graph.plan import make_plan
+from qlinear.ptq.report import to_html, to_json
+
+N_BOX, N_CLS = 4, 6
+
+
+def detector(inner: bool = False) -> onnx.ModelProto:
+    """``[N, 8, 64]`` features -> boxes in 0..320 (Conv, Clip) and class scores in 0..1 (Conv, Sigmoid), joined by a
+    Concat on axis 1 (``[N, 10, 64]``, YOLOv8's ``output0`` layout). ``inner``: a 1x1 Conv reads the Concat (a
+    Concat inside the graph) and its output is the graph output."""
+    rng = np.random.default_rng(0)
+    inits = {"wb": (rng.standard_normal((N_BOX, 8, 1)) * 60).astype(np.float32), "bb": np.full(N_BOX, 160, np.float32),
+             "wc": rng.standard_normal((N_CLS, 8, 1)).astype(np.float32), "bc": np.zeros(N_CLS, np.float32),
+             "lo": np.array(0, np.float32), "hi": np.array(320, np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "wb", "bb"], ["braw"], name="box_conv"),
+             helper.make_node("Clip", ["braw", "lo", "hi"], ["box"], name="box_clip"),
+             helper.make_node("Conv", ["x", "wc", "bc"], ["craw"], name="cls_conv"),
+             helper.make_node("Sigmoid", ["craw"], ["cls"], name="cls_sigmoid"),
+             helper.make_node("Concat", ["box", "cls"], ["det"], name="head_concat", axis=1)]
+    out = "det"
+    if inner:
+        inits["wm"] = (rng.standard_normal((3, N_BOX + N_CLS, 1)) * 0.1).astype(np.float32)
+        nodes.append(helper.make_node("Conv", ["det", "wm"], ["mix"], name="mix_conv"))
+        out = "mix"
+    shape = ["N", 3 if inner else N_BOX + N_CLS, 64]
+    g = helper.make_graph(nodes, "det", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8, 64])],
+                          [helper.make_tensor_value_info(out, TensorProto.FLOAT, shape)],
+                          [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
+    m.ir_version = 10
+    return m
+
+
+def _data() -> np.ndarray:
+    return np.random.default_rng(1).standard_normal((48, 8, 64)).astype(np.float32)
+
+
+CFG = dict(calibration_samples=32, evaluation_samples=16)
+
+
+def _sqnr(a: np.ndarray, b: np.ndarray) -> float:
+    a, b = a.astype(np.float64), b.astype(np.float64)
+    return float(10 * np.log10(np.sum(a ** 2) / np.sum((a - b) ** 2)))
+
+
+def _ort(m: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
+    s = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])  # default level: fusions on
+    return s.run(None, {"x": x})[0]
+
+
+def _scales(qm, tensor: str) -> float:
+    return float(np.asarray(qm.encodings[tensor].scale).reshape(-1)[0])
+
+
+@pytest.fixture(scope="module")
+def runs():
+    m, x = detector(), _data()
+    return m, x, {t: qlinear.quantize(m, {"x": x}, dict(CFG, target=t)) for t in ("ort", "tflite")}
+
+
+def test_plan_ties_concat_only_for_tflite():
+    m = detector()
+    for target, tied in (("ort", False), ("qnn", False), ("tflite", True)):
+        p = make_plan(m, target=target)
+        assert bool(p.tied) is tied
+        assert [(c.node, c.inputs, c.output, c.axis) for c in p.concats] == [("head_concat", ["box", "cls"], "det", 1)]
+
+
+def test_ort_keeps_the_scores(runs):
+    m, x, qms = runs
+    qm = qms["ort"]
+    assert _scales(qm, "box") > 100 * _scales(qm, "cls")  # each part its own grid
+    assert "det" not in {e.name for e in qm.encodings}  # the mixed graph output is left in float, with a note
+    assert any("head_concat" in n and "left in float" in n for n in qm.notes)
+    ev = x[32:]
+    f, q = run_reference(m, {"x": ev})[0], _ort(qm.model, ev)
+    assert _sqnr(f[:, N_BOX:], q[:, N_BOX:]) >= 15 and _sqnr(f[:, :N_BOX], q[:, :N_BOX]) >= 15
+    rep = qm.report()
+    r = rep.outputs["det"]
+    assert rep.kinds["det"] == "mixed" and rep.headlines["det"] == "sqnr_db_worst_part"
+    assert r["sqnr_db[4:10]"] == pytest.approx(_sqnr(f[:, N_BOX:], q[:, N_BOX:]), abs=0.5)
+    assert r["sqnr_db_worst_part"] == min(r["sqnr_db[0:4]"], r["sqnr_db[4:10]"])
+    row, = rep.mixed
+    assert row["concat"] == "head_concat" and not row["tied"] and row["remedy"] is None
+
+
+def test_tflite_flags_the_shared_scale(runs):
+    m, x, qms = runs
+    qm = qms["tflite"]
+    assert _scales(qm, "box") == _scales(qm, "det")  # the TFLite rule: the output takes the (merged) input grid
+    assert any(n.startswith("WARNING: Concat 'head_concat'") and "16-bit activations" in n for n in qm.notes)
+    ev = x[32:]
+    f, q = run_reference(m, {"x": ev})[0], run_reference(qm.model, {"x": ev})[0]
+    scores = _sqnr(f[:, N_BOX:], q[:, N_BOX:])
+    assert scores < 15  # what the shared scale costs the scores (the issue)
+    rep = qm.report()
+    r = rep.outputs["det"]
+    assert r["sqnr_db[4:10]"] == pytest.approx(scores, abs=0.5)
+    assert r["sqnr_db_worst_part"] == r["sqnr_db[4:10]"] < r["sqnr_db"]  # the headline is the worst part
+    row, = rep.mixed
+    assert row["tied"] and "target ort or qnn" in row["remedy"] and row["ratio"] > 16
+    assert [p["tensor"] for p in row["parts"]] == ["box", "cls"]
+    assert row["parts"][1]["sqnr_db"] == r["sqnr_db[4:10]"]
+    doc = json.loads(to_json(qm, rep))
+    assert doc["report"]["mixed_ranges"][0]["concat"] == "head_concat"
+    assert "Concats of mixed ranges" in to_html(qm, rep)
+
+
+def test_ort_inner_concat_requantizes_each_part():
+    """A mixed Concat inside the graph: its inputs keep their grids, its output gets its own (it feeds a Conv); ONNX
+    Runtime at its default level (QLinearConcat fusion) agrees with the Q/DQ model as ONNX defines it."""
+    m, x = detector(inner=True), _data()
+    qm = qlinear.quantize(m, {"x": x}, dict(CFG, target="ort"))
+    assert _scales(qm, "box") > 100 * _scales(qm, "cls")
+    assert "det" in {e.name for e in qm.encodings}
+    s_out = _scales(qm, "mix")
+    ev = x[32:]
+    fused, ref = _ort(qm.model, ev), run_reference(qm.model, {"x": ev})[0]
+    assert np.max(np.abs(fused - ref)) <= 2 * s_out + 1e-6
+    assert _sqnr(run_reference(m, {"x": ev})[0], ref) > 20
+    assert qm.report().mixed[0]["graph_outputs"] == []
+
+
+def test_ort_mixed_output_also_read_by_a_conv_stays_quantized():
+    """A mixed Concat that is a graph output and also feeds a Conv keeps its output encoding (the Conv needs one
+    input grid): nothing is left in float and no note claims so."""
+    m, x = detector(inner=True), _data()
+    m.graph.output.append(helper.make_tensor_value_info("det", TensorProto.FLOAT, ["N", N_BOX + N_CLS, 64]))
+    qm = qlinear.quantize(m, {"x": x}, dict(CFG, target="ort"))
+    assert "det" in {e.name for e in qm.encodings}
+    assert not any("left in float" in n for n in qm.notes)
+    rep = qm.report()
+    assert rep.kinds["det"] == "mixed" and rep.outputs["det"]["sqnr_db_worst_part"] < rep.outputs["det"]["sqnr_db"]
