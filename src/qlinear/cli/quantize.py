@@ -49,6 +49,11 @@ def quantize(
     image_std: float = typer.Option(128.0, "--image-std", help="Image preprocessing: (x - mean) / std."),
     batch_axis: Optional[list[str]] = typer.Option(None, "--batch-axis", help="NAME=AXIS: the batch axis of model "
                                                    "input NAME (default: its first dynamic dimension); repeatable."),
+    workers: Optional[int] = typer.Option(None, "--workers", help="Calibration statistics on N Ray actors (a local "
+                                          "Ray instance; needs qlinear[ray]). Outputs are byte-identical to 1 "
+                                          "(default: one process)."),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Join the Ray cluster at HOST:PORT "
+                                              "(ray start --head prints it) for the statistics actors."),
     report: bool = typer.Option(True, "--report/--no-report", help="Evaluate on the held-out samples and write "
                                 "report.json and report.html (--no-report: only the model and encodings)."),
 ) -> None:
@@ -74,7 +79,7 @@ def quantize(
             "block_size": block_size, "activation_method": calibration, "weight_method": weight_method,
             "target": target, "calibration_samples": calibration_samples, "evaluation_samples": evaluation_samples,
             "accuracy_target": accuracy_target, "output_format": output_format,
-            "batch_axes": _batch_axes(batch_axis)}
+            "batch_axes": _batch_axes(batch_axis), "workers": workers, "ray_address": ray_address}
     cfg = settled_config(model, config, over)
     if data is None and not (cfg.weight_only and cfg.w_method != "gptq"):
         raise ConfigError("--data is required with a model (an .npz file or a folder of samples); only weight-only "

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import re
 from dataclasses import dataclass, fields, replace
 from functools import cached_property
 from pathlib import Path
@@ -34,6 +35,7 @@ DATA_WEIGHT_METHODS = ("seqmse", "adaround")
 WEIGHT_ONLY_METHODS = ("minmax", "mse", "gptq")
 OUTPUT_FORMATS = ("qdq", "matmulnbits")
 TARGETS = ("ort", "tflite", "qnn")
+RAY_ADDRESS = re.compile(r"^(auto|local|rays?://[^\s:/]+(:\d+)?|[^\s:/]+:\d+)$")  # ray_address (ray.init's forms)
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,10 @@ class QuantizeConfig:
             (:mod:`qlinear.ptq.smooth`); default: on with ``matmul`` placement and 8-bit activations.
         batch_axes: ``{input name: axis}``, the batch axis of inputs whose first dynamic dimension is not it (see
             :mod:`qlinear.ptq.data`; CLI ``--batch-axis NAME=AXIS``).
+        workers / ray_address: the calibration statistics pass (observers, channel means, GPTQ's Hessians) on
+            ``workers`` Ray actors, on a local Ray instance or the cluster at ``ray_address`` (``qlinear[ray]``); the
+            outputs are byte-identical to ``workers: 1`` (default: one process, Ray not imported); see
+            :mod:`qlinear.ptq.stats.distributed`.
         accuracy_target: ``METRIC>=VALUE`` (``top1_agreement``, ``cosine_mean``, ``cosine_min``, ``sqnr_db``):
             precision repair raises the tensors that hurt most until it holds on the last ``repair_samples``
             calibration samples (at most half of them), which are then held back from fitting; see
@@ -112,6 +118,8 @@ class QuantizeConfig:
     gptq_act_order: bool = True
     gptq_damp: float = 0.01
     batch_axes: Any = None
+    workers: int = 1
+    ray_address: str | None = None
 
     def __post_init__(self) -> None:
         def one_of(name: str, allowed: tuple[str, ...]) -> None:
@@ -151,7 +159,8 @@ class QuantizeConfig:
             one_of("activation_method", METHODS)
         one_of("target", TARGETS)
         one_of("policy", ("aimet", "onnxruntime", "tflite"))
-        for name in ("block_size", "calibration_samples", "batch_size", "adaround_iterations", "repair_samples"):
+        for name in ("block_size", "calibration_samples", "batch_size", "adaround_iterations", "repair_samples",
+                     "workers"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
                 raise ConfigError(f"{name}: expected a positive integer, got {v!r}")
@@ -179,6 +188,10 @@ class QuantizeConfig:
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name}: expected true or false, got {getattr(self, name)!r}")
         self._check_overrides()
+        if self.ray_address is not None and not (isinstance(self.ray_address, str)
+                                                 and RAY_ADDRESS.match(self.ray_address)):
+            raise ConfigError(f"ray_address: {self.ray_address!r} is not a Ray address; expected HOST:PORT of a head "
+                              "node (ray start --head prints it), ray://HOST:10001 or auto")
         if self.accuracy_target is not None:
             Target.parse(self.accuracy_target)
             if self.target == "tflite":
