@@ -49,11 +49,9 @@ def quantize(
     image_std: float = typer.Option(128.0, "--image-std", help="Image preprocessing: (x - mean) / std."),
     batch_axis: Optional[list[str]] = typer.Option(None, "--batch-axis", help="NAME=AXIS: the batch axis of model "
                                                    "input NAME (default: its first dynamic dimension); repeatable."),
-    workers: Optional[int] = typer.Option(None, "--workers", help="Calibration statistics on N Ray actors (a local "
-                                          "Ray instance; needs qlinear[ray]). Outputs are byte-identical to 1 "
-                                          "(default: one process)."),
-    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Join the Ray cluster at HOST:PORT "
-                                              "(ray start --head prints it) for the statistics actors."),
+    workers: Optional[int] = typer.Option(None, "--workers", help="Statistics pass on N Ray actors (qlinear[ray]); "
+                                          "byte-identical outputs."),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Ray cluster HOST:PORT for the actors."),
     report: bool = typer.Option(True, "--report/--no-report", help="Evaluate on the held-out samples and write "
                                 "report.json and report.html (--no-report: only the model and encodings)."),
 ) -> None:

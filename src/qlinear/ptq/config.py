@@ -159,8 +159,7 @@ class QuantizeConfig:
             one_of("activation_method", METHODS)
         one_of("target", TARGETS)
         one_of("policy", ("aimet", "onnxruntime", "tflite"))
-        for name in ("block_size", "calibration_samples", "batch_size", "adaround_iterations", "repair_samples",
-                     "workers"):
+        for name in ("block_size", "calibration_samples", "batch_size", "adaround_iterations", "repair_samples"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
                 raise ConfigError(f"{name}: expected a positive integer, got {v!r}")
@@ -188,10 +187,7 @@ class QuantizeConfig:
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name}: expected true or false, got {getattr(self, name)!r}")
         self._check_overrides()
-        if self.ray_address is not None and not (isinstance(self.ray_address, str)
-                                                 and RAY_ADDRESS.match(self.ray_address)):
-            raise ConfigError(f"ray_address: {self.ray_address!r} is not a Ray address; expected HOST:PORT of a head "
-                              "node (ray start --head prints it), ray://HOST:10001 or auto")
+        self._check_ray()
         if self.accuracy_target is not None:
             Target.parse(self.accuracy_target)
             if self.target == "tflite":
@@ -205,6 +201,14 @@ class QuantizeConfig:
             raise ConfigError(f"batch_axes: expected a mapping of input name to axis such as {{\"state\": 1}}, got "
                               f"{self.batch_axes!r}")
         object.__setattr__(self, "batch_axes", dict(ba))
+
+    def _check_ray(self) -> None:
+        if isinstance(self.workers, bool) or not isinstance(self.workers, int) or self.workers <= 0:
+            raise ConfigError(f"workers: expected a positive integer, got {self.workers!r}")
+        if self.ray_address is not None and not (isinstance(self.ray_address, str)
+                                                 and RAY_ADDRESS.match(self.ray_address)):
+            raise ConfigError(f"ray_address: {self.ray_address!r} is not a Ray address; expected HOST:PORT of a head "
+                              "node (ray start --head prints it), ray://HOST:10001 or auto")
 
     def _check_overrides(self) -> None:
         from qlinear.ptq.overrides import Override, validate

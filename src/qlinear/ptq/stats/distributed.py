@@ -16,6 +16,7 @@ Ray is imported lazily: ``workers = 1`` without an address never imports it.
 from __future__ import annotations
 
 import copy
+import socket
 from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any, Callable
@@ -24,6 +25,7 @@ import onnx
 
 from qlinear.errors import ConfigError, QlinearError
 
+CONNECT_TIMEOUT = 5.0  # seconds for the head node to accept a connection
 _IN_FLIGHT = 2  # batches queued per actor (the next one is ready while one runs)
 
 
@@ -44,6 +46,8 @@ def connect(workers: int, address: str | None) -> None:
                           "pip install 'qlinear[ray]', or use workers 1") from None
     if ray.is_initialized():
         return
+    if address:
+        _reachable(address)
     try:
         if address:
             ray.init(address=address, logging_level="ERROR", log_to_driver=False)
@@ -53,6 +57,18 @@ def connect(workers: int, address: str | None) -> None:
         text = " ".join(str(e).split())[:300]
         raise ConfigError(f"ray_address: cannot join a Ray cluster at {address or 'a local instance'} ({text}); "
                           "start one with ray start --head and pass the address it prints") from None
+
+
+def _reachable(address: str) -> None:
+    """Refuse a head node that does not answer within a few seconds (``ray.init`` itself retries for minutes)."""
+    host, _, port = address.split("://")[-1].rpartition(":")
+    if not host or not port.isdigit():  # auto / local / ray://HOST (default port): left to ray.init
+        return
+    try:
+        socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT).close()
+    except OSError as e:
+        raise ConfigError(f"ray_address: no Ray head node answers at {address} ({e.strerror or e}); start one with "
+                          "ray start --head and pass the address it prints") from None
 
 
 def _worker_class() -> Any:

@@ -172,7 +172,6 @@ class WeightOnlyModel(QuantizedModel):
 
 def _evaluate(wm: WeightOnlyModel, path: Path, samples: int | None, progress: Any) -> Any:
     from qlinear.ptq.evaluate import Report
-    from qlinear.ptq.session import Session
 
     start, stop = wm.held_out()
     if samples:
