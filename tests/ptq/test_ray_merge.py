@@ -6,7 +6,10 @@ accumulator the pipeline uses (every calibration method's observer, channel mean
 from __future__ import annotations
 
 import copy
+import os
 import pickle
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -70,3 +73,13 @@ def test_bad_options_refused_in_one_line():
         qlinear.QuantizeConfig(ray_address="nowhere")
     with pytest.raises(ConfigError, match="workers: expected a positive integer, got 0"):
         qlinear.QuantizeConfig(workers=0)
+
+
+def test_one_worker_never_imports_ray():
+    code = ("import sys, qlinear; from qlinear.examples import DATA, MODEL; "
+            "qlinear.quantize(MODEL, DATA, {'calibration_samples': 4, 'evaluation_samples': 0, 'workers': 1}); "
+            "print('ray' in sys.modules)")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr[-500:]
+    assert r.stdout.strip().splitlines()[-1] == "False"
