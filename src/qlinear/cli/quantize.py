@@ -9,57 +9,75 @@ import typer
 
 from qlinear.core.granularity import PerBlock
 
-_INPUT_SHAPE_HELP = ("NAME=D0,D1,...: fix the dynamic dimensions of model input NAME (e.g. x=1,3,480,480; a .tflite "
-                     "needs static shapes); repeatable.")
-_FULL_INTEGER_HELP = ("Target tflite: refuse operators outside the TFLite integer set instead of running them as float "
-                      "islands (DEQUANTIZE -> float builtin -> QUANTIZE).")
+_HELP = {  # the help text of each option
+    "input_shape": ("NAME=D0,D1,...: fix the dynamic dimensions of model input NAME (e.g. x=1,3,480,480; a .tflite "
+                     "needs static shapes); repeatable."),
+    "full_integer": ("Target tflite: refuse operators outside the TFLite integer set instead of running them as float "
+                      "islands (DEQUANTIZE -> float builtin -> QUANTIZE)."),
+    "model": 'Float ONNX model. Omitted: the bundled example CNN.',
+    "data": ('Calibration and evaluation data: an .npz (input name -> array with the samples on the '
+             "first axis, optional 'labels'), or a folder of .npy/.npz files, of images, or of "
+             'test_data_set_* folders.'),
+    "output": 'Output folder (replaced as a whole at the end of a successful run; a failed run leaves it unchanged).',
+    "weights": ('per-channel (default), per-tensor, per-block or lpbq (4-bit blocks, integer block '
+                'scales under a per-channel scale).'),
+    "weight_type": 'int8 (default), uint8, int4, uint4, int2, int16 or float8e4m3fn.',
+    "activation_type": ('uint8 (default), int8, uint16, int16, float8e4m3fn, or float: weight-only '
+                        '(W4A16/W8A16: only MatMul/Gemm weights are quantized; no data needed for '
+                        'minmax/mse).'),
+    "block_size": 'Block size of per-block weights (default 32).',
+    "calibration": 'Activation method: minmax (default), sqnr, mse, percentile, entropy or moving_average.',
+    "weight_method": ('Weight method: minmax (default), sqnr, mse, percentile, seqmse (ranges by the '
+                      "layer's output error) or adaround (learned rounding; uses the calibration "
+                      'data); weight-only: minmax (round to nearest), mse or gptq (needs data).'),
+    "output_format": ('Weight-only output: qdq (default: blocked DequantizeLinear, which ONNX Runtime '
+                      'fuses into MatMulNBits) or matmulnbits (com.microsoft.MatMulNBits written '
+                      'directly).'),
+    "accuracy_target": ('METRIC>=VALUE, e.g. top1_agreement>=0.99 or sqnr_db>=20: raise the precision '
+                        'of the tensors that hurt most until it holds on calibration samples.'),
+    "target": 'ort (default), tflite or qnn.',
+    "config": 'JSON/TOML file of QuantizeConfig options; command-line options override it.',
+    "calibration_samples": 'Default 100.',
+    "evaluation_samples": 'Default 200 (held out).',
+    "encodings_version": 'AIMET encodings version to write: 0.6.1, 1.0.0, 2.0.0 or 2.1.0.',
+    "image_mean": 'Image preprocessing: (x - mean) / std.',
+    "image_std": 'Image preprocessing: (x - mean) / std.',
+    "batch_axis": 'NAME=AXIS: the batch axis of model input NAME (default: its first dynamic dimension); repeatable.',
+    "workers": 'Statistics pass on N Ray actors (qlinear[ray]); byte-identical outputs.',
+    "ray_address": 'Ray cluster HOST:PORT for the actors.',
+    "report": ('Evaluate on the held-out samples and write report.json and report.html (--no-report: '
+               'only the model and encodings).'),
+    "sensitivity": ('Add to the report the output metric with only each tensor quantized / left float '
+                    '(4 held-out samples, 2 runs per tensor).'),
+}
 
 
 def quantize(
-    model: Optional[Path] = typer.Argument(None, help="Float ONNX model. Omitted: the bundled example CNN."),
-    data: Optional[Path] = typer.Option(None, "--data", "-d", help="Calibration and evaluation data: an .npz "
-                                        "(input name -> array with the samples on the first axis, optional 'labels'), "
-                                        "or a folder of .npy/.npz files, of images, or of test_data_set_* folders."),
-    output: Path = typer.Option(Path("qlinear-out"), "--output", "-o", help="Output folder (replaced as a whole at "
-                                "the end of a successful run; a failed run leaves it unchanged)."),
-    weights: Optional[str] = typer.Option(None, "--weights", help="per-channel (default), per-tensor, per-block "
-                                         "or lpbq (4-bit blocks, integer block scales under a per-channel scale)."),
-    weight_type: Optional[str] = typer.Option(None, "--weight-type", help="int8 (default), uint8, int4, uint4, int2, "
-                                              "int16 or float8e4m3fn."),
-    activation_type: Optional[str] = typer.Option(None, "--activation-type", help="uint8 (default), int8, uint16, "
-                                                  "int16, float8e4m3fn, or float: weight-only (W4A16/W8A16: only "
-                                                  "MatMul/Gemm weights are quantized; no data needed for minmax/mse)."),
-    block_size: Optional[int] = typer.Option(None, "--block-size", help="Block size of per-block weights "
-                                             "(default 32)."),
-    calibration: Optional[str] = typer.Option(None, "--calibration", help="Activation method: minmax (default), "
-                                              "sqnr, mse, percentile, entropy or moving_average."),
-    weight_method: Optional[str] = typer.Option(None, "--weight-method", help="Weight method: minmax (default), "
-                                                "sqnr, mse, percentile, seqmse (ranges by the layer's output error) "
-                                                "or adaround (learned rounding; uses the calibration data); "
-                                                "weight-only: minmax (round to nearest), mse or gptq (needs data)."),
-    output_format: Optional[str] = typer.Option(None, "--format", help="Weight-only output: qdq (default: blocked "
-                                                "DequantizeLinear, which ONNX Runtime fuses into MatMulNBits) or "
-                                                "matmulnbits (com.microsoft.MatMulNBits written directly)."),
-    accuracy_target: Optional[str] = typer.Option(None, "--accuracy-target", help="METRIC>=VALUE, e.g. "
-                                                  "top1_agreement>=0.99 or sqnr_db>=20: raise the precision of the "
-                                                  "tensors that hurt most until it holds on calibration samples."),
-    target: Optional[str] = typer.Option(None, "--target", help="ort (default), tflite or qnn."),
-    config: Optional[Path] = typer.Option(None, "--config", help="JSON/TOML file of QuantizeConfig options; "
-                                          "command-line options override it."),
-    calibration_samples: Optional[int] = typer.Option(None, "--calibration-samples", help="Default 100."),
-    evaluation_samples: Optional[int] = typer.Option(None, "--evaluation-samples", help="Default 200 (held out)."),
-    encodings_version: str = typer.Option("2.0.0", "--encodings-version", help="AIMET encodings version to write: "
-                                          "0.6.1, 1.0.0, 2.0.0 or 2.1.0."),
-    image_mean: float = typer.Option(127.0, "--image-mean", help="Image preprocessing: (x - mean) / std."),
-    image_std: float = typer.Option(128.0, "--image-std", help="Image preprocessing: (x - mean) / std."),
-    batch_axis: Optional[list[str]] = typer.Option(None, "--batch-axis", help="NAME=AXIS: the batch axis of model "
-                                                   "input NAME (default: its first dynamic dimension); repeatable."),
-    input_shape: Optional[list[str]] = typer.Option(None, "--input-shape", help=_INPUT_SHAPE_HELP),
-    full_integer: bool = typer.Option(False, "--full-integer", help=_FULL_INTEGER_HELP),
-    report: bool = typer.Option(True, "--report/--no-report", help="Evaluate on the held-out samples and write "
-                                "report.json and report.html (--no-report: only the model and encodings)."),
-    sensitivity: bool = typer.Option(False, "--sensitivity", help="Add to the report the output metric with only each "
-                                     "tensor quantized / left float (4 held-out samples, 2 runs per tensor)."),
+    model: Optional[Path] = typer.Argument(None, help=_HELP["model"]),
+    data: Optional[Path] = typer.Option(None, '--data', '-d', help=_HELP["data"]),
+    output: Path = typer.Option(Path('qlinear-out'), '--output', '-o', help=_HELP["output"]),
+    weights: Optional[str] = typer.Option(None, '--weights', help=_HELP["weights"]),
+    weight_type: Optional[str] = typer.Option(None, '--weight-type', help=_HELP["weight_type"]),
+    activation_type: Optional[str] = typer.Option(None, '--activation-type', help=_HELP["activation_type"]),
+    block_size: Optional[int] = typer.Option(None, '--block-size', help=_HELP["block_size"]),
+    calibration: Optional[str] = typer.Option(None, '--calibration', help=_HELP["calibration"]),
+    weight_method: Optional[str] = typer.Option(None, '--weight-method', help=_HELP["weight_method"]),
+    output_format: Optional[str] = typer.Option(None, '--format', help=_HELP["output_format"]),
+    accuracy_target: Optional[str] = typer.Option(None, '--accuracy-target', help=_HELP["accuracy_target"]),
+    target: Optional[str] = typer.Option(None, '--target', help=_HELP["target"]),
+    config: Optional[Path] = typer.Option(None, '--config', help=_HELP["config"]),
+    calibration_samples: Optional[int] = typer.Option(None, '--calibration-samples', help=_HELP["calibration_samples"]),
+    evaluation_samples: Optional[int] = typer.Option(None, '--evaluation-samples', help=_HELP["evaluation_samples"]),
+    encodings_version: str = typer.Option('2.0.0', '--encodings-version', help=_HELP["encodings_version"]),
+    image_mean: float = typer.Option(127.0, '--image-mean', help=_HELP["image_mean"]),
+    image_std: float = typer.Option(128.0, '--image-std', help=_HELP["image_std"]),
+    batch_axis: Optional[list[str]] = typer.Option(None, '--batch-axis', help=_HELP["batch_axis"]),
+    input_shape: Optional[list[str]] = typer.Option(None, '--input-shape', help=_HELP["input_shape"]),
+    full_integer: bool = typer.Option(False, '--full-integer', help=_HELP["full_integer"]),
+    workers: Optional[int] = typer.Option(None, '--workers', help=_HELP["workers"]),
+    ray_address: Optional[str] = typer.Option(None, '--ray-address', help=_HELP["ray_address"]),
+    report: bool = typer.Option(True, '--report/--no-report', help=_HELP["report"]),
+    sensitivity: bool = typer.Option(False, '--sensitivity', help=_HELP["sensitivity"]),
 ) -> None:
     """Calibrate, then write OUTDIR/model.qdq.onnx, model.encodings (and model.float.onnx when BatchNorm folding or
     equalization changed the float model), report.html and report.json, and print the accuracy."""
@@ -80,7 +98,7 @@ def quantize(
             "target": target, "calibration_samples": calibration_samples, "evaluation_samples": evaluation_samples,
             "accuracy_target": accuracy_target, "output_format": output_format,
             "batch_axes": _batch_axes(batch_axis), "input_shapes": _input_shapes(input_shape),
-            "full_integer": full_integer or None}
+            "full_integer": full_integer or None, "workers": workers, "ray_address": ray_address}
     cfg = settled_config(model, config, over)
     if data is None and not (cfg.weight_only and cfg.w_method != "gptq"):
         raise ConfigError("--data is required with a model (an .npz file or a folder of samples); only weight-only "

@@ -14,8 +14,8 @@ import onnx
 from qlinear.calibration import Grouping, make_observer
 from qlinear.calibration.observers import Observer
 from qlinear.ptq.data import Dataset
-from qlinear.ptq.stats import Accumulator, ChannelMean, accumulate
-from qlinear.ptq.stats.stream import fetched
+from qlinear.ptq.stats import Accumulator, ChannelMean
+from qlinear.ptq.stats.stream import accumulate_model
 
 
 def session(m: onnx.ModelProto, outputs: list[str], label: str = "model") -> Any:
@@ -30,10 +30,10 @@ def calibrate_activations(m: onnx.ModelProto, ds: Dataset, start: int, stop: int
                           method: str, *, batch_size: int, means_for: list[str] = (), percentile: float = 99.99,
                           method_for: dict[str, str] | None = None,
                           minmax_for: set[str] = frozenset(), label: str = "model", keep: dict | None = None,
-                          progress: Callable[[int], None] | None = None) -> tuple[dict[str, Observer],
-                                                                                 dict[str, ChannelMean]]:
+                          progress: Callable[[int], None] | None = None, workers: int = 1,
+                          ray_address: str | None = None) -> tuple[dict[str, Observer], dict[str, ChannelMean]]:
     """Observers of ``tensors`` (``method``, or ``method_for[t]``; min-max for ``minmax_for``) and the channel means
-    of ``means_for`` on samples ``[start, stop)``."""
+    of ``means_for`` on samples ``[start, stop)`` (on Ray actors with ``workers > 1`` or a ``ray_address``)."""
     def observer(t: str) -> Observer:
         mt = "minmax" if t in minmax_for else (method_for or {}).get(t, method)
         kw = {"percentile": percentile} if mt in ("percentile", "mse", "sqnr", "entropy") else {}
@@ -44,9 +44,9 @@ def calibrate_activations(m: onnx.ModelProto, ds: Dataset, start: int, stop: int
     accs: dict[str, list[Accumulator]] = {t: [o] for t, o in obs.items()}
     for t, a in means.items():
         accs.setdefault(t, []).append(a)
-    inputs = [i.name for i in m.graph.input]
-    sess = session(m, fetched(inputs, list(accs)), label)
-    fetch = accumulate(sess, ds, start, stop, batch_size, accs, inputs=inputs, progress=progress)
+    sess, fetch = accumulate_model(m, ds, start, stop, batch_size, accs, session_kw={"level": "all", "label": label},
+                                   workers=workers, ray_address=ray_address, keep_session=keep is not None,
+                                   progress=progress)
     if keep is not None:  # the warm session, reused by the report for the float model's intermediate tensors
         keep["session"], keep["outputs"] = sess, list(fetch)
     return obs, means

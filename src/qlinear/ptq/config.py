@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import re
 from dataclasses import dataclass, fields, replace
 from functools import cached_property
 from pathlib import Path
@@ -34,6 +35,7 @@ DATA_WEIGHT_METHODS = ("seqmse", "adaround")
 WEIGHT_ONLY_METHODS = ("minmax", "mse", "gptq")
 OUTPUT_FORMATS = ("qdq", "matmulnbits")
 TARGETS = ("ort", "tflite", "qnn")
+RAY_ADDRESS = re.compile(r"^(auto|local|rays?://[^\s:/]+(:\d+)?|[^\s:/]+:\d+)$")  # ray_address (ray.init's forms)
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,10 @@ class QuantizeConfig:
             CLI ``--input-shape NAME=1,3,480,480``). Any target; a ``.tflite`` needs static shapes.
         full_integer: target tflite: refuse operators outside the TFLite integer set instead of running them as
             float islands (DEQUANTIZE -> float builtin -> QUANTIZE; CLI ``--full-integer``).
+        workers / ray_address: the calibration statistics pass (observers, channel means, GPTQ's Hessians) on
+            ``workers`` Ray actors, on a local Ray instance or the cluster at ``ray_address`` (``qlinear[ray]``); the
+            outputs are byte-identical to ``workers: 1`` (default: one process, Ray not imported); see
+            :mod:`qlinear.ptq.stats.distributed`.
         accuracy_target: ``METRIC>=VALUE`` (``top1_agreement``, ``cosine_mean``, ``cosine_min``, ``sqnr_db``):
             precision repair raises the tensors that hurt most until it holds on the last ``repair_samples``
             calibration samples (at most half of them), which are then held back from fitting; see
@@ -119,6 +125,8 @@ class QuantizeConfig:
     batch_axes: Any = None
     input_shapes: Any = None
     full_integer: bool = False
+    workers: int = 1
+    ray_address: str | None = None
 
     def __post_init__(self) -> None:
         def one_of(name: str, allowed: tuple[str, ...]) -> None:
@@ -166,6 +174,7 @@ class QuantizeConfig:
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name}: expected true or false, got {getattr(self, name)!r}")
         self._check_overrides()
+        self._check_ray()
         if self.accuracy_target is not None:
             Target.parse(self.accuracy_target)
             if self.target == "tflite":
@@ -216,6 +225,14 @@ class QuantizeConfig:
                                   "float)")
             if self.weight_method is not None:
                 one_of("weight_method", METHODS + DATA_WEIGHT_METHODS)
+
+    def _check_ray(self) -> None:
+        if isinstance(self.workers, bool) or not isinstance(self.workers, int) or self.workers <= 0:
+            raise ConfigError(f"workers: expected a positive integer, got {self.workers!r}")
+        if self.ray_address is not None and not (isinstance(self.ray_address, str)
+                                                 and RAY_ADDRESS.match(self.ray_address)):
+            raise ConfigError(f"ray_address: {self.ray_address!r} is not a Ray address; expected HOST:PORT of a head "
+                              "node (ray start --head prints it), ray://HOST:10001 or auto")
 
     def _check_overrides(self) -> None:
         from qlinear.ptq.overrides import Override, validate

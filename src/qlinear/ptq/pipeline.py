@@ -39,6 +39,7 @@ from qlinear.ptq.encode import TensorConfigs, apply_encodings, build_encodings, 
 from qlinear.ptq.mixed import fill_ranges, keep_parts
 from qlinear.ptq.result import QuantizedModel
 from qlinear.ptq.settle import placement_for, settle
+from qlinear.ptq.stats.distributed import connect as connect_ray
 from qlinear.ptq.weightonly import quantize_weights
 
 Progress = Callable[[str, int], Callable[[int], None]]
@@ -68,6 +69,7 @@ def quantize(model: Any, data: Any, config: QuantizeConfig | dict | None = None,
     """
     t_all = time.perf_counter()
     cfg = config_of(config)
+    connect_ray(cfg.workers, cfg.ray_address)  # workers 1 without an address: nothing (Ray is not imported)
     if cfg.weight_only:  # activations stay float: weights only, streamed (a WeightOnlyModel, qlinear.ptq.weightonly)
         cfg, notes = settle(cfg)
         return quantize_weights(model, data, cfg, progress=progress, preprocess=preprocess, notes=notes)
@@ -256,7 +258,8 @@ def _collect(m, ds, n_cal, tensors, cfg, means_for, adv, label, keep=None, tcfg=
     obs, means = calibrate_activations(m, ds, 0, n_cal, tensors, cfg.a_method, method_for=method_for,
                                        batch_size=cfg.batch_size,
                                        means_for=means_for, percentile=cfg.percentile, progress=adv,
-                                       minmax_for=outputs, label=label, keep=keep)
+                                       minmax_for=outputs, label=label, keep=keep, workers=cfg.workers,
+                                       ray_address=cfg.ray_address)
     for t, o in obs.items():
         if o.min is None:
             continue

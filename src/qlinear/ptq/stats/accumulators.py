@@ -8,9 +8,12 @@ import numpy as np
 
 
 class Accumulator(Protocol):
-    """Anything updated with one batch of a tensor's values at a time (observers, means, Gram matrices)."""
+    """Anything updated with one batch of a tensor's values at a time (observers, means, Gram matrices); ``merge``
+    adds another accumulator's state (the distributed pass, :mod:`qlinear.ptq.stats.distributed`)."""
 
     def update(self, x: np.ndarray) -> None: ...
+
+    def merge(self, other: "Accumulator") -> "Accumulator": ...
 
 
 class ChannelMean:
@@ -27,6 +30,13 @@ class ChannelMean:
             s = x.reshape(-1, x.shape[-1] if x.ndim > 1 else 1).sum(0, dtype=np.float64)
         self.sum = s if self.sum is None else self.sum + s
         self.n += x.size // (x.shape[1] if x.ndim > 1 else 1)
+
+    def merge(self, other: "ChannelMean") -> "ChannelMean":
+        """Add ``other``'s sums (exactly :meth:`update` with the batches ``other`` saw when it saw one)."""
+        if other.sum is not None:
+            self.sum = other.sum.copy() if self.sum is None else self.sum + other.sum
+        self.n += other.n
+        return self
 
     @property
     def mean(self) -> np.ndarray:
@@ -49,6 +59,16 @@ class Gram:
         else:
             self.matrix += x2.T @ x2
         self.rows += x2.shape[0]
+
+    def merge(self, other: "Gram") -> "Gram":
+        """Add ``other``'s matrix (exactly :meth:`update` with the batch ``other`` saw when it saw one)."""
+        if other.matrix is not None:
+            if self.matrix is None:
+                self.matrix = other.matrix.copy()
+            else:
+                self.matrix += other.matrix
+        self.rows += other.rows
+        return self
 
 
 __all__ = ["Accumulator", "ChannelMean", "Gram"]

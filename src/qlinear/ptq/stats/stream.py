@@ -5,7 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Callable
 
+import onnx
+
 from qlinear.ptq.data import Dataset
+from qlinear.ptq.session import Session
+from qlinear.ptq.stats import distributed
 from qlinear.ptq.stats.accumulators import Accumulator
 
 
@@ -37,4 +41,22 @@ def accumulate(session: Any, ds: Dataset, start: int, stop: int, batch_size: int
     return fetch
 
 
-__all__ = ["accumulate", "fetched"]
+def accumulate_model(m: onnx.ModelProto, ds: Dataset, start: int, stop: int, batch_size: int,
+                     accumulators: Mapping[str, Sequence[Accumulator]], *, session_kw: Mapping[str, Any],
+                     workers: int = 1, ray_address: str | None = None, keep_session: bool = False,
+                     progress: Callable[[int], None] | None = None) -> tuple[Session | None, list[str]]:
+    """:func:`accumulate` over a :class:`~qlinear.ptq.session.Session` of ``m`` (``session_kw``: its options) built
+    here, or, with ``workers > 1`` or a ``ray_address``, on Ray actors (:mod:`.distributed`; byte-identical
+    statistics). Returns the local session (``None`` on Ray unless ``keep_session``) and the fetched tensors."""
+    inputs = [i.name for i in m.graph.input]
+    fetch = fetched(inputs, list(accumulators))
+    if not distributed.active(workers, ray_address):
+        sess = Session(m, fetch, **session_kw)
+        return sess, accumulate(sess, ds, start, stop, batch_size, accumulators, inputs=inputs, progress=progress)
+    distributed.connect(workers, ray_address)
+    distributed.accumulate_ray(m, fetch, dict(session_kw), ds, start, stop, batch_size, accumulators,
+                               workers=workers, progress=progress)
+    return (Session(m, fetch, **session_kw) if keep_session else None), fetch
+
+
+__all__ = ["accumulate", "accumulate_model", "fetched"]

@@ -45,8 +45,8 @@ from qlinear.ptq.algorithms.grids import BlockQuant, padded, quantize_blocks, qu
 from qlinear.ptq.config import QuantizeConfig
 from qlinear.ptq.result import QuantizedModel, check_samples, is_binary, is_file, path_of
 from qlinear.ptq.session import Session
-from qlinear.ptq.stats import Gram, accumulate
-from qlinear.ptq.stats.stream import fetched
+from qlinear.ptq.stats import Gram
+from qlinear.ptq.stats.stream import accumulate_model
 from qlinear.ptq.weightonly.plan import Linear, find_linears
 from qlinear.ptq.weightonly.tensors import Tensors
 from qlinear.ptq.weightonly.writer import WeightResult, build, write
@@ -172,7 +172,6 @@ class WeightOnlyModel(QuantizedModel):
 
 def _evaluate(wm: WeightOnlyModel, path: Path, samples: int | None, progress: Any) -> Any:
     from qlinear.ptq.evaluate import Report
-    from qlinear.ptq.session import Session
 
     start, stop = wm.held_out()
     if samples:
@@ -336,7 +335,7 @@ def _hessians(m: onnx.ModelProto, base: Path | None, by_weight: dict[str, list[L
     t0 = time.perf_counter()
     adv = progress("collecting Hessians", n_cal) if progress else None
     hess = _gram_matrices(m, base, [ls[0].input for ls in by_weight.values()], ds, n_cal, cfg.batch_size, label,
-                          adv)
+                          adv, workers=cfg.workers, ray_address=cfg.ray_address)
     timings["calibration"] = time.perf_counter() - t0
     notes.append(f"GPTQ on {n_cal} calibration samples ({len(hess)} distinct linear inputs), damp "
                  f"{cfg.gptq_damp}, act_order {cfg.gptq_act_order}")
@@ -344,17 +343,17 @@ def _hessians(m: onnx.ModelProto, base: Path | None, by_weight: dict[str, list[L
 
 
 def _gram_matrices(m: onnx.ModelProto, base: Path | None, inputs: list[str], ds: Any, n: int, batch_size: int,
-                   label: str, progress: Callable[[int], None] | None) -> dict[str, tuple[np.ndarray, int]]:
+                   label: str, progress: Callable[[int], None] | None, *, workers: int = 1,
+                   ray_address: str | None = None) -> dict[str, tuple[np.ndarray, int]]:
     """``{input: (X^T X, tokens)}`` of the linears' inputs over samples ``[0, n)``: GPTQ's Hessians, from the one
-    statistics pass (linears that share an input share one matrix); ONNX Runtime's memory arena off (the fetched
-    activations of one batch are returned after each run)."""
+    statistics pass (linears that share an input share one matrix; on Ray actors with ``workers > 1`` or a
+    ``ray_address``, byte-identical); ONNX Runtime's memory arena off (the fetched activations of one batch are
+    returned after each run)."""
     names = list(dict.fromkeys(inputs))
-    graph_inputs = [i.name for i in m.graph.input]
-    sess = Session(m, fetched(graph_inputs, names), level="basic", label=label,
-                   external_dir=str(base) if base else None, arena=False)
     grams = {t: Gram() for t in names}
-    accumulate(sess, ds, 0, n, batch_size, {t: [g] for t, g in grams.items()}, inputs=graph_inputs,
-               progress=progress)
+    accumulate_model(m, ds, 0, n, batch_size, {t: [g] for t, g in grams.items()}, progress=progress,
+                     session_kw={"level": "basic", "label": label, "external_dir": str(base) if base else None,
+                                 "arena": False}, workers=workers, ray_address=ray_address)
     return {t: (g.matrix, g.rows) for t, g in grams.items() if g.matrix is not None}
 
 
