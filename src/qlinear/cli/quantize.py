@@ -33,6 +33,9 @@ def quantize(
     output_format: Optional[str] = typer.Option(None, "--format", help="Weight-only output: qdq (default: blocked "
                                                 "DequantizeLinear, which ONNX Runtime fuses into MatMulNBits) or "
                                                 "matmulnbits (com.microsoft.MatMulNBits written directly)."),
+    lm_head_type: Optional[str] = typer.Option(None, "--lm-head-type", help="Weight-only: the tied embedding / "
+                                               "lm_head (the MatMul producing the logits): int8 per-channel "
+                                               "(default with 4-bit weights), int4 (follow the weights) or float."),
     accuracy_target: Optional[str] = typer.Option(None, "--accuracy-target", help="METRIC>=VALUE, e.g. "
                                                   "top1_agreement>=0.99 or sqnr_db>=20: raise the precision of the "
                                                   "tensors that hurt most until it holds on calibration samples."),
@@ -71,7 +74,7 @@ def quantize(
     over = {"weights": weights, "weight_type": weight_type, "activation_type": activation_type,
             "block_size": block_size, "activation_method": calibration, "weight_method": weight_method,
             "target": target, "calibration_samples": calibration_samples, "evaluation_samples": evaluation_samples,
-            "accuracy_target": accuracy_target, "output_format": output_format,
+            "accuracy_target": accuracy_target, "output_format": output_format, "lm_head_type": lm_head_type,
             "batch_axes": _batch_axes(batch_axis)}
     cfg = settled_config(model, config, over)
     if data is None and not (cfg.weight_only and cfg.w_method != "gptq"):
