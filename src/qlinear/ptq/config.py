@@ -144,8 +144,7 @@ class QuantizeConfig:
                 raise ConfigError("output_format: matmulnbits needs weight-only quantization (activation_type "
                                   "float)")
             if self.lm_head_type != "int8":
-                raise ConfigError("lm_head_type: applies to weight-only runs (activation_type float); for this run "
-                                  "use overrides to set the lm_head's weight type")
+                raise ConfigError("lm_head_type: only for weight-only runs (activation_type float); use overrides")
             if self.weight_method is not None:
                 one_of("weight_method", METHODS + DATA_WEIGHT_METHODS)
         if self.activation_method is not None:

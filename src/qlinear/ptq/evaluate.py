@@ -582,8 +582,8 @@ def _top1(fa: list[np.ndarray], qa: list[np.ndarray], counts: list[int], labels:
 # --------------------------------------------------------------------------------------------------- weight-only
 def evaluate_weight_only(qm: Any, model_path: Any, *, samples: int | None = None,
                          progress: Callable[[int], None] | None = None) -> Report:
-    """The report of a weight-only result (:class:`qlinear.ptq.weightonly.WeightOnlyModel`) written to
-    ``model_path``: its outputs against the float model's on the held-out samples, accumulated batch by batch (an
+    """The report of a weight-only result (its weights :class:`qlinear.ptq.weightonly.StreamedWeights`) written
+    to ``model_path``: its outputs against the float model's on the held-out samples, accumulated batch by batch (an
     LLM's logits are too large to keep): ``token_logits`` (``[B, S, vocab]`` over an integer token input ``[B, S]``:
     perplexity of both models on the next token, next-token agreement, cosine, SQNR), ``classifier`` (top-1
     agreement and accuracy with labels) or ``generic`` (cosine, SQNR); and the weights' own statistics."""
@@ -600,12 +600,13 @@ def evaluate_weight_only(qm: Any, model_path: Any, *, samples: int | None = None
     if stop <= start:
         raise DataError(f"{ds.source}: no samples to evaluate")
     t0 = time.perf_counter()
-    base = qm.tensors.base
-    fl = Session(qm.graph, level="all", label=qm.label, external_dir=str(base) if base else None)
+    sw = qm.streamed
+    base = sw.tensors.base
+    fl = Session(sw.graph, level="all", label=sw.label, external_dir=str(base) if base else None)
     qs = Session(onnx.load(str(model_path), load_external_data=False), level="all",
-                 label=f"the quantized {qm.label}", external_dir=str(model_path.parent))
-    names = [o.name for o in qm.graph.graph.output]
-    tokens = token_input(qm.graph)
+                 label=f"the quantized {sw.label}", external_dir=str(model_path.parent))
+    names = [o.name for o in sw.graph.graph.output]
+    tokens = token_input(sw.graph)
     acc = {n: Agreement() for n in names}
     labels = None if ds.labels is None else np.asarray(ds.labels)
     at = start
@@ -622,8 +623,8 @@ def evaluate_weight_only(qm: Any, model_path: Any, *, samples: int | None = None
     kinds = {n: a.kind for n, a in acc.items()}
     return Report(samples=stop - start, tensors=[], outputs=outputs, ranking=[],
                   timings={"evaluation": time.perf_counter() - t0}, engine="onnxruntime", kinds=kinds,
-                  headlines={n: HEADLINE[k] for n, k in kinds.items()}, weights=qm.weight_stats(),
-                  sizes=qm.sizes(model_path), coverage=dict(qm.coverage))
+                  headlines={n: HEADLINE[k] for n, k in kinds.items()}, weights=sw.weight_stats(),
+                  sizes=sw.sizes(model_path), coverage=dict(sw.coverage))
 
 
 def token_input(m: Any) -> str:

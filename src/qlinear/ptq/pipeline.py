@@ -66,7 +66,7 @@ def quantize(model: Any, data: Any, config: QuantizeConfig | dict | None = None,
     """
     t_all = time.perf_counter()
     cfg = config_of(config)
-    if cfg.weight_only:  # activations stay float: weights only, streamed (a WeightOnlyModel, qlinear.ptq.weightonly)
+    if cfg.weight_only:  # activations stay float: weights only, streamed (qlinear.ptq.weightonly)
         cfg, notes = settle(cfg)
         return quantize_weights(model, data, cfg, progress=progress, preprocess=preprocess, notes=notes)
     if data is None:

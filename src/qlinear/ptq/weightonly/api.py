@@ -11,12 +11,13 @@ ONNX Runtime's session of the float model and one ``K x K`` Hessian per distinct
    :class:`~qlinear.ptq.stats.Gram` accumulators of the one statistics pass (:mod:`qlinear.ptq.stats`), then GPTQ
    per weight (:mod:`qlinear.ptq.algorithms.gptq`), whose integers are kept (int8 storage, a quarter of the float
    weights);
-3. the result is a :class:`~qlinear.ptq.QuantizedModel` (:class:`WeightOnlyModel`: the float graph, the weights'
-   encodings and integer sources); its ``save`` (the full-integer one) writes ``model.qdq.onnx`` (or
+3. the result is a :class:`~qlinear.ptq.QuantizedModel` (the float graph, the weights' encodings, and the weights
+   as :class:`StreamedWeights`: their integer sources); its ``save`` writes ``model.qdq.onnx`` (or
    ``model.matmulnbits.onnx``) built by :mod:`.writer` with the graph passes ``InsertQDQ`` and ``LowerMatMulNBits``,
    with external data when the input had it or the tensors pass :func:`qlinear.graph.save.needs_external`, the
-   AIMET encodings of the weights (LPBQ for ``lpbq``), and with data a report comparing the outputs with the float
-   model on held-out samples (cosine, SQNR, top-1 agreement for classifiers).
+   AIMET encodings of the weights (LPBQ for ``lpbq``), and with data the report of
+   :func:`qlinear.ptq.evaluate.evaluate` (outputs against the float model on held-out samples, perplexity for
+   token logits; per-weight SQNR against round to nearest; sizes; coverage).
 
 Grids: symmetric weights use the full-range grid of ONNX Runtime's MatMulNBits quantizer on target ``ort`` and
 AIMET's symmetric grid (zero offset) on target ``qnn`` and for ``lpbq``; see :mod:`.grids`.
@@ -24,18 +25,17 @@ AIMET's symmetric grid (zero offset) on target ``qnn`` and for ``lpbq``; see :mo
 
 from __future__ import annotations
 
-import tempfile
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, BinaryIO, Callable
+from typing import Any, Callable
 
 import numpy as np
 import onnx
 
 from qlinear.calibration.policies import lpbq as lpbq_decompose
 from qlinear.encodings import Encoding, EncodingSet
-from qlinear.errors import ConfigError, GraphError, OutputError, UnsupportedError
+from qlinear.errors import ConfigError, GraphError
 from qlinear.graph.ir import to_proto
 from qlinear.graph.load import load_checked, model_dir
 from qlinear.graph.ops import WEIGHT_BEARING
@@ -43,8 +43,7 @@ from qlinear.graph.save import needs_external
 from qlinear.ptq.algorithms.gptq import gptq
 from qlinear.ptq.algorithms.grids import BlockQuant, padded, quantize_blocks, quantize_rtn
 from qlinear.ptq.config import QuantizeConfig
-from qlinear.ptq.evaluate import evaluate
-from qlinear.ptq.result import QuantizedModel, check_samples, is_binary, is_file, path_of
+from qlinear.ptq.result import QuantizedModel
 from qlinear.ptq.session import Session
 from qlinear.ptq.stats import Gram, accumulate
 from qlinear.ptq.stats.stream import fetched
@@ -61,33 +60,20 @@ def grid_for(cfg: QuantizeConfig) -> str:
     return "symmetric" if cfg.weights == "lpbq" or cfg.target == "qnn" else "full"
 
 
-class WeightOnlyModel(QuantizedModel):
-    """The :class:`~qlinear.ptq.QuantizedModel` of a weight-only run: the float graph (external data not loaded),
-    its tensors and the quantized weights' results, streamed to the file one tensor at a time by :meth:`save_onnx`
-    (the Q/DQ or MatMulNBits model is never whole in memory). ``save_tflite`` is refused: activations stay float."""
+@dataclass
+class StreamedWeights:
+    """The quantized weights of a weight-only run (:attr:`qlinear.ptq.QuantizedModel.streamed`): the float graph
+    (external data not loaded), its tensors and the weights' results, streamed to the file one tensor at a time by
+    :meth:`save_onnx` (the Q/DQ or MatMulNBits model is never whole in memory)."""
 
-    def __init__(self, graph: onnx.ModelProto, tensors: Tensors, results: list[WeightResult],
-                 config: QuantizeConfig, label: str, source: Any, dataset: Any = None,
-                 timings: dict[str, float] | None = None, notes: list[str] | None = None, *,
-                 skipped: dict[str, str] | None = None, coverage: dict[str, Any] | None = None) -> None:
-        self.graph, self.tensors, self.results = graph, tensors, results
-        self.config, self.label, self.source, self.dataset = config, label, source, dataset
-        self.timings = {} if timings is None else timings
-        self.notes = [] if notes is None else notes
-        self.skipped = {} if skipped is None else skipped
-        self.coverage = {} if coverage is None else coverage
-        self.decisions: list[dict] = []
-        self.integer_check = None
-        self._report = None
+    graph: onnx.ModelProto
+    tensors: Tensors
+    results: list[WeightResult]
+    label: str
+    source: Any
+    skipped: dict[str, str]
+    coverage: dict[str, Any]
 
-    __eq__ = object.__eq__
-    __hash__ = object.__hash__
-
-    def __repr__(self) -> str:
-        return (f"WeightOnlyModel({self.label}: {len(self.results)} weights, {self.config.weight_type} "
-                f"{self.config.weights}, {self.config.output_format})")
-
-    @property
     def encodings(self) -> EncodingSet:
         """The encodings of every quantized weight."""
         from qlinear import __version__
@@ -95,80 +81,25 @@ class WeightOnlyModel(QuantizedModel):
         return EncodingSet(tuple(r.encoding for r in self.results),
                            producer={"package": "qlinear", "version": __version__}, version="2.0.0")
 
-    @property
-    def rewritten(self) -> bool:
-        return False  # weight-only changes no float parameter: the encodings apply to the input model
-
-    @property
-    def model_file(self) -> str:
-        return "model.matmulnbits.onnx" if self.config.output_format == "matmulnbits" else "model.qdq.onnx"
-
-    def save_onnx(self, path: str | Path | BinaryIO, *, output_format: str | None = None,
-                  external: bool | None = None) -> list[str]:
-        """Write the quantized model to ``path`` (a file path, or a binary file object: then without external
-        data, and no file name is returned) and ``path.data`` with external data (by default when the input had external data or the tensors pass
-        :func:`qlinear.graph.save.needs_external`); ``output_format`` ``qdq`` or ``matmulnbits`` (default: the
-        config's). Returns the file names written."""
-        if is_file(path):
-            if not is_binary(path):
-                raise OutputError(f"save_onnx: {type(path).__name__} is a text file object; open the file in binary "
-                                  "mode ('wb') or pass a path")
-            if external:
-                raise OutputError("save_onnx: external data needs a file path (the .data file is written beside "
-                                  "it), not a file object")
-            path.write(self.model_bytes(output_format))
-            return []
-        p = path_of(path, "save_onnx")
+    def save_onnx(self, path: Path, output_format: str, external: bool | None) -> list[str]:
+        """Write the quantized model to ``path`` and ``path.data`` with external data (by default when the input
+        had external data or the tensors pass :func:`qlinear.graph.save.needs_external`)."""
         if external is None:
             total = sum(self.tensors.nbytes(t.name) for t in self.graph.graph.initializer)
             external = self.tensors.external or needs_external(total)
-        return write(self.build(output_format), p, external=external)
+        return write(self.build(output_format), path, external=external)
 
-    def build(self, output_format: str | None = None) -> Any:
+    def build(self, output_format: str) -> Any:
         """The quantized model as an ``onnx_ir`` model whose tensors are computed when it is serialized."""
-        return build(self.graph, self.tensors, self.results, output_format or self.config.output_format)
+        return build(self.graph, self.tensors, self.results, output_format)
 
-    def model_bytes(self, output_format: str | None = None) -> bytes:
+    def model_bytes(self, output_format: str) -> bytes:
         """The serialized quantized model without external data (small models)."""
         try:
             return to_proto(self.build(output_format)).SerializeToString()
         except ValueError as e:
             raise GraphError(f"{self.label}: the quantized model is over 2 GB ({e}); save it to a file path (written "
                              "with external data)") from None
-
-    write_onnx = save_onnx  #: the former name of :meth:`save_onnx`
-
-    def save_tflite(self, path: str | Path, *, float_io: bool = True) -> None:
-        raise UnsupportedError("save_tflite: a weight-only model (activation_type float) keeps float activations "
-                               "and a full-integer .tflite needs them quantized; quantize with activation_type "
-                               "int8 and target tflite, or save the ONNX model (save_onnx)")
-
-    @property
-    def model(self) -> onnx.ModelProto:
-        """The quantized model in memory (small models; large ones: :meth:`save_onnx`)."""
-        return onnx.load_from_string(self.model_bytes())
-
-    @property
-    def fitted(self) -> bool:
-        return self.config.w_method == "gptq"  # round to nearest never sees the data: every sample is held out
-
-    def report(self, *, samples: int | None = None, progress: Callable[[int], None] | None = None,
-               model_path: Path | None = None):  # noqa: ANN201
-        """The report on the held-out samples (:func:`qlinear.ptq.evaluate.evaluate`): output agreement with the
-        float model (perplexity for token logits), per-weight SQNR against round to nearest, sizes, coverage.
-        ``model_path``: the quantized model as written (else written to a temporary folder first)."""
-        check_samples(samples)
-        if self._report is None:
-            if self.dataset is None:
-                raise ConfigError("report: no data was given; pass --data (or --no-report)")
-            if model_path is None:
-                with tempfile.TemporaryDirectory() as d:
-                    p = Path(d) / self.model_file
-                    self.save_onnx(p)
-                    self._report = evaluate(self, samples=samples, progress=progress, model_path=p)
-            else:
-                self._report = evaluate(self, samples=samples, progress=progress, model_path=model_path)
-        return self._report
 
     def weight_stats(self) -> list[dict[str, Any]]:
         """Per quantized weight: type, grid, method, SQNR of the chosen integers and of round to nearest (dB)."""
@@ -183,22 +114,6 @@ class WeightOnlyModel(QuantizedModel):
         written = Tensors(q, model_path.parent, str(model_path))
         return {"float_bytes": sum(self.tensors.nbytes(n) for n in self.tensors.by_name),
                 "quantized_bytes": sum(written.nbytes(n) for n in written.by_name)}
-
-    def config_report(self) -> dict[str, Any]:
-        """The settled configuration, only the options a weight-only run uses."""
-        d = self.config.to_dict()
-        keep = {"activation_type", "weight_type", "weights", "weight_method", "weight_symmetric", "target",
-                "output_format", "lm_head_type", "exclude_nodes", "exclude_op_types", "evaluation_samples",
-                "batch_size", "batch_axes"}
-        if self.config.weights != "per-channel":
-            keep.add("block_size")
-        if self.config.w_method == "gptq":
-            keep |= {"calibration_samples", "gptq_act_order", "gptq_damp"}
-        d["weight_method"] = self.config.w_method
-        return {k: v for k, v in d.items() if k in keep}
-
-    def reportable(self, report: bool) -> bool:
-        return report and self.dataset is not None and bool(self.config.evaluation_samples)
 
 
 def _as_nk(w: np.ndarray, lin: Linear) -> np.ndarray:
@@ -228,7 +143,7 @@ def _encoding(g: _Grid, bq: BlockQuant) -> Encoding:
 
 
 def quantize_weights(model: Any, data: Any, cfg: QuantizeConfig, *, progress: Progress | None = None,
-                     preprocess: Any = None, notes: list[str] | None = None) -> WeightOnlyModel:
+                     preprocess: Any = None, notes: list[str] | None = None) -> QuantizedModel:
     """Weight-only quantization of ``model`` (path or ModelProto) with ``cfg`` (``activation_type: "float"``);
     ``notes``: the run's notes so far (the settled configuration's, :func:`qlinear.ptq.settle.settle`)."""
     t_all = time.perf_counter()
@@ -254,8 +169,8 @@ def quantize_weights(model: Any, data: Any, cfg: QuantizeConfig, *, progress: Pr
     timings["total"] = time.perf_counter() - t_all
     cov = coverage(m, set(by_weight), skipped)
     notes.append(coverage_note(cov))
-    return WeightOnlyModel(m, tensors, results, cfg, label, model, ds, timings, notes, skipped=skipped,
-                           coverage=cov)
+    sw = StreamedWeights(m, tensors, results, label, model, skipped, cov)
+    return QuantizedModel(None, m, m, sw.encodings(), cfg, None, ds, timings, notes, streamed=sw)
 
 
 def lm_head_plan(m: onnx.ModelProto, by_weight: dict[str, list[Linear]], skipped: dict[str, str],
@@ -516,4 +431,4 @@ def _lpbq(g: _Grid, block_scale: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return eff, g.int_scale
 
 
-__all__ = ["WeightOnlyModel", "grid_for", "quantize_weights"]
+__all__ = ["StreamedWeights", "grid_for", "quantize_weights"]
