@@ -196,9 +196,13 @@ def lm_head_plan(m: onnx.ModelProto, by_weight: dict[str, list[Linear]], skipped
 
 
 def weight_sqnr(w: np.ndarray, wq: np.ndarray) -> float:
-    """``10 log10(sum w^2 / sum (w - wq)^2)`` in dB (inf when exact)."""
-    sig = float(np.sum(np.square(w, dtype=np.float64)))
-    noise = float(np.sum(np.square(w.astype(np.float64) - wq)))
+    """``10 log10(sum w^2 / sum (w - wq)^2)`` in dB (inf when exact), by blocks of rows (no float64 copy of a
+    large weight)."""
+    sig = noise = 0.0
+    for i in range(0, len(w), 1024):
+        a, d = w[i:i + 1024].astype(np.float32), w[i:i + 1024] - wq[i:i + 1024]
+        sig += float(np.dot(a.reshape(-1).astype(np.float64), a.reshape(-1)))
+        noise += float(np.dot(d.reshape(-1).astype(np.float64), d.reshape(-1)))
     return float("inf") if noise <= 0 else float(10 * np.log10(max(sig, 1e-300) / noise))
 
 
@@ -371,7 +375,7 @@ def coverage(m: onnx.ModelProto, quantized: set[str], skipped: dict[str, str]) -
         if n.op_type in WEIGHT_BEARING and n.op_type not in ("MatMul", "Gemm") and len(n.input) > 1 \
                 and n.input[1] in inits and n.input[1] not in quantized:
             other.setdefault(n.op_type, set()).add(n.input[1])
-    left = {f"{op} weight (weight-only covers MatMul/Gemm)": len(v) for op, v in sorted(other.items())}
+    left = {f"{op} weight(s) (weight-only covers MatMul/Gemm)": len(v) for op, v in sorted(other.items())}
     for why in skipped.values():
         key = f"MatMul/Gemm ({why})"
         left[key] = left.get(key, 0) + 1
