@@ -99,7 +99,8 @@ def smollm2(quick: bool) -> list[tuple]:
                  f"{tps:.0f}"))
     print(rows[-1], flush=True)
     # ONNX Runtime's quantizer leaves the tied lm_head (MatMul over Transpose(embedding)) in float: the matched
-    # qlinear rows do the same (exclude_nodes); "all weights" also quantizes the tied embedding / lm_head.
+    # qlinear rows do the same (exclude_nodes); "default" quantizes the tied embedding / lm_head int8 per-channel
+    # (lm_head_type int8), "all weights int4" to int4 as well (--lm-head-type int4).
     cfg = work / "lm_head_float.json"
     cfg.write_text(json.dumps({"exclude_nodes": ["node_linear_210"]}))
     runs = []
@@ -109,7 +110,10 @@ def smollm2(quick: bool) -> list[tuple]:
             runs.append((f"qlinear {method} sym b{block} (qdq)", "qlinear", method, block, f"--config {cfg}"))
         runs.append((f"qlinear gptq sym b{block} (matmulnbits)", "qlinear-nbits", "gptq", block, f"--config {cfg}"))
         if block == 32:
-            runs.append(("qlinear minmax sym b32, all weights incl. tied lm_head (qdq)", "qlinear", "minmax", 32, ""))
+            runs.append(("qlinear minmax sym b32, default: tied lm_head int8 per-channel (qdq)", "qlinear", "minmax",
+                         32, ""))
+            runs.append(("qlinear minmax sym b32, all weights int4 incl. tied lm_head (qdq)", "qlinear", "minmax", 32,
+                         "--lm-head-type int4"))
             runs.append((f"ORT MatMulNBitsQuantizer HQQ b{block} (asym)", "ort", "hqq", block, ""))
             runs.append((f"ORT MatMulNBitsQuantizer GPTQ sym b{block}", "ort", "gptq", block, ""))
     for label, tool, method, block, extra in runs:

@@ -35,6 +35,8 @@ _HELP = {  # the help text of each option
                       'directly).'),
     "accuracy_target": ('METRIC>=VALUE, e.g. top1_agreement>=0.99 or sqnr_db>=20: raise the precision '
                         'of the tensors that hurt most until it holds on calibration samples.'),
+    "lm_head_type": ("Weight-only: the tied embedding / lm_head (the MatMul producing the logits): int8 per-channel "
+                     "(default with 4-bit weights), int4 (follow the weights) or float."),
     "target": 'ort (default), tflite or qnn.',
     "config": 'JSON/TOML file of QuantizeConfig options; command-line options override it.',
     "calibration_samples": 'Default 100.',
@@ -63,6 +65,7 @@ def quantize(
     calibration: Optional[str] = typer.Option(None, '--calibration', help=_HELP["calibration"]),
     weight_method: Optional[str] = typer.Option(None, '--weight-method', help=_HELP["weight_method"]),
     output_format: Optional[str] = typer.Option(None, '--format', help=_HELP["output_format"]),
+    lm_head_type: Optional[str] = typer.Option(None, '--lm-head-type', help=_HELP["lm_head_type"]),
     accuracy_target: Optional[str] = typer.Option(None, '--accuracy-target', help=_HELP["accuracy_target"]),
     target: Optional[str] = typer.Option(None, '--target', help=_HELP["target"]),
     config: Optional[Path] = typer.Option(None, '--config', help=_HELP["config"]),
@@ -96,7 +99,7 @@ def quantize(
     over = {"weights": weights, "weight_type": weight_type, "activation_type": activation_type,
             "block_size": block_size, "activation_method": calibration, "weight_method": weight_method,
             "target": target, "calibration_samples": calibration_samples, "evaluation_samples": evaluation_samples,
-            "accuracy_target": accuracy_target, "output_format": output_format,
+            "accuracy_target": accuracy_target, "output_format": output_format, "lm_head_type": lm_head_type,
             "batch_axes": _batch_axes(batch_axis), "input_shapes": _input_shapes(input_shape),
             "full_integer": full_integer or None, "workers": workers, "ray_address": ray_address}
     cfg = settled_config(model, config, over)

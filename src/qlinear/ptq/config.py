@@ -34,6 +34,7 @@ DATA_WEIGHT_METHODS = ("seqmse", "adaround")
 #: (``mse``), GPTQ (needs data)
 WEIGHT_ONLY_METHODS = ("minmax", "mse", "gptq")
 OUTPUT_FORMATS = ("qdq", "matmulnbits")
+LM_HEAD_TYPES = ("int8", "int4", "float")  #: weight-only lm_head: int8 per-channel, follow the weights, or float
 TARGETS = ("ort", "tflite", "qnn")
 RAY_ADDRESS = re.compile(r"^(auto|local|rays?://[^\s:/]+(:\d+)?|[^\s:/]+:\d+)$")  # ray_address (ray.init's forms)
 
@@ -48,7 +49,9 @@ class QuantizeConfig:
             with integer per-block scales under a per-channel float scale, AIMET spec §1.2).
             With ``activation_type: "float"`` only the MatMul/Gemm weights are quantized (weight-only, see
             :mod:`qlinear.ptq.weightonly`): ``weight_method`` ``minmax`` (round to nearest), ``mse`` or ``gptq``
-            (``gptq_act_order``, ``gptq_damp``), ``output_format`` ``qdq`` or ``matmulnbits``.
+            (``gptq_act_order``, ``gptq_damp``), ``output_format`` ``qdq`` or ``matmulnbits``, ``lm_head_type``
+            (the tied embedding / lm_head, the MatMul producing the logits: ``int8`` per-channel by default when
+            the weights are 4-bit or less, ``int4`` to follow the weights, ``float`` to leave it).
         weight_method / activation_method: calibration method per role. Default (``None``): ``minmax`` for both
             with per-channel/per-block weights; with per-tensor weights SQNR search for the weights and MSE for the
             activations (min-max loses too much there). Weights also take ``seqmse`` (clipping ranges chosen by the
@@ -127,6 +130,7 @@ class QuantizeConfig:
     full_integer: bool = False
     workers: int = 1
     ray_address: str | None = None
+    lm_head_type: str = "int8"
 
     def __post_init__(self) -> None:
         def one_of(name: str, allowed: tuple[str, ...]) -> None:
@@ -141,6 +145,7 @@ class QuantizeConfig:
         one_of("placement", ("auto", "all", "matmul"))
         if self.smoothing is not None and not isinstance(self.smoothing, bool):
             raise ConfigError(f"smoothing: expected true, false or null, got {self.smoothing!r}")
+        one_of("lm_head_type", LM_HEAD_TYPES)
         self._check_mode(one_of)
         if self.activation_method is not None:
             one_of("activation_method", METHODS)
@@ -223,6 +228,8 @@ class QuantizeConfig:
             if self.output_format != "qdq":
                 raise ConfigError("output_format: matmulnbits needs weight-only quantization (activation_type "
                                   "float)")
+            if self.lm_head_type != "int8":
+                raise ConfigError("lm_head_type: only for weight-only runs (activation_type float); use overrides")
             if self.weight_method is not None:
                 one_of("weight_method", METHODS + DATA_WEIGHT_METHODS)
 

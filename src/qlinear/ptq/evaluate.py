@@ -69,10 +69,16 @@ class Report:
     headlines: dict[str, str | None] = field(default_factory=dict)  #: output -> the metric of its kind (None: skipped)
     sensitivity: list[dict[str, Any]] = field(default_factory=list)  #: :mod:`qlinear.ptq.sensitivity`, when asked
     mixed: list[dict[str, Any]] = field(default_factory=list)  #: Concats of mixed ranges (:func:`mixed_concats`)
+    weights: list[dict[str, Any]] = field(default_factory=list)  #: weight-only: per-weight SQNR vs round to nearest
+    sizes: dict[str, int] = field(default_factory=dict)  #: weight-only: initializer bytes before / after
+    coverage: dict[str, Any] = field(default_factory=dict)  #: weight-only: weights quantized / left float by kind
 
     def to_dict(self) -> dict[str, Any]:
         outs = {o: ({"kind": self.kinds[o], "headline": self.headlines.get(o), **r} if o in self.kinds else r)
                 for o, r in self.outputs.items()}
+        if self.weights:  # weight-only: no activation statistics, so no empty sections for them
+            return {"samples": self.samples, "engine": self.engine, "outputs": outs, "weights": self.weights,
+                    "sizes": self.sizes, "coverage": self.coverage, "timings": self.timings}
         return {"samples": self.samples, "stat_samples": self.stat_samples, "engine": self.engine,
                 "outputs": outs, "ranking": self.ranking, "tensors": [t.__dict__ for t in self.tensors],
                 "timings": self.timings, "histograms": self.histograms, "mixed_ranges": self.mixed}
@@ -158,7 +164,11 @@ def float_stats_session(qm: Any, names: list[str]) -> Any:
 
 
 def evaluate(qm: Any, *, samples: int | None = None, progress: Callable[[int], None] | None = None,
-             worst_histograms: int = 4, stat_samples: int = 16) -> Report:
+             worst_histograms: int = 4, stat_samples: int = 16, model_path: Any = None) -> Report:
+    """The report of ``qm`` on its held-out samples (``samples``: at most that many); a weight-only result is
+    evaluated from its file ``model_path`` (:func:`evaluate_weight_only`)."""
+    if qm.config.weight_only:
+        return evaluate_weight_only(qm, model_path, samples=samples, progress=progress)
     ds = qm.dataset
     start, stop = qm.held_out()
     if samples is not None:
@@ -466,7 +476,7 @@ def output_metrics(a: np.ndarray | list[np.ndarray], b: np.ndarray | list[np.nda
 #: the metric that judges each kind of output (None: not judged)
 HEADLINE: dict[str, str | None] = {"classifier": "top1_agreement", "probability": "decision_agreement",
                                    "embedding": "cosine_mean", "generic": "sqnr_db", "mixed": "sqnr_db_worst_part",
-                                   "integer": "exact_match",
+                                   "integer": "exact_match", "token_logits": "perplexity_quantized",
                                    "passthrough": None}
 EMBEDDING_HINTS = ("embed", "hidden", "pool", "feature", "encod", "vector", "represent")
 #: operators that make an embedding (pooling, normalization), seen through data movement from a graph output
@@ -645,3 +655,131 @@ def _top1(fa: list[np.ndarray], qa: list[np.ndarray], counts: list[int], labels:
         r["float_top1"] = float(np.mean(ff == lab))
         r["quantized_top1"] = float(np.mean(qq == lab))
     return r
+
+
+# --------------------------------------------------------------------------------------------------- weight-only
+def evaluate_weight_only(qm: Any, model_path: Any, *, samples: int | None = None,
+                         progress: Callable[[int], None] | None = None) -> Report:
+    """The report of a weight-only result (its weights :class:`qlinear.ptq.weightonly.StreamedWeights`) written
+    to ``model_path``: its outputs against the float model's on the held-out samples, accumulated batch by batch (an
+    LLM's logits are too large to keep): ``token_logits`` (``[B, S, vocab]`` over an integer token input ``[B, S]``:
+    perplexity of both models on the next token, next-token agreement, cosine, SQNR), ``classifier`` (top-1
+    agreement and accuracy with labels) or ``generic`` (cosine, SQNR); and the weights' own statistics."""
+    import time
+
+    import onnx
+
+    from qlinear.ptq.session import Session
+
+    ds = qm.dataset
+    start, stop = qm.held_out()
+    if samples:
+        stop = min(stop, start + samples)
+    if stop <= start:
+        raise DataError(f"{ds.source}: no samples to evaluate")
+    t0 = time.perf_counter()
+    sw = qm.streamed
+    base = sw.tensors.base
+    fl = Session(sw.graph, level="all", label=sw.label, external_dir=str(base) if base else None)
+    qs = Session(onnx.load(str(model_path), load_external_data=False), level="all",
+                 label=f"the quantized {sw.label}", external_dir=str(model_path.parent))
+    names = [o.name for o in sw.graph.graph.output]
+    tokens = token_input(sw.graph)
+    acc = {n: Agreement() for n in names}
+    labels = None if ds.labels is None else np.asarray(ds.labels)
+    at = start
+    for batch in ds.batches(start, stop, qm.config.batch_size):
+        where = f"{ds.source}, samples {at}..{at + ds.batch_len(batch) - 1}"
+        fo, qo = fl.run(names, batch, where=where), qs.run(names, batch, where=where)
+        k = len(fo[0])
+        for n, a, b in zip(names, fo, qo):
+            acc[n].add(a, b, None if labels is None else labels[at:at + k], batch.get(tokens) if tokens else None)
+        at += k
+        if progress:
+            progress(k)
+    outputs = {n: a.result() for n, a in acc.items()}
+    kinds = {n: a.kind for n, a in acc.items()}
+    return Report(samples=stop - start, tensors=[], outputs=outputs, ranking=[],
+                  timings={"evaluation": time.perf_counter() - t0}, engine="onnxruntime", kinds=kinds,
+                  headlines={n: HEADLINE[k] for n, k in kinds.items()}, weights=sw.weight_stats(),
+                  sizes=sw.sizes(model_path), coverage=dict(sw.coverage))
+
+
+def token_input(m: Any) -> str:
+    """The model input holding token ids: an integer input of rank 2 named like ``input_ids`` (or the only
+    integer input of rank 2); ``""`` when there is none."""
+    from onnx import TensorProto
+
+    ints = [i for i in m.graph.input if i.type.tensor_type.elem_type in (TensorProto.INT64, TensorProto.INT32)
+            and len(i.type.tensor_type.shape.dim) == 2]
+    named = [i.name for i in ints if "ids" in i.name.lower()]
+    return named[0] if named else (ints[0].name if len(ints) == 1 else "")
+
+
+class Agreement:
+    """The agreement of a quantized output with the float one, accumulated batch by batch: per-sample cosine,
+    SQNR, top-1 agreement (classifier ``[N, classes]``, accuracy with labels) and for token logits ``[N, S, V]``
+    with token ids ``[N, S]`` the perplexity of both models on the next token and their next-token agreement."""
+
+    def __init__(self) -> None:
+        self.cos: list[np.ndarray] = []
+        self.sig = self.noise = 0.0
+        self.n = self.agree = self.hit_f = self.hit_q = 0
+        self.classifier, self.labelled, self.tokens = True, False, True
+        self.nll_f = self.nll_q = 0.0
+        self.predicted = self.next_agree = 0
+
+    @property
+    def kind(self) -> str:
+        if self.tokens and self.predicted:
+            return "token_logits"
+        return "classifier" if self.classifier and self.n else "generic"
+
+    def add(self, a: np.ndarray, b: np.ndarray, labels: np.ndarray | None, ids: np.ndarray | None) -> None:
+        af = a.reshape(len(a), -1).astype(np.float64)
+        bf = b.reshape(len(b), -1).astype(np.float64)
+        self.cos.append(np.sum(af * bf, 1) / np.maximum(np.linalg.norm(af, axis=1) * np.linalg.norm(bf, axis=1),
+                                                        1e-30))
+        self.sig += float(np.sum(af ** 2))
+        self.noise += float(np.sum((af - bf) ** 2))
+        self.classifier = self.classifier and a.ndim == 2 and a.shape[1] > 1
+        if self.classifier:
+            fa, qa = a.argmax(1), b.argmax(1)
+            self.agree += int(np.sum(fa == qa))
+            if labels is not None:
+                self.labelled = True
+                self.hit_f += int(np.sum(fa == labels))
+                self.hit_q += int(np.sum(qa == labels))
+        self.tokens = self.tokens and ids is not None and a.ndim == 3 and a.shape[:2] == ids.shape \
+            and a.shape[1] > 1 and int(ids.max()) < a.shape[2] and int(ids.min()) >= 0
+        if self.tokens:
+            for i in range(len(a)):  # one sample at a time: [S, vocab] in float32
+                nf, nq = _next_token_nll(a[i], ids[i]), _next_token_nll(b[i], ids[i])
+                self.nll_f += nf
+                self.nll_q += nq
+                self.next_agree += int(np.sum(a[i, :-1].argmax(-1) == b[i, :-1].argmax(-1)))
+                self.predicted += ids.shape[1] - 1
+        self.n += len(a)
+
+    def result(self) -> dict[str, float]:
+        c = np.concatenate(self.cos) if self.cos else np.zeros(1)
+        r: dict[str, float] = {}
+        if self.kind == "token_logits":
+            r["perplexity_float"] = float(np.exp(self.nll_f / self.predicted))
+            r["perplexity_quantized"] = float(np.exp(self.nll_q / self.predicted))
+            r["next_token_agreement"] = self.next_agree / self.predicted
+        if self.kind == "classifier":
+            r["top1_agreement"] = self.agree / self.n
+            if self.labelled:
+                r["float_top1"], r["quantized_top1"] = self.hit_f / self.n, self.hit_q / self.n
+        r["cosine_mean"], r["cosine_min"] = float(c.mean()), float(c.min())
+        r["sqnr_db"] = _sqnr(self.sig, self.noise)
+        return r
+
+
+def _next_token_nll(logits: np.ndarray, ids: np.ndarray) -> float:
+    """The summed negative log-likelihood of ``ids[1:]`` under ``logits[:-1]`` (``[S, vocab]``)."""
+    x = logits[:-1].astype(np.float32)
+    m = x.max(-1, keepdims=True)
+    lse = (np.log(np.exp(x - m).sum(-1, dtype=np.float64)) + m[:, 0].astype(np.float64))
+    return float(np.sum(lse - x[np.arange(len(x)), ids[1:]].astype(np.float64)))

@@ -70,7 +70,7 @@ def quantize(model: Any, data: Any, config: QuantizeConfig | dict | None = None,
     t_all = time.perf_counter()
     cfg = config_of(config)
     connect_ray(cfg.workers, cfg.ray_address)  # workers 1 without an address: nothing (Ray is not imported)
-    if cfg.weight_only:  # activations stay float: weights only, streamed (a WeightOnlyModel, qlinear.ptq.weightonly)
+    if cfg.weight_only:  # activations stay float: weights only, streamed (qlinear.ptq.weightonly)
         cfg, notes = settle(cfg)
         return quantize_weights(model, data, cfg, progress=progress, preprocess=preprocess, notes=notes)
     if data is None:

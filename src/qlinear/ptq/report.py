@@ -29,6 +29,8 @@ def to_json(qm: Any, rep: Report) -> str:
     """The report as strict JSON (non-finite numbers, e.g. the SQNR of an exactly represented tensor, are null):
     ``config`` is the configuration used (settled for the target), ``requested`` the options the user set, ``notes``
     every change the target's rules made to them."""
+    if qm.config.weight_only:
+        return json.dumps(_finite(weight_only_doc(qm, rep)), indent=2, allow_nan=False)
     doc = {"config": qm.config.to_dict(), "requested": sorted(getattr(qm.config, "requested", ())), "notes": qm.notes, "timings": qm.timings,
            "encodings": len(qm.encodings), "report": rep.to_dict(), "decisions": list(qm.decisions),
            **({"sensitivity": rep.sensitivity} if getattr(rep, "sensitivity", None) else {}),
@@ -119,6 +121,8 @@ def _mixed_html(rows: list[dict]) -> str:
 
 def to_html(qm: Any, rep: Report) -> str:
     cfg = qm.config
+    if cfg.weight_only:
+        return weight_only_html(qm, rep)
     rows = "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(str(v))}</td></tr>" for k, v in cfg.to_dict().items())
     kinds = getattr(rep, "kinds", None) or {}
     heads = getattr(rep, "headlines", None) or {}
@@ -171,3 +175,60 @@ td,th{{border:1px solid #ccc;padding:2px 6px}}h2{{margin-top:1.5em}}</style></he
 <h2>Integer accumulators (worst case over all inputs)</h2><p>{isum}</p><table><tr><th>layer</th><th>op</th>
 <th>accumulator</th><th>worst |acc|</th><th>headroom (bits)</th><th>note</th></tr>{irows}</table>
 <h2>Configuration</h2><table>{rows}</table></body></html>"""
+
+
+# --------------------------------------------------------------------------------------------------- weight-only
+def weight_only_doc(qm: Any, rep: Report) -> dict[str, Any]:
+    """The weight-only ``report.json``: the options the mode uses (settled), notes, timings, the report (outputs,
+    per-weight SQNR against round to nearest, sizes, coverage); no activation sections."""
+    return {"mode": "weight-only", "config": qm.config_report(), "requested": sorted(qm.config.requested),
+            "notes": qm.notes, "timings": qm.timings, "encodings": len(qm.encodings), "report": rep.to_dict()}
+
+
+def _num(v: Any, fmt: str = ".2f") -> str:
+    return format(v, fmt) if isinstance(v, float) and math.isfinite(v) else html.escape(str(v))
+
+
+def weight_only_html(qm: Any, rep: Report) -> str:
+    """The weight-only ``report.html``: only sections with content."""
+    esc = html.escape
+    heads = rep.headlines or {}
+
+    def cell(o: str, k: str, v: float) -> str:
+        text = f"{k}: {_num(v, '.4f')}"
+        return f"<td><b>{text}</b></td>" if heads.get(o) == k else f"<td>{text}</td>"
+
+    outs = "".join(f"<tr><td>{esc(o)}</td><td>{esc(rep.kinds.get(o, ''))}</td>"
+                   + "".join(cell(o, k, v) for k, v in r.items()) + "</tr>" for o, r in rep.outputs.items())
+    sections = [f"<h2>Outputs against the float model</h2><p>{rep.samples} held-out samples; the quantized model as "
+                "written, run by ONNX Runtime; each output judged by the metric of its kind (bold).</p>"
+                f"<table><tr><th>output</th><th>kind</th><th colspan=\"6\">metrics</th></tr>{outs}</table>"]
+    if rep.sizes:
+        f, q = rep.sizes["float_bytes"], rep.sizes["quantized_bytes"]
+        sections.append(f"<h2>Size</h2><p>initializers: {f / 2**20:.1f} MiB float, {q / 2**20:.1f} MiB quantized "
+                        f"({q / max(f, 1):.1%})</p>")
+    cov = rep.coverage
+    if cov:
+        left = "".join(f"<tr><td>{esc(k)}</td><td>{v}</td></tr>" for k, v in cov.get("left_float", {}).items())
+        sections.append(f"<h2>Coverage</h2><p>quantized {cov['quantized']} of {cov['total']} weights</p>"
+                        + (f"<table><tr><th>left float</th><th>weights</th></tr>{left}</table>" if left else ""))
+    if rep.weights:
+        rows = "".join(f"<tr><td>{esc(w['weight'])}</td><td>{w['dtype']}</td><td>{esc(w['grid'])}</td>"
+                       f"<td>{w['method']}</td><td>{_num(w['sqnr_db'])}</td><td>{_num(w['rtn_sqnr_db'])}</td>"
+                       f"<td>{esc(w.get('lm_head', ''))}</td></tr>"
+                       for w in sorted(rep.weights, key=lambda w: w["sqnr_db"]))
+        sections.append("<h2>Weights (lowest SQNR first)</h2><p>SQNR of each weight's quantization, "
+                        "<code>10 log10(sum w^2 / sum (w - DQ(Q(w)))^2)</code>, with the run's method and with "
+                        "round to nearest on the same grid.</p><table><tr><th>weight</th><th>type</th><th>grid</th>"
+                        f"<th>method</th><th>SQNR dB</th><th>round to nearest dB</th><th>lm_head</th></tr>{rows}"
+                        "</table>")
+    rows = "".join(f"<tr><td>{esc(k)}</td><td>{esc(str(v))}</td></tr>" for k, v in qm.config_report().items())
+    sections.append(f"<h2>Configuration</h2><table>{rows}</table>")
+    notes = "".join(f"<li>{esc(n)}</li>" for n in qm.notes)
+    times = ", ".join(f"{k} {v:.2f} s" for k, v in qm.timings.items())
+    return f"""<!doctype html><html><head><meta charset="utf-8"><title>qlinear weight-only report</title>
+<style>body{{font-family:sans-serif;margin:2em;max-width:1100px}}table{{border-collapse:collapse;font-size:12px}}
+td,th{{border:1px solid #ccc;padding:2px 6px}}h2{{margin-top:1.5em}}</style></head><body>
+<h1>qlinear weight-only quantization report</h1>
+<p>{len(qm.encodings)} weight encodings; timings: {times}</p>{f"<ul>{notes}</ul>" if notes else ""}
+{"".join(sections)}</body></html>"""

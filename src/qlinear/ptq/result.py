@@ -1,13 +1,14 @@
 """The result of :func:`qlinear.quantize` in every mode: :class:`QuantizedModel` (``save``, ``save_onnx``,
 ``save_encodings``, ``save_tflite``, ``report()``). Full-integer runs fill it with the Q/DQ model in memory;
-weight-only runs return its subclass :class:`qlinear.ptq.weightonly.WeightOnlyModel`, which streams the weights
-to the file instead.
+weight-only runs (``config.weight_only``) with the weights that :attr:`QuantizedModel.streamed` writes to the file
+one tensor at a time (:class:`qlinear.ptq.weightonly.StreamedWeights`).
 """
 
 from __future__ import annotations
 
 import io
 import os
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,7 +18,7 @@ import numpy as np
 import onnx
 
 from qlinear.encodings import EncodingSet
-from qlinear.errors import ConfigError, GraphError, OutputError
+from qlinear.errors import ConfigError, GraphError, OutputError, UnsupportedError
 from qlinear.graph.plan import Plan
 from qlinear.ptq import targets
 from qlinear.ptq.config import QuantizeConfig
@@ -33,15 +34,20 @@ class QuantizedModel:
     its float parameters (bias correction, weights moved onto their AdaRound/SeqMSE grid, layers restored by
     precision repair): the float model the encodings apply to, ``apply(encodings, encoded_model) == model``.
     ``decisions`` lists the precision repair's changes (:mod:`qlinear.ptq.repair`).
+
+    Weight-only runs (``config.weight_only``, activations float) hold no quantized model in memory: ``streamed``
+    writes it one tensor at a time (:class:`qlinear.ptq.weightonly.StreamedWeights`); ``float_model`` is the float
+    graph without its external data, ``plan`` is None, ``dataset`` None without data, and :attr:`model` builds the
+    quantized model in memory on request (small models).
     """
 
-    model: onnx.ModelProto
+    qdq_model: onnx.ModelProto | None  #: the full-integer Q/DQ model (None for weight-only: :attr:`model`)
     float_model: onnx.ModelProto
     reference_model: onnx.ModelProto
     encodings: EncodingSet
     config: QuantizeConfig
-    plan: Plan
-    dataset: Dataset
+    plan: Plan | None
+    dataset: Dataset | None
     timings: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     integer_check: Any = None  #: :class:`qlinear.graph.IntegerCheck` of ``model``
@@ -49,30 +55,64 @@ class QuantizedModel:
     decisions: list[dict] = field(default_factory=list)
     _report: Any = None
     _float_session: Any = field(default=None, repr=False)  # calibration's ORT session (float model, every tensor)
+    streamed: Any = field(default=None, repr=False)  #: weight-only: the quantized weights, written when saved
 
     def __post_init__(self) -> None:
         if self.encoded_model is None:
             self.encoded_model = self.reference_model
 
+    def __repr__(self) -> str:
+        cfg = self.config
+        what = (f"weight-only {cfg.weight_type} {cfg.weights}, {cfg.output_format}" if cfg.weight_only else
+                f"{cfg.weight_type} weights {cfg.weights}, {cfg.activation_type} activations, target {cfg.target}")
+        return f"QuantizedModel({what}: {len(self.encodings)} encodings)"
+
+    @property
+    def model(self) -> onnx.ModelProto:
+        """The quantized model in memory (weight-only: built from the streamed weights; large models:
+        :meth:`save_onnx`)."""
+        return self.qdq_model if self.streamed is None else onnx.load_from_string(self.model_bytes())
+
     @property
     def rewritten(self) -> bool:
         """Whether the float model the encodings apply to differs from the input (BatchNorm folded, equalized, bias
-        corrected, weights moved onto their grid)."""
+        corrected, weights moved onto their grid; never for weight-only)."""
+        if self.streamed is not None:
+            return False
         return self.encoded_model.graph.SerializeToString() != self.float_model.graph.SerializeToString()
 
-    def save_onnx(self, path: str | Path | BinaryIO) -> list[str]:
-        """Write the Q/DQ model to ``path`` (a file path, atomically, or a binary file object). Returns the file
-        names written (with ``<name>.data`` when :func:`qlinear.graph.save.needs_external`; none for a file
-        object)."""
+    def save_onnx(self, path: str | Path | BinaryIO, *, output_format: str | None = None,
+                  external: bool | None = None) -> list[str]:
+        """Write the quantized model to ``path`` (a file path, atomically, or a binary file object). Returns the file
+        names written (with ``<name>.data`` when :func:`qlinear.graph.save.needs_external`, or for weight-only when
+        the input had external data; none for a file object). Weight-only: ``output_format`` ``qdq`` or
+        ``matmulnbits`` (default: the config's), ``external`` forces external data on or off."""
         from qlinear.graph.save import save_model
 
+        if self.streamed is None and (output_format not in (None, "qdq") or external is not None):
+            raise ConfigError("save_onnx: output_format and external apply to weight-only results (activation_type "
+                              "float); this model is written as Q/DQ, with external data past 1 GiB")
         if is_file(path):
             if not is_binary(path):
                 raise OutputError(f"save_onnx: {type(path).__name__} is a text file object; open the file in binary "
                                   "mode ('wb') or pass a path")
-            path.write(self.model.SerializeToString())
+            if external:
+                raise OutputError("save_onnx: external data needs a file path (the .data file is written beside "
+                                  "it), not a file object")
+            path.write(self.model_bytes(output_format))
             return []
+        if self.streamed is not None:
+            return self.streamed.save_onnx(path_of(path, "save_onnx"), output_format or self.config.output_format,
+                                           external)
         return save_model(self.model, path_of(path, "save_onnx"))
+
+    write_onnx = save_onnx  #: the former name of :meth:`save_onnx`
+
+    def model_bytes(self, output_format: str | None = None) -> bytes:
+        """The serialized quantized model without external data (small models)."""
+        if self.streamed is None:
+            return self.qdq_model.SerializeToString()
+        return self.streamed.model_bytes(output_format or self.config.output_format)
 
     def save_encodings(self, path: str | Path | IO, version: str | None = None) -> None:
         """Write the AIMET encodings (``version``, default 2.0.0) to ``path`` (a file path or a file object)."""
@@ -97,6 +137,10 @@ class QuantizedModel:
         from qlinear.tflite.export import convert, island_note
 
         p = path_of(path, "save_tflite")
+        if self.streamed is not None:
+            raise UnsupportedError("save_tflite: a weight-only model (activation_type float) keeps float activations "
+                                   "and a full-integer .tflite needs them quantized; quantize with activation_type "
+                                   "int8 and target tflite, or save the ONNX model (save_onnx)")
         bad = targets.check_tflite(self.model)
         if bad:
             raise GraphError(f"save_tflite: the model (target {self.config.target}) breaks {len(bad)} TFLite rule(s): "
@@ -110,8 +154,9 @@ class QuantizedModel:
 
     @property
     def fitted(self) -> bool:
-        """Whether the run fitted anything on the data (its calibration samples are then not held out)."""
-        return True
+        """Whether the run fitted anything on the data (its calibration samples are then not held out; weight-only
+        round to nearest never sees the data)."""
+        return self.streamed is None or self.config.w_method == "gptq"
 
     def held_out(self) -> tuple[int, int]:
         """``(start, stop)`` of the samples the report evaluates: the ones after the calibration samples (all of them
@@ -127,19 +172,20 @@ class QuantizedModel:
     def report(self, *, samples: int | None = None, progress: Callable[[int], None] | None = None,  # noqa: ANN201
                model_path: Path | None = None, sensitivity: int = 0,
                sensitivity_progress: Callable[[str, int], Callable[[int], None]] | None = None):
-        """Accuracy report on the held-out samples (computed once): per-tensor SQNR, sensitivity ranking, output
-        agreement; see :mod:`qlinear.ptq.evaluate`. ``model_path``: the quantized model as written, for results that
-        evaluate the file (weight-only); this one evaluates the model in memory. ``sensitivity``: also the output's
-        sensitivity to each quantized tensor on that many held-out samples (:mod:`qlinear.ptq.sensitivity`; 0: not
-        computed), with a progress bar from ``sensitivity_progress(task, total)``."""
+        """Accuracy report on the held-out samples (computed once), see :mod:`qlinear.ptq.evaluate`: output
+        agreement; per-tensor SQNR (full-integer), or per-weight SQNR against round to nearest, sizes and coverage
+        (weight-only). ``model_path``: the weight-only model as written (else written to a temporary folder first);
+        a full-integer result evaluates the model in memory. ``sensitivity``: also the output's sensitivity to each
+        quantized tensor on that many held-out samples (:mod:`qlinear.ptq.sensitivity`; 0: not computed; full-integer
+        only), with a progress bar from ``sensitivity_progress(task, total)``."""
         check_samples(samples)
         if isinstance(sensitivity, bool) or not isinstance(sensitivity, (int, np.integer)) or sensitivity < 0:
             raise ConfigError(f"sensitivity: expected a number of held-out samples (0: none), got {sensitivity!r}")
         if self._report is None:
-            from qlinear.ptq.evaluate import evaluate
-
-            self._report = evaluate(self, samples=samples, progress=progress)
+            self._report = self._evaluate(samples, progress, model_path)
         if sensitivity and not self._report.sensitivity:
+            if self.streamed is not None:
+                raise ConfigError("sensitivity: not available for weight-only results (activation_type float)")
             from qlinear.ptq.sensitivity import as_dicts
             from qlinear.ptq.sensitivity import sensitivity as sensitivity_of
 
@@ -147,14 +193,44 @@ class QuantizedModel:
                                                                progress=sensitivity_progress))
         return self._report
 
+    def _evaluate(self, samples: int | None, progress: Callable[[int], None] | None, model_path: Path | None):  # noqa: ANN202
+        from qlinear.ptq.evaluate import evaluate
+
+        if self.dataset is None:
+            raise ConfigError("report: no data was given; pass --data (or --no-report)")
+        if self.streamed is not None and model_path is None:
+            with tempfile.TemporaryDirectory() as d:
+                p = Path(d) / self.model_file
+                self.save_onnx(p)
+                return evaluate(self, samples=samples, progress=progress, model_path=p)
+        return evaluate(self, samples=samples, progress=progress, model_path=model_path)
+
     @property
     def model_file(self) -> str:
         """The name :meth:`save` gives the quantized ONNX model."""
+        if self.streamed is not None and self.config.output_format == "matmulnbits":
+            return "model.matmulnbits.onnx"
         return "model.qdq.onnx"
 
     def reportable(self, report: bool) -> bool:
         """Whether :meth:`save` with ``report`` writes the report (a weight-only run without data has none)."""
+        if self.streamed is not None:
+            return report and self.dataset is not None and bool(self.config.evaluation_samples)
         return report
+
+    def config_report(self) -> dict[str, Any]:
+        """The settled configuration as the report shows it: every option (full-integer), or only the options a
+        weight-only run uses."""
+        d = self.config.to_dict()
+        if self.streamed is None:
+            return d
+        keep = set(WEIGHT_ONLY_OPTIONS)
+        if self.config.weights != "per-channel":
+            keep.add("block_size")
+        if self.config.w_method == "gptq":
+            keep |= {"calibration_samples", "gptq_act_order", "gptq_damp"}
+        d["weight_method"] = self.config.w_method
+        return {k: v for k, v in d.items() if k in keep}
 
     def save(self, outdir: str | Path | Any, *, encodings_version: str = "2.0.0", report: bool = True,
              progress: Callable[[int], None] | None = None) -> list[str]:
@@ -194,6 +270,12 @@ class QuantizedModel:
         return written
 
 
+#: the options every weight-only run uses (with ``block_size`` for blocks, the GPTQ options for ``gptq``)
+WEIGHT_ONLY_OPTIONS = ("activation_type", "weight_type", "weights", "weight_method", "weight_symmetric", "target",
+                       "output_format", "lm_head_type", "exclude_nodes", "exclude_op_types", "evaluation_samples",
+                       "batch_size", "batch_axes")
+
+
 def check_samples(samples: Any) -> None:
     """``report(samples=...)``: None or a positive integer."""
     if samples is not None and (isinstance(samples, bool) or not isinstance(samples, (int, np.integer))
@@ -217,4 +299,4 @@ def path_of(x: Any, what: str) -> Path:
     return Path(x)
 
 
-__all__ = ["QuantizedModel", "check_samples", "is_binary", "is_file", "path_of"]
+__all__ = ["QuantizedModel", "WEIGHT_ONLY_OPTIONS", "check_samples", "is_binary", "is_file", "path_of"]

@@ -82,7 +82,7 @@ def _dq_weight(path: Path, name: str) -> np.ndarray:
 @pytest.mark.parametrize("block", [16, 32, 64])
 def test_qdq_is_fused_into_matmulnbits_by_onnxruntime(tmp_path, block):
     m = tiny_lm()
-    _, p = _write(m, tmp_path, {"block_size": block})
+    _, p = _write(m, tmp_path, {"block_size": block, "lm_head_type": "int4"})
     _sess(p, optimized=tmp_path / "opt.onnx")
     ops = collections.Counter(n.op_type for n in onnx.load(str(tmp_path / "opt.onnx")).graph.node)
     assert ops["MatMulNBits"] == 3      # up, down, o_proj (the lm_head goes through a Transpose: not fused)
@@ -378,3 +378,125 @@ def test_both_modes_load_and_check_the_model_alike(tmp_path):
     os.remove(src / "lm.onnx.data")
     with pytest.raises(GraphError, match="lm.onnx: invalid ONNX model: .*lm.onnx.data"):
         qlinear.quantize(src / "lm.onnx", None, WO)
+
+
+def test_lm_head_int8_per_channel_by_default(tmp_path, capsys):
+    """With int4 weights the tied embedding / lm_head is int8 per-channel by default (a note says so); lm_head_type
+    int4 follows the weights, float leaves it float; the int8 lm_head's logits are closer to float (ONNX Runtime)."""
+    m, d = tiny_lm(), lm_data()
+    feed = {"input_ids": d["input_ids"][:4]}
+    ref = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feed)[0]
+    err = {}
+    for head in ("int8", "int4", "float"):
+        wm, p = _write(m, tmp_path, {"lm_head_type": head} if head != "int8" else {}, name=f"{head}.onnx")
+        enc = {e.name: e for e in wm.encodings}
+        q = _sess(p).run(None, feed)[0]
+        err[head] = float(np.abs(q - ref).max())
+        assert enc["mlp.up.weight"].dtype == "int4" and enc["mlp.up.weight"].block_size == 32
+        if head == "int8":
+            e = enc["embed.weight"]
+            assert e.dtype == "int8" and not e.block_size and np.asarray(e.scale).shape == (40,)
+            assert any("lm_head quantized int8 per-channel" in n and "embed.weight" in n for n in wm.notes)
+        elif head == "int4":
+            assert enc["embed.weight"].dtype == "int4" and enc["embed.weight"].block_size == 32
+        else:
+            assert "embed.weight" not in enc and any("lm_head left float" in n for n in wm.notes)
+            names = {t.name for t in onnx.load(str(p)).graph.initializer}
+            assert "embed.weight" in names
+    assert err["float"] < err["int8"] < err["int4"]
+    # matmulnbits output with the int8 lm_head runs in ONNX Runtime and matches the Q/DQ file
+    wm = qlinear.quantize(m, None, WO)
+    wm.save_onnx(tmp_path / "n.onnx", output_format="matmulnbits")
+    np.testing.assert_allclose(_sess(tmp_path / "n.onnx").run(None, feed)[0], _sess(tmp_path / "int8.onnx", acc=0).run(
+        None, feed)[0], rtol=1e-4, atol=1e-4)
+    with pytest.raises(ConfigError, match="lm_head_type"):
+        qlinear.quantize(m, d, {"lm_head_type": "float"})
+    with pytest.raises(ConfigError, match="lm_head_type: 'int2' is not one of"):
+        qlinear.quantize(m, None, {**WO, "lm_head_type": "int2"})
+    # 8-bit weights: nothing changes
+    w8 = qlinear.quantize(m, None, {**WO, "weight_type": "int8"})
+    assert {e.dtype for e in w8.encodings} == {"int8"} and not any("lm_head" in n for n in w8.notes)
+
+
+def test_lm_head_output_matmul_and_cli_option(tmp_path, capsys):
+    """The MatMul producing a graph output (untied lm_head) is the lm_head too; the CLI's --lm-head-type."""
+    from qlinear.cli.main import main
+
+    m = tiny_gemm(k=64, n=32)
+    wm = qlinear.quantize(m, None, WO)
+    assert not any("lm_head" in n for n in wm.notes)  # the Gemm's output goes through a Relu: not the logits
+    m.graph.node.remove(m.graph.node[1])
+    m.graph.node[0].output[0] = "y"
+    wm = qlinear.quantize(m, None, WO)
+    assert wm.encodings["W"].dtype == "int8" and any("graph output 'y'" in n for n in wm.notes)
+    src = tmp_path / "m.onnx"
+    onnx.save(m, str(src))
+    assert main(["quantize", str(src), "--activation-type", "float", "--weight-type", "int4", "--weights",
+                 "per-block", "--lm-head-type", "int4", "-o", str(tmp_path / "out")]) == 0
+    es = load(tmp_path / "out" / "model.encodings")
+    assert {x.dtype for x in es} == {"int4"}
+
+
+def _nll(logits, ids):
+    """Independent next-token negative log-likelihood (float64 log-softmax)."""
+    x = logits[:-1].astype(np.float64)
+    lse = np.log(np.exp(x - x.max(-1, keepdims=True)).sum(-1)) + x.max(-1)
+    return float(np.sum(lse - x[np.arange(len(x)), ids[1:]]))
+
+
+def test_weight_only_report_has_no_empty_section(tmp_path):
+    """The weight-only report.json / report.html: outputs with perplexity on token logits (checked against ONNX
+    Runtime's outputs of the saved files), per-weight SQNR of the chosen method and of round to nearest, sizes
+    before/after, coverage, only the options the mode uses; no empty section, no activation statistics."""
+    import re
+
+    m, d = tiny_lm(), lm_data(n=12)
+    wm = qlinear.quantize(m, d, {**WO, "weight_method": "mse", "evaluation_samples": 8})
+    files = wm.save(tmp_path / "out")
+    assert {"report.json", "report.html"} <= set(files)
+    doc = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert doc["mode"] == "weight-only"
+    for key, v in doc.items():
+        assert v not in ([], {}, None, ""), key
+    rep = doc["report"]
+    assert set(rep) == {"samples", "engine", "outputs", "weights", "sizes", "coverage", "timings"}
+    for key, v in rep.items():
+        assert v not in ([], {}, None, ""), key
+    assert "tensors" not in rep and "ranking" not in rep
+    out = rep["outputs"]["logits"]
+    assert out["kind"] == "token_logits" and out["headline"] == "perplexity_quantized"
+    ids = d["input_ids"][:8]
+    fl = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"input_ids": ids})[0]
+    ql = _sess(tmp_path / "out" / "model.qdq.onnx").run(None, {"input_ids": ids})[0]
+    toks = ids.shape[0] * (ids.shape[1] - 1)
+    ppl_f = np.exp(sum(_nll(fl[i], ids[i]) for i in range(len(ids))) / toks)
+    ppl_q = np.exp(sum(_nll(ql[i], ids[i]) for i in range(len(ids))) / toks)
+    assert out["perplexity_float"] == pytest.approx(ppl_f, rel=1e-4)
+    assert out["perplexity_quantized"] == pytest.approx(ppl_q, rel=1e-4)
+    assert out["perplexity_quantized"] != pytest.approx(out["perplexity_float"], rel=1e-6)
+    agree = np.mean(fl[:, :-1].argmax(-1) == ql[:, :-1].argmax(-1))
+    assert out["next_token_agreement"] == pytest.approx(agree)
+    ws = {w["weight"]: w for w in rep["weights"]}
+    assert set(ws) == {"mlp.up.weight", "mlp.down.weight", "attn.o.weight", "embed.weight"}
+    assert ws["embed.weight"]["dtype"] == "int8" and "tied embedding" in ws["embed.weight"]["lm_head"]
+    w = onnx.numpy_helper.to_array([t for t in m.graph.initializer if t.name == "mlp.up.weight"][0])
+    wq = _dq_weight(tmp_path / "out" / "model.qdq.onnx", "mlp.up.weight")
+    sqnr = 10 * np.log10(np.sum(w.astype(np.float64) ** 2) / np.sum((w - wq).astype(np.float64) ** 2))
+    assert ws["mlp.up.weight"]["sqnr_db"] == pytest.approx(sqnr, abs=1e-3)
+    assert ws["mlp.up.weight"]["method"] == "mse" and ws["mlp.up.weight"]["sqnr_db"] >= ws["mlp.up.weight"][
+        "rtn_sqnr_db"] > 10
+    sizes = rep["sizes"]
+    assert sizes["float_bytes"] == sum(onnx.numpy_helper.to_array(t).nbytes for t in m.graph.initializer)
+    assert 0 < sizes["quantized_bytes"] < sizes["float_bytes"] / 3
+    assert rep["coverage"] == {"quantized": 4, "total": 4, "left_float": {}}
+    cfg = doc["config"]
+    assert cfg["lm_head_type"] == "int8" and cfg["weight_method"] == "mse" and cfg["block_size"] == 32
+    assert not {"activation_method", "placement", "smoothing", "adaround_iterations", "policy",
+                "gptq_damp", "calibration_samples"} & set(cfg)
+    page = (tmp_path / "out" / "report.html").read_text()
+    heads = re.findall(r"<h2>(.*?)</h2>(.*?)(?=<h2>|</body>)", page, re.S)
+    assert [h for h, _ in heads] == ["Outputs against the float model", "Size", "Coverage",
+                                     "Weights (lowest SQNR first)", "Configuration"]
+    for h, body in heads:
+        assert re.search(r"<td>|<p>", body), h
+    assert "perplexity_quantized" in page and "held-out samples (per-tensor" not in page

@@ -3,7 +3,7 @@ nearest, MSE clipping or GPTQ, written as Q/DQ ONNX or ONNX Runtime's MatMulNBit
 
 from qlinear.ptq.algorithms.gptq import gptq
 from qlinear.ptq.algorithms.grids import BlockQuant, quantize_rtn
-from qlinear.ptq.weightonly.api import WeightOnlyModel, quantize_weights
+from qlinear.ptq.weightonly.api import StreamedWeights, quantize_weights
 from qlinear.ptq.weightonly.plan import Linear, find_linears
 
-__all__ = ["BlockQuant", "Linear", "WeightOnlyModel", "find_linears", "gptq", "quantize_rtn", "quantize_weights"]
+__all__ = ["BlockQuant", "Linear", "StreamedWeights", "find_linears", "gptq", "quantize_rtn", "quantize_weights"]

@@ -11,12 +11,13 @@ ONNX Runtime's session of the float model and one ``K x K`` Hessian per distinct
    :class:`~qlinear.ptq.stats.Gram` accumulators of the one statistics pass (:mod:`qlinear.ptq.stats`), then GPTQ
    per weight (:mod:`qlinear.ptq.algorithms.gptq`), whose integers are kept (int8 storage, a quarter of the float
    weights);
-3. the result is a :class:`~qlinear.ptq.QuantizedModel` (:class:`WeightOnlyModel`: the float graph, the weights'
-   encodings and integer sources); its ``save`` (the full-integer one) writes ``model.qdq.onnx`` (or
+3. the result is a :class:`~qlinear.ptq.QuantizedModel` (the float graph, the weights' encodings, and the weights
+   as :class:`StreamedWeights`: their integer sources); its ``save`` writes ``model.qdq.onnx`` (or
    ``model.matmulnbits.onnx``) built by :mod:`.writer` with the graph passes ``InsertQDQ`` and ``LowerMatMulNBits``,
    with external data when the input had it or the tensors pass :func:`qlinear.graph.save.needs_external`, the
-   AIMET encodings of the weights (LPBQ for ``lpbq``), and with data a report comparing the outputs with the float
-   model on held-out samples (cosine, SQNR, top-1 agreement for classifiers).
+   AIMET encodings of the weights (LPBQ for ``lpbq``), and with data the report of
+   :func:`qlinear.ptq.evaluate.evaluate` (outputs against the float model on held-out samples, perplexity for
+   token logits; per-weight SQNR against round to nearest; sizes; coverage).
 
 Grids: symmetric weights use the full-range grid of ONNX Runtime's MatMulNBits quantizer on target ``ort`` and
 AIMET's symmetric grid (zero offset) on target ``qnn`` and for ``lpbq``; see :mod:`.grids`.
@@ -24,18 +25,17 @@ AIMET's symmetric grid (zero offset) on target ``qnn`` and for ``lpbq``; see :mo
 
 from __future__ import annotations
 
-import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, BinaryIO, Callable
+from typing import Any, Callable
 
 import numpy as np
 import onnx
 
 from qlinear.calibration.policies import lpbq as lpbq_decompose
 from qlinear.encodings import Encoding, EncodingSet
-from qlinear.errors import ConfigError, GraphError, OutputError, UnsupportedError
+from qlinear.errors import ConfigError, GraphError
 from qlinear.graph.ir import to_proto
 from qlinear.graph.load import load_checked, model_dir
 from qlinear.graph.ops import WEIGHT_BEARING
@@ -43,11 +43,10 @@ from qlinear.graph.save import needs_external
 from qlinear.ptq.algorithms.gptq import gptq
 from qlinear.ptq.algorithms.grids import BlockQuant, padded, quantize_blocks, quantize_rtn
 from qlinear.ptq.config import QuantizeConfig
-from qlinear.ptq.result import QuantizedModel, check_samples, is_binary, is_file, path_of
-from qlinear.ptq.session import Session
+from qlinear.ptq.result import QuantizedModel
 from qlinear.ptq.stats import Gram
 from qlinear.ptq.stats.stream import accumulate_model
-from qlinear.ptq.weightonly.plan import Linear, find_linears
+from qlinear.ptq.weightonly.plan import Linear, find_linears, lm_heads
 from qlinear.ptq.weightonly.tensors import Tensors
 from qlinear.ptq.weightonly.writer import WeightResult, build, write
 
@@ -60,32 +59,20 @@ def grid_for(cfg: QuantizeConfig) -> str:
     return "symmetric" if cfg.weights == "lpbq" or cfg.target == "qnn" else "full"
 
 
-class WeightOnlyModel(QuantizedModel):
-    """The :class:`~qlinear.ptq.QuantizedModel` of a weight-only run: the float graph (external data not loaded),
-    its tensors and the quantized weights' results, streamed to the file one tensor at a time by :meth:`save_onnx`
-    (the Q/DQ or MatMulNBits model is never whole in memory). ``save_tflite`` is refused: activations stay float."""
+@dataclass
+class StreamedWeights:
+    """The quantized weights of a weight-only run (:attr:`qlinear.ptq.QuantizedModel.streamed`): the float graph
+    (external data not loaded), its tensors and the weights' results, streamed to the file one tensor at a time by
+    :meth:`save_onnx` (the Q/DQ or MatMulNBits model is never whole in memory)."""
 
-    def __init__(self, graph: onnx.ModelProto, tensors: Tensors, results: list[WeightResult],
-                 config: QuantizeConfig, label: str, source: Any, dataset: Any = None,
-                 timings: dict[str, float] | None = None, notes: list[str] | None = None, *,
-                 skipped: dict[str, str] | None = None) -> None:
-        self.graph, self.tensors, self.results = graph, tensors, results
-        self.config, self.label, self.source, self.dataset = config, label, source, dataset
-        self.timings = {} if timings is None else timings
-        self.notes = [] if notes is None else notes
-        self.skipped = {} if skipped is None else skipped
-        self.decisions: list[dict] = []
-        self.integer_check = None
-        self._report = None
+    graph: onnx.ModelProto
+    tensors: Tensors
+    results: list[WeightResult]
+    label: str
+    source: Any
+    skipped: dict[str, str]
+    coverage: dict[str, Any]
 
-    __eq__ = object.__eq__
-    __hash__ = object.__hash__
-
-    def __repr__(self) -> str:
-        return (f"WeightOnlyModel({self.label}: {len(self.results)} weights, {self.config.weight_type} "
-                f"{self.config.weights}, {self.config.output_format})")
-
-    @property
     def encodings(self) -> EncodingSet:
         """The encodings of every quantized weight."""
         from qlinear import __version__
@@ -93,40 +80,19 @@ class WeightOnlyModel(QuantizedModel):
         return EncodingSet(tuple(r.encoding for r in self.results),
                            producer={"package": "qlinear", "version": __version__}, version="2.0.0")
 
-    @property
-    def rewritten(self) -> bool:
-        return False  # weight-only changes no float parameter: the encodings apply to the input model
-
-    @property
-    def model_file(self) -> str:
-        return "model.matmulnbits.onnx" if self.config.output_format == "matmulnbits" else "model.qdq.onnx"
-
-    def save_onnx(self, path: str | Path | BinaryIO, *, output_format: str | None = None,
-                  external: bool | None = None) -> list[str]:
-        """Write the quantized model to ``path`` (a file path, or a binary file object: then without external
-        data, and no file name is returned) and ``path.data`` with external data (by default when the input had external data or the tensors pass
-        :func:`qlinear.graph.save.needs_external`); ``output_format`` ``qdq`` or ``matmulnbits`` (default: the
-        config's). Returns the file names written."""
-        if is_file(path):
-            if not is_binary(path):
-                raise OutputError(f"save_onnx: {type(path).__name__} is a text file object; open the file in binary "
-                                  "mode ('wb') or pass a path")
-            if external:
-                raise OutputError("save_onnx: external data needs a file path (the .data file is written beside "
-                                  "it), not a file object")
-            path.write(self.model_bytes(output_format))
-            return []
-        p = path_of(path, "save_onnx")
+    def save_onnx(self, path: Path, output_format: str, external: bool | None) -> list[str]:
+        """Write the quantized model to ``path`` and ``path.data`` with external data (by default when the input
+        had external data or the tensors pass :func:`qlinear.graph.save.needs_external`)."""
         if external is None:
             total = sum(self.tensors.nbytes(t.name) for t in self.graph.graph.initializer)
             external = self.tensors.external or needs_external(total)
-        return write(self.build(output_format), p, external=external)
+        return write(self.build(output_format), path, external=external)
 
-    def build(self, output_format: str | None = None) -> Any:
+    def build(self, output_format: str) -> Any:
         """The quantized model as an ``onnx_ir`` model whose tensors are computed when it is serialized."""
-        return build(self.graph, self.tensors, self.results, output_format or self.config.output_format)
+        return build(self.graph, self.tensors, self.results, output_format)
 
-    def model_bytes(self, output_format: str | None = None) -> bytes:
+    def model_bytes(self, output_format: str) -> bytes:
         """The serialized quantized model without external data (small models)."""
         try:
             return to_proto(self.build(output_format)).SerializeToString()
@@ -134,110 +100,19 @@ class WeightOnlyModel(QuantizedModel):
             raise GraphError(f"{self.label}: the quantized model is over 2 GB ({e}); save it to a file path (written "
                              "with external data)") from None
 
-    write_onnx = save_onnx  #: the former name of :meth:`save_onnx`
+    def weight_stats(self) -> list[dict[str, Any]]:
+        """Per quantized weight: type, grid, method, SQNR of the chosen integers and of round to nearest (dB)."""
+        return [{"weight": r.name, "dtype": r.dtype,
+                 "grid": "per-channel" if r.per_channel else ("lpbq" if r.lpbq else f"per-block {r.block}"),
+                 "method": r.method, "sqnr_db": r.sqnr_db, "rtn_sqnr_db": r.rtn_sqnr_db,
+                 **({"lm_head": r.role} if r.role else {})} for r in self.results]
 
-    def save_tflite(self, path: str | Path, *, float_io: bool = True) -> None:
-        raise UnsupportedError("save_tflite: a weight-only model (activation_type float) keeps float activations "
-                               "and a full-integer .tflite needs them quantized; quantize with activation_type "
-                               "int8 and target tflite, or save the ONNX model (save_onnx)")
-
-    @property
-    def model(self) -> onnx.ModelProto:
-        """The quantized model in memory (small models; large ones: :meth:`save_onnx`)."""
-        return onnx.load_from_string(self.model_bytes())
-
-    @property
-    def fitted(self) -> bool:
-        return self.config.w_method == "gptq"  # round to nearest never sees the data: every sample is held out
-
-    def report(self, *, samples: int | None = None, progress: Callable[[int], None] | None = None,
-               model_path: Path | None = None):  # noqa: ANN201
-        """Output agreement with the float model on the held-out samples (cosine, SQNR, top-1 agreement)."""
-        check_samples(samples)
-        if self._report is None:
-            if self.dataset is None:
-                raise ConfigError("report: no data was given; pass --data (or --no-report)")
-            if model_path is None:
-                with tempfile.TemporaryDirectory() as d:
-                    p = Path(d) / self.model_file
-                    self.save_onnx(p)
-                    self._report = _evaluate(self, p, samples, progress)
-            else:
-                self._report = _evaluate(self, model_path, samples, progress)
-        return self._report
-
-    def reportable(self, report: bool) -> bool:
-        return report and self.dataset is not None and bool(self.config.evaluation_samples)
-
-
-def _evaluate(wm: WeightOnlyModel, path: Path, samples: int | None, progress: Any) -> Any:
-    from qlinear.ptq.evaluate import Report
-
-    start, stop = wm.held_out()
-    if samples:
-        stop = min(stop, start + samples)
-    t0 = time.perf_counter()
-    fl = Session(wm.graph, level="all", label=wm.label,
-                 external_dir=str(wm.tensors.base) if wm.tensors.base else None)
-    qm = onnx.load(str(path), load_external_data=False)
-    qs = Session(qm, level="all", label=f"the quantized {wm.label}", external_dir=str(path.parent))
-    names = [o.name for o in wm.graph.graph.output]
-    acc = {n: _Agreement() for n in names}
-    labels = None if wm.dataset.labels is None else np.asarray(wm.dataset.labels)
-    at = start
-    for batch in wm.dataset.batches(start, stop, wm.config.batch_size):
-        fo = fl.run(names, batch, where=f"{wm.dataset.source} (evaluation)")
-        qo = qs.run(names, batch, where=f"{wm.dataset.source} (evaluation)")
-        k = len(fo[0])
-        lab = None if labels is None else labels[at:at + k]
-        for n, a, b in zip(names, fo, qo):
-            acc[n].add(a, b, lab)
-        at += k
-        if progress:
-            progress(k)
-    outputs = {n: a.result() for n, a in acc.items()}
-    return Report(samples=stop - start, tensors=[], outputs=outputs, ranking=[],
-                  timings={"evaluation": time.perf_counter() - t0}, engine="onnxruntime")
-
-
-class _Agreement:
-    """Output agreement accumulated batch by batch (an LLM's logits are too large to keep): per-sample cosine,
-    output SQNR, and top-1 agreement/accuracy for classifier outputs ``[N, classes]``."""
-
-    def __init__(self) -> None:
-        self.cos: list[np.ndarray] = []
-        self.sig = self.noise = 0.0
-        self.n = self.agree = self.hit_f = self.hit_q = 0
-        self.classifier = True
-        self.labelled = False
-
-    def add(self, a: np.ndarray, b: np.ndarray, labels: np.ndarray | None) -> None:
-        af = a.reshape(len(a), -1).astype(np.float64)
-        bf = b.reshape(len(b), -1).astype(np.float64)
-        self.cos.append(np.sum(af * bf, 1) / np.maximum(np.linalg.norm(af, axis=1) * np.linalg.norm(bf, axis=1),
-                                                        1e-30))
-        self.sig += float(np.sum(af ** 2))
-        self.noise += float(np.sum((af - bf) ** 2))
-        self.classifier = self.classifier and a.ndim == 2 and a.shape[1] > 1
-        if self.classifier:
-            fa, qa = a.argmax(1), b.argmax(1)
-            self.agree += int(np.sum(fa == qa))
-            if labels is not None:
-                self.labelled = True
-                self.hit_f += int(np.sum(fa == labels))
-                self.hit_q += int(np.sum(qa == labels))
-        self.n += len(a)
-
-    def result(self) -> dict[str, float]:
-        c = np.concatenate(self.cos) if self.cos else np.zeros(1)
-        r: dict[str, float] = {}
-        if self.classifier and self.n:
-            r["top1_agreement"] = self.agree / self.n
-            if self.labelled:
-                r["float_top1"], r["quantized_top1"] = self.hit_f / self.n, self.hit_q / self.n
-        r["cosine_mean"], r["cosine_min"] = float(c.mean()), float(c.min())
-        r["sqnr_db"] = float("inf") if self.noise <= 0 else float(10 * np.log10(max(self.sig, 1e-300) / self.noise))
-        return r
+    def sizes(self, model_path: Path) -> dict[str, int]:
+        """Initializer bytes of the float model and of the quantized model written to ``model_path``."""
+        q = onnx.load(str(model_path), load_external_data=False)
+        written = Tensors(q, model_path.parent, str(model_path))
+        return {"float_bytes": sum(self.tensors.nbytes(n) for n in self.tensors.by_name),
+                "quantized_bytes": sum(written.nbytes(n) for n in written.by_name)}
 
 
 def _as_nk(w: np.ndarray, lin: Linear) -> np.ndarray:
@@ -267,7 +142,7 @@ def _encoding(g: _Grid, bq: BlockQuant) -> Encoding:
 
 
 def quantize_weights(model: Any, data: Any, cfg: QuantizeConfig, *, progress: Progress | None = None,
-                     preprocess: Any = None, notes: list[str] | None = None) -> WeightOnlyModel:
+                     preprocess: Any = None, notes: list[str] | None = None) -> QuantizedModel:
     """Weight-only quantization of ``model`` (path or ModelProto) with ``cfg`` (``activation_type: "float"``);
     ``notes``: the run's notes so far (the settled configuration's, :func:`qlinear.ptq.settle.settle`)."""
     t_all = time.perf_counter()
@@ -278,6 +153,7 @@ def quantize_weights(model: Any, data: Any, cfg: QuantizeConfig, *, progress: Pr
     tensors = Tensors(m, base, label)
     linears, skipped = find_linears(m, exclude_nodes=cfg.exclude_nodes, exclude_op_types=cfg.exclude_op_types)
     by_weight = group_by_weight(linears, skipped, label)
+    heads = lm_head_plan(m, by_weight, skipped, cfg, notes, label)
     ds = _dataset(m, data, cfg, preprocess, notes)
     _check_upgrade(given, m, tensors, ds, label, notes)
     timings: dict[str, float] = {}
@@ -285,12 +161,52 @@ def quantize_weights(model: Any, data: Any, cfg: QuantizeConfig, *, progress: Pr
     t0 = time.perf_counter()
     adv = progress("quantizing weights", len(by_weight)) if progress else None
     shared = _other_readers(m, by_weight)
-    results = [_quantize_weight(name, lins, tensors, cfg, hess, shared, notes, adv)
+    results = [_quantize_weight(name, lins, tensors, cfg, hess, shared, notes, adv,
+                                role=heads.get(name, ""))
                for name, lins in by_weight.items()]
     timings["quantize"] = time.perf_counter() - t0
     timings["total"] = time.perf_counter() - t_all
-    notes.append(coverage_note(m, set(by_weight), skipped))
-    return WeightOnlyModel(m, tensors, results, cfg, label, model, ds, timings, notes, skipped=skipped)
+    cov = coverage(m, set(by_weight), skipped)
+    notes.append(coverage_note(cov))
+    sw = StreamedWeights(m, tensors, results, label, model, skipped, cov)
+    return QuantizedModel(None, m, m, sw.encodings(), cfg, None, ds, timings, notes, streamed=sw)
+
+
+def lm_head_plan(m: onnx.ModelProto, by_weight: dict[str, list[Linear]], skipped: dict[str, str],
+                 cfg: QuantizeConfig, notes: list[str], label: str) -> dict[str, str]:
+    """The lm_head weights (:func:`.plan.lm_heads`) quantized int8 per-channel, with the reason (``lm_head_type``
+    ``int8`` with weights of 4 bits or less: a printed note); ``float`` moves them from ``by_weight`` to
+    ``skipped``; ``int4``, or 8-bit weights, leaves them to follow the weights."""
+    heads = lm_heads(m, by_weight)
+    if not heads or cfg.lm_head_type == "int4" or (cfg.lm_head_type == "int8" and weight_bits(cfg.weight_type) >= 8):
+        return {}
+    names = ", ".join(f"{w} ({why})" for w, why in heads.items())
+    if cfg.lm_head_type == "float":
+        for w in heads:
+            for lin in by_weight.pop(w):
+                skipped[lin.node] = "lm_head_type float"
+        notes.append(f"lm_head left float (lm_head_type float): {names}")
+        if not by_weight:
+            raise ConfigError(f"lm_head_type: float leaves no weight of {label} to quantize; use int8 or int4")
+        return {}
+    notes.append(f"lm_head quantized int8 per-channel (lm_head_type int8, the default with {cfg.weight_type} "
+                 f"weights: it keeps the logits close to float; int4 follows the weights, float leaves it): {names}")
+    return heads
+
+
+def weight_sqnr(w: np.ndarray, wq: np.ndarray) -> float:
+    """``10 log10(sum w^2 / sum (w - wq)^2)`` in dB (inf when exact), by blocks of rows (no float64 copy of a
+    large weight)."""
+    sig = noise = 0.0
+    for i in range(0, len(w), 1024):
+        a, d = w[i:i + 1024].astype(np.float32), w[i:i + 1024] - wq[i:i + 1024]
+        sig += float(np.dot(a.reshape(-1).astype(np.float64), a.reshape(-1)))
+        noise += float(np.dot(d.reshape(-1).astype(np.float64), d.reshape(-1)))
+    return float("inf") if noise <= 0 else float(10 * np.log10(max(sig, 1e-300) / noise))
+
+
+def weight_bits(weight_type: str) -> int:
+    return int(weight_type.lstrip("u").removeprefix("int"))
 
 
 def group_by_weight(linears: list[Linear], skipped: dict[str, str], label: str) -> dict[str, list[Linear]]:
@@ -371,18 +287,18 @@ def _other_readers(m: onnx.ModelProto, by_weight: dict[str, list[Linear]]) -> di
 
 def _quantize_weight(name: str, lins: list[Linear], tensors: Tensors, cfg: QuantizeConfig,
                      hess: dict[str, tuple[np.ndarray, int]], shared: dict[str, set[str]], notes: list[str],
-                     adv: Callable[[int], None] | None) -> WeightResult:
+                     adv: Callable[[int], None] | None, *, role: str = "") -> WeightResult:
     """One weight's result: its encoding now; its integers GPTQ's (kept, int8) or round to nearest redone from the
-    weight when written (only the scales are kept: memory holds one weight at a time)."""
+    weight when written (only the scales are kept: memory holds one weight at a time). ``role``: why an lm_head
+    is quantized 8-bit per-channel (:func:`lm_head_plan`), empty for the other weights."""
     lin, method, grid = lins[0], cfg.weight_method or "minmax", grid_for(cfg)
-    bits = int(cfg.weight_type.lstrip("u").removeprefix("int"))
+    wtype = ("uint8" if cfg.weight_type.startswith("u") else "int8") if role else cfg.weight_type
+    lpbq, per_channel = cfg.weights == "lpbq" and not role, bool(role) or cfg.weights == "per-channel"
     wdt = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensors.by_name[name].data_type))
-    if wdt == np.float16 and cfg.weights == "lpbq":
+    if wdt == np.float16 and lpbq:
         raise ConfigError(f"{name}: LPBQ of float16 weights is not supported (the effective scale "
                           "int_scale * float scale is float32); convert the model to float32 or use per-block")
-    per_channel = cfg.weights == "per-channel"
-    g = _Grid(lin, cfg.weight_type, bits, lin.k if per_channel else int(cfg.block_size), per_channel,
-              cfg.weights == "lpbq", wdt)
+    g = _Grid(lin, wtype, weight_bits(wtype), lin.k if per_channel else int(cfg.block_size), per_channel, lpbq, wdt)
     if method == "gptq" and name in shared:
         notes.append(f"{name}: also read by {', '.join(sorted(shared[name]))} (a tied embedding): GPTQ's error "
                      "compensation would shift the lookup too, so this weight is rounded to nearest")
@@ -392,14 +308,19 @@ def _quantize_weight(name: str, lins: list[Linear], tensors: Tensors, cfg: Quant
         kept = _stored(bq.q, g)
         integers = (lambda: kept)      # GPTQ's integers are the result: kept
     else:  # round to nearest: the integers are redone from the scales when the weight is written
-        bq = _quantize_one(w, g, grid, "minmax" if method == "gptq" else method, None, None)
+        method = "minmax" if method == "gptq" else method
+        bq = _quantize_one(w, g, grid, method, None, None)
         integers = _requantize(tensors, name, g, bq.scale, bq.zero_point)
+    sqnr = weight_sqnr(w, bq.dequantize())
+    rtn = sqnr if method == "minmax" else weight_sqnr(
+        w, _quantize_one(w, replace(g, int_scale=None, pc_scale=None), grid, "minmax", None, None).dequantize())
     del w
     if adv:
         adv(1)
     has_zp = (g.unsigned if g.lpbq else grid != "symmetric")
-    return WeightResult(lins, cfg.weight_type, g.block, per_channel, _encoding(g, bq), integers, weight_dtype=wdt,
-                        lpbq=g.lpbq, has_zero_point=has_zp)
+    return WeightResult(lins, g.dtype, g.block, per_channel, _encoding(g, bq), integers, weight_dtype=wdt,
+                        lpbq=g.lpbq, has_zero_point=has_zp, method=method, sqnr_db=sqnr, rtn_sqnr_db=rtn,
+                        role=role)
 
 
 @dataclass
@@ -444,22 +365,26 @@ def _requantize(tensors: Tensors, name: str, g: _Grid, scale: np.ndarray,
     return f
 
 
-def coverage_note(m: onnx.ModelProto, quantized: set[str], skipped: dict[str, str]) -> str:
-    """``quantized N of M weights; left float: ...``: the weights weight-only quantization covers (MatMul/Gemm) and
-    the kinds it leaves in float (other operators' weights, skipped MatMul/Gemm with the reason)."""
+def coverage(m: onnx.ModelProto, quantized: set[str], skipped: dict[str, str]) -> dict[str, Any]:
+    """The weights weight-only quantization covers: ``quantized`` (MatMul/Gemm weights), ``total`` weights and
+    ``left_float`` ``{kind: count}`` (other operators' weights, skipped MatMul/Gemm by reason)."""
     inits = {t.name for t in m.graph.initializer}
     other: dict[str, set[str]] = {}
     for n in m.graph.node:
         if n.op_type in WEIGHT_BEARING and n.op_type not in ("MatMul", "Gemm") and len(n.input) > 1 \
                 and n.input[1] in inits and n.input[1] not in quantized:
             other.setdefault(n.op_type, set()).add(n.input[1])
-    reasons: dict[str, int] = {}
+    left = {f"{op} weight(s) (weight-only covers MatMul/Gemm)": len(v) for op, v in sorted(other.items())}
     for why in skipped.values():
-        reasons[why] = reasons.get(why, 0) + 1
-    left = [f"{len(v)} {op} weight(s) (weight-only covers MatMul/Gemm)" for op, v in sorted(other.items())]
-    left += [f"{v} MatMul/Gemm ({k})" for k, v in list(reasons.items())[:4]]
-    total = len(quantized) + sum(len(v) for v in other.values()) + len(skipped)
-    return f"weight-only: quantized {len(quantized)} of {total} weights" + (
+        key = f"MatMul/Gemm ({why})"
+        left[key] = left.get(key, 0) + 1
+    return {"quantized": len(quantized), "total": len(quantized) + sum(left.values()), "left_float": left}
+
+
+def coverage_note(cov: dict[str, Any]) -> str:
+    """``weight-only: quantized N of M weights; left float: ...`` from :func:`coverage`."""
+    left = [f"{v} {k}" for k, v in list(cov["left_float"].items())[:8]]
+    return f"weight-only: quantized {cov['quantized']} of {cov['total']} weights" + (
         "; left float: " + ", ".join(left) if left else "")
 
 
@@ -509,4 +434,4 @@ def _lpbq(g: _Grid, block_scale: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return eff, g.int_scale
 
 
-__all__ = ["WeightOnlyModel", "grid_for", "quantize_weights"]
+__all__ = ["StreamedWeights", "grid_for", "quantize_weights"]

@@ -21,7 +21,7 @@ import onnx
 from onnx import TensorProto
 
 from qlinear.graph.model import attr
-from qlinear.graph.ops import REGISTRY, input_axes
+from qlinear.graph.ops import LAYOUT_PASSTHROUGH, REGISTRY, input_axes
 
 FLOAT_TYPES = (TensorProto.FLOAT, TensorProto.FLOAT16)
 
@@ -100,3 +100,32 @@ def find_linears(m: onnx.ModelProto, *, exclude_nodes: tuple[str, ...] = (),
         k, nn = (t.dims[0], t.dims[1]) if k_first else (t.dims[1], t.dims[0])
         out.append(Linear(w, name, n.op_type, n.input[0], n.output[0], k_first, tr, bias, int(nn), int(k)))
     return out, skipped
+
+
+def lm_heads(m: onnx.ModelProto, by_weight: dict[str, list[Linear]]) -> dict[str, str]:
+    """The weights of ``by_weight`` that are an LLM's tied embedding / lm_head (also read by a ``Gather``: the
+    embedding lookup) or that the MatMul/Gemm producing a graph output multiplies (through data movement only: the
+    logits), with the reason."""
+    outputs = {o.name for o in m.graph.output}
+    consumers: dict[str, list[onnx.NodeProto]] = {}
+    for n in m.graph.node:
+        for x in n.input:
+            consumers.setdefault(x, []).append(n)
+    heads: dict[str, str] = {}
+    for w, lins in by_weight.items():
+        if any(n.op_type == "Gather" for n in consumers.get(w, ())):
+            heads[w] = "tied embedding / lm_head (read by a Gather and a MatMul)"
+            continue
+        for lin in lins:
+            t = lin.output
+            for _ in range(8):
+                if t in outputs:
+                    heads[w] = f"produces the graph output {t!r}"
+                    break
+                nxt = [n for n in consumers.get(t, ()) if n.op_type in LAYOUT_PASSTHROUGH]
+                if len(consumers.get(t, ())) != 1 or not nxt:
+                    break
+                t = nxt[0].output[0]
+            if w in heads:
+                break
+    return heads

@@ -55,6 +55,10 @@ class WeightResult:
     weight_dtype: np.dtype = np.dtype(np.float32)
     lpbq: bool = False
     has_zero_point: bool = True     # the grid has zero points (the DequantizeLinear gets a zero-point input)
+    method: str = "minmax"          # the method that chose the integers (a tied embedding: round to nearest)
+    sqnr_db: float = float("nan")   # 10 log10(sum w^2 / sum (w - DQ(q))^2) of the chosen integers
+    rtn_sqnr_db: float = float("nan")  # the same of round to nearest on the weight's grid
+    role: str = ""                  # why an lm_head got its own type (empty for the others)
 
     @property
     def name(self) -> str:
