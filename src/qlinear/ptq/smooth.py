@@ -39,13 +39,14 @@ def channel_absmax(m: onnx.ModelProto, tensors: list[str], ds: Any, n: int, batc
 
 
 def smooth_model(model: ir.Model, ds: Any, n: int, batch_size: int, *, alpha: float = ALPHA,
-                 label: str = "model") -> int:
-    """Smooth every smoothable MatMul input of ``model``; returns how many activations were smoothed. The proto
-    is made once, for the statistics session, and only when there is something to smooth."""
+                 label: str = "model", proto: onnx.ModelProto | None = None) -> int:
+    """Smooth every smoothable MatMul input of ``model``; returns how many activations were smoothed. ``proto``:
+    the ``ModelProto`` of ``model`` as it is, if the caller has it (for the statistics session; else it is made
+    here, once, and only when there is something to smooth)."""
     targets = list(smoothable_ir(model.graph))
     if not targets:
         return 0
-    amax = channel_absmax(to_proto(model), targets, ds, n, batch_size, label)
+    amax = channel_absmax(proto if proto is not None else to_proto(model), targets, ds, n, batch_size, label)
     p = Smooth(amax, alpha=alpha)
     p(model)
     return p.smoothed
@@ -55,7 +56,7 @@ def smooth(m: onnx.ModelProto, ds: Any, n: int, batch_size: int, *, alpha: float
            label: str = "model") -> int:
     """:func:`smooth_model` on a ``ModelProto``, rewritten in place."""
     model = to_ir(m)
-    k = smooth_model(model, ds, n, batch_size, alpha=alpha, label=label)
+    k = smooth_model(model, ds, n, batch_size, alpha=alpha, label=label, proto=m)
     if k:
         m.CopyFrom(to_proto(model))
     return k
