@@ -3,6 +3,11 @@
 The fused quantize/dequantize loops live in ``src/qlinear/core/_native.c``. If no C compiler is
 available the build is skipped (``optional=True``) and qlinear falls back to its NumPy path,
 which computes bit-identical results, only slower (``qlinear.core.native.available()`` tells).
+
+No -march flag: the wheel runs on any x86-64. On x86-64 (QL_X86_CLONES) ``_native.c`` compiles its quantize /
+dequantize entries three times, baseline, ``target("avx2,fma")`` and ``target("avx512f,avx512bw,avx512dq,
+avx512vl")``, and picks one at run time with ``__builtin_cpu_supports`` (``QLINEAR_SIMD`` forces a lower one);
+``_intkernels.c`` uses GCC target_clones.
 """
 import platform
 

@@ -10,12 +10,16 @@ Rows (issue 3):
 Engines, same data, same process:
   qlinear  threads 1 and 2, preallocated output (``out=``), like ORT's IOBinding
   ORT      single-node opset-25 model, optimizations off, IOBinding with a preallocated output,
-           intra_op_num_threads 1 and 2
+           intra_op_num_threads 1 and 2; idle pool threads do not spin (--ort-spin: they do, ORT's default),
+           which on 2 cores would take CPU from the engine timed next
   numpy    the naive expression ``clip(rint(x / s) + zp)`` / ``(q - zp) * s`` (int4 left unpacked)
-Metric: median of --reps runs after a warm-up, GB/s of the *input* read (4 B/elem for Q, 1 B/elem for
-8-bit DQ, 0.5 B/elem for packed int4). Every qlinear output is checked bit-exact against ORT first.
+Metric: best of --reps (15) interleaved rounds (each round runs every engine and thread count once, after one
+warm-up call each), GB/s of the *input* read (4 B/elem for Q, 1 B/elem for 8-bit DQ, 0.5 B/elem for packed
+int4). Every qlinear output is checked bit-exact against ORT first. The memory limit: ``np.copyto`` of the same
+number of float32 (split over the threads) gives the bytes moved (read + write) per second; "of copy" is a row's
+input + output bytes per second as a share of it. The CPU's SIMD flags and qlinear's kernel entry are printed.
 
-Usage: python benchmarks/bench_qdq.py [--log2n 26] [--reps 7] [--markdown]
+Usage: python benchmarks/bench_qdq.py [--log2n 26] [--reps 15] [--only ROW ...] [--no-numpy] [--simd avx2]
 """
 
 from __future__ import annotations
@@ -24,8 +28,10 @@ import argparse
 import ctypes
 import os
 import platform
-import statistics
+import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 
 import ml_dtypes
 import numpy as np
@@ -34,16 +40,61 @@ from onnx import TensorProto as T
 from onnx import helper
 
 import qlinear
+from qlinear.core import native
+
+CLOCK = time.perf_counter
 
 
-def timeit(fn, reps: int) -> float:
-    fn()
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
+def best_interleaved(fns: dict[str, object], reps: int) -> dict[str, float]:
+    """Best (minimum) time of each function over ``reps`` rounds; each round calls every function once, in turn,
+    so that a noisy neighbour or a frequency change hits all engines alike. One warm-up call each first."""
+    for fn in fns.values():
         fn()
-        ts.append(time.perf_counter() - t0)
-    return statistics.median(ts)
+    best = dict.fromkeys(fns, float("inf"))
+    for _ in range(reps):
+        for k, fn in fns.items():
+            t0 = CLOCK()
+            fn()
+            best[k] = min(best[k], CLOCK() - t0)
+    return best
+
+
+class Copier:
+    """``np.copyto`` of n float32 split over ``threads`` (NumPy releases the GIL while copying): the machine's practical
+    limit for a streaming kernel. ``gbs(t)`` = bytes moved (read + write) per second for a call that took t seconds."""
+
+    def __init__(self, n: int, threads: int, pool: ThreadPoolExecutor, src: np.ndarray, dst: np.ndarray):
+        self.bounds = np.linspace(0, n, threads + 1).astype(int)
+        self.pool, self.src, self.dst = pool, src, dst
+
+    def __call__(self):
+        if len(self.bounds) == 2:
+            np.copyto(self.dst, self.src)
+        else:
+            list(self.pool.map(self._part, self.bounds[:-1], self.bounds[1:]))
+
+    def _part(self, a: int, b: int):
+        np.copyto(self.dst[a:b], self.src[a:b])
+
+    def gbs(self, t: float) -> float:
+        return 2 * self.src.nbytes / t / 1e9
+
+
+def cpu_description() -> str:
+    """Model name and the SIMD flags that matter here (from /proc/cpuinfo on Linux)."""
+    model, flags = platform.processor() or platform.machine(), set()
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name") and model in ("", platform.machine()):
+                model = line.split(":", 1)[1].strip()
+            elif line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                break
+    except OSError:
+        pass
+    keep = ["sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512_vnni",
+            "avx512_bf16", "avx512_fp16", "avx_vnni", "amx_int8"]
+    return f"{model}; flags: {' '.join(f for f in keep if f in flags) or 'n/a'}"
 
 
 def model(op, xt, yt, shape, sshape, zt=None, **attrs):
@@ -61,8 +112,11 @@ def model(op, xt, yt, shape, sshape, zt=None, **attrs):
 class OrtRunner:
     """IOBinding with inputs and a preallocated output bound once; run() only executes."""
 
-    def __init__(self, m: bytes, feeds: dict[str, tuple[np.ndarray, int]], out_shape, out_type, threads: int):
+    def __init__(self, m: bytes, feeds: dict[str, tuple[np.ndarray, int]], out_shape, out_type, threads: int,
+                 spin: bool = False):
         so = ort.SessionOptions()
+        if not spin:  # an idle spinning pool thread would take a core from the next engine timed on 2 cores
+            so.add_session_config_entry("session.intra_op.allow_spinning", "0")
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         so.intra_op_num_threads = threads
         so.inter_op_num_threads = 1
@@ -146,44 +200,75 @@ def configs(n: int):
     return C
 
 
+def measure(row, args, copiers) -> dict:
+    """Best times of one row: qlinear, ORT and np.copyto at every thread count in the same rounds, then NumPy."""
+    name, nbytes, qfn, out, (m, feeds, oshape, otype), npfn = row
+    fns = {}
+    for th in args.threads:
+        r = OrtRunner(m, feeds, oshape, otype, th, args.ort_spin)
+        r()
+        ours = qfn(th, out)
+        ours_bytes = (ours.data if isinstance(ours, qlinear.PackedTensor) else ours).tobytes()
+        assert ours_bytes == r.result_bytes(), f"{name}: qlinear output differs from ORT"
+        fns[("q", th)] = partial(qfn, th, out)
+        fns[("o", th)] = r
+        fns[("c", th)] = copiers[th]
+    best = best_interleaved(fns, args.reps)
+    if not args.no_numpy:
+        best["np"] = best_interleaved({"np": npfn}, max(1, args.reps // 5))["np"]
+    return best
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--log2n", type=int, default=26)
-    ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--only", nargs="*", help="row names to run")
     ap.add_argument("--no-numpy", action="store_true")
+    ap.add_argument("--simd", default="auto", help="qlinear kernel entry: auto (the CPU's best), avx512, avx2, scalar")
+    ap.add_argument("--ort-spin", action="store_true", help="let ORT's idle pool threads spin (its default)")
+    ap.add_argument("--clock", choices=["wall", "thread"], default="wall",
+                    help="thread: CPU time of the calling thread (--threads 1 only; time taken by other processes on a "
+                         "busy machine is not counted, memory contention still is)")
     args = ap.parse_args()
+    if args.clock == "thread":
+        if args.threads != [1]:
+            ap.error("--clock thread measures the calling thread only: use it with --threads 1")
+        global CLOCK
+        CLOCK = time.thread_time
     n = 1 << args.log2n
-    print(f"# qlinear {qlinear.__version__}, onnxruntime {ort.__version__}, numpy {np.__version__}; "
-          f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores; N = 2^{args.log2n}; "
-          f"median of {args.reps}; GB/s of input read")
-    print(f"# loadavg before: {open('/proc/loadavg').read().split()[:3]}")
+    native.set_simd(args.simd)
+    load0 = open("/proc/loadavg").read().split()[:3]
+    pool = ThreadPoolExecutor(max(args.threads))
+    src, dst = np.ones(n, np.float32), np.empty(n, np.float32)
+    copiers = {th: Copier(n, th, pool, src, dst) for th in args.threads}
+    rows = []
+    for row in configs(n):
+        if not args.only or row[0] in args.only:
+            rows.append((row[0], row[1] + row[3].nbytes, row[1], measure(row, args, copiers)))
+            print(f"# measured {row[0]}", file=sys.stderr, flush=True)
+    copy = {t: max(copiers[t].gbs(b[("c", t)]) for *_, b in rows) for t in args.threads}
+    print(f"# qlinear {qlinear.__version__} (kernel entry: {native.simd()}), onnxruntime {ort.__version__} "
+          f"(idle threads {'spin' if args.ort_spin else 'do not spin'}), numpy {np.__version__}; {os.cpu_count()} cores; "
+          f"N = 2^{args.log2n}; {args.clock} clock; loadavg before {load0}, after {open('/proc/loadavg').read().split()[:3]}")
+    print(f"# CPU: {cpu_description()}")
+    print("# memory limit: np.copyto of N float32, read + write, best over all rounds: "
+          + ", ".join(f"{t}t {copy[t]:.1f} GB/s" for t in args.threads))
+    print(f"# best of {args.reps} interleaved rounds; GB/s of the input read (ms per call); ratio = ORT time / qlinear "
+          f"time (> 1: qlinear faster); 'of copy' = qlinear's input + output bytes per second / the copy figure")
     heads = [f"qlinear {t}t" for t in args.threads] + [f"ORT {t}t" for t in args.threads] + ([] if args.no_numpy else ["numpy"])
-    heads += [f"ratio {t}t" for t in args.threads]
+    heads += [f"ratio {t}t" for t in args.threads] + [f"of copy {t}t" for t in args.threads]
     print("| config | " + " | ".join(heads) + " |")
     print("|---|" + "---|" * len(heads))
-    for name, nbytes, qfn, out, (m, feeds, oshape, otype), npfn in configs(n):
-        if args.only and name not in args.only:
-            continue
-        cells, q_t, o_t = [], {}, {}
-        for th in args.threads:
-            q_t[th] = timeit(lambda: qfn(th, out), args.reps)
-        for th in args.threads:
-            r = OrtRunner(m, feeds, oshape, otype, th)
-            o_t[th] = timeit(r, args.reps)
-            ours = qfn(th, out)
-            ours_bytes = (ours.data if isinstance(ours, qlinear.PackedTensor) else ours).tobytes()
-            assert ours_bytes == r.result_bytes(), f"{name}: qlinear output differs from ORT"
-            del r
-        gb = lambda t: f"{nbytes / t / 1e9:.2f} ({t * 1e3:.1f} ms)"  # noqa: E731
-        cells += [gb(q_t[t]) for t in args.threads] + [gb(o_t[t]) for t in args.threads]
+    for name, moved, nbytes, best in rows:
+        cells = [f"{nbytes / best[(k, t)] / 1e9:.2f} ({best[(k, t)] * 1e3:.1f} ms)" for k in "qo" for t in args.threads]
         if not args.no_numpy:
-            cells.append(gb(timeit(npfn, max(1, args.reps // 3))))
-        cells += [f"{o_t[t] / q_t[t]:.2f}x" for t in args.threads]
-        print(f"| {name} | " + " | ".join(cells) + " |", flush=True)
-    print(f"# loadavg after: {open('/proc/loadavg').read().split()[:3]}")
-    print("# ratio = ORT time / qlinear time at the same thread count (> 1: qlinear faster); outputs bit-identical")
+            cells.append(f"{nbytes / best['np'] / 1e9:.2f}")
+        cells += [f"{best[('o', t)] / best[('q', t)]:.2f}x" for t in args.threads]
+        cells += [f"{moved / best[('q', t)] / 1e9 / copy[t]:.0%}" for t in args.threads]
+        print(f"| {name} | " + " | ".join(cells) + " |")
+    print("# outputs bit-identical with ORT (checked before timing)")
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ X = np.zeros((2, 3, 4), np.float32)
      r"y_zero_point: shape \(2,\) must equal the shape of y_scale \(3,\)"),
     (dict(x=X, y_scale=np.float32(1), output_dtype="int7"), DTypeError, r"output_dtype: unknown type 'int7'"),
     (dict(x=X, y_scale=np.float32(1), precision="int8"), DTypeError, r"precision must be float32, float16 or bfloat16"),
-    (dict(x=X, y_scale=np.float32(1), packed=True), DTypeError, r"packed=True needs a 4- or 2-bit output type, got uint8"),
+    (dict(x=X, y_scale=np.float32(1), packed=True), DTypeError, r"packed=True needs a 2-, 4- or 6-bit output type, got uint8"),
     (dict(x=X, y_scale=np.float32(1), out=np.empty(3, np.uint8)), ShapeError, r"out: expected .* shape \(2, 3, 4\)"),
 ])
 def test_quantize_errors(kwargs, exc, pattern):

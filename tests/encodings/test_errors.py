@@ -145,3 +145,14 @@ def test_fuzz_only_qlinear_errors_escape(shared_dir, data):
         except QlinearError:
             pass
     E.load(io.StringIO(text))
+
+
+def test_null_axis_is_refused_by_both_readers(shared_dir):
+    """"axis": null is an error (the fast reader once took it for an absent axis; found by the fuzz test above)."""
+    f = shared_dir / "aimet-golden" / "aimet-onnx-2.42.0_fp8_weight_v2.0.0.encodings"
+    doc = json.loads(f.read_text())
+    doc["encodings"][3]["axis"] = None
+    text = json.dumps(doc)
+    assert eio._loads_lifted(text, f.name) is None
+    with pytest.raises(EncodingError, match=r"encodings\[3\]\.axis"):
+        E.loads(text, path=f.name)

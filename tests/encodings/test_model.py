@@ -79,7 +79,18 @@ def test_encoding_quantize_equals_onnxruntime(kind, dtype, seed):
     assert np.array_equal(e.dequantize(got).view(np.uint32), want_dq.view(np.uint32))
 
 
-def test_shifted_int2_has_no_onnx_quantize():
+def test_shifted_int2_has_no_onnx_params_but_quantizes_on_its_grid():
+    """ONNX zero points are integers, so no QuantizeLinear parameters; quantize/dequantize use AIMET's arithmetic
+    (bit-exact against AIMET's own numbers in test_aimet_formats.py)."""
     e = E.Encoding("w", "int2", scale=[0.5, 0.25], zero_point=[-0.5, -0.5], axis=0)
     with pytest.raises(QlinearError, match="shifted"):
-        e.quantize(np.zeros((2, 3), np.float32))
+        e.onnx_params((2, 3))
+    # ties (0.0, 0.5, 0.125, ...) round half away from zero on AIMET's unsigned grid: up, here
+    x = np.array([[-9.0, -0.5, 0.0, 0.25, 0.5, 9.0], [-0.375, -0.125, 0.0, 0.125, 0.25, 0.375]], np.float32)
+    q = e.quantize(x)
+    assert q.dtype.name == "int2"
+    np.testing.assert_array_equal(q.astype(np.int8), [[-2, -1, 0, 0, 1, 1], [-2, -1, 0, 0, 1, 1]])
+    np.testing.assert_array_equal(e.dequantize(q), [[-0.75, -0.25, 0.25, 0.25, 0.75, 0.75],
+                                                    [-0.375, -0.125, 0.125, 0.125, 0.375, 0.375]])
+    with pytest.raises(QlinearError, match="saturate"):
+        e.quantize(x, saturate=False)

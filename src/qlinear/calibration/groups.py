@@ -9,9 +9,11 @@ which every observer ignores.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
+from qlinear.core.granularity import Granularity, PerAxis, PerBlock, PerTensor
 from qlinear.errors import CalibrationError
 
 
@@ -29,9 +31,12 @@ class Grouping:
         if self.block_size and self.axis is not None:
             raise CalibrationError("give either axis (per-channel) or block_size/block_axis (per-block), not both")
 
-    @property
-    def kind(self) -> str:
-        return "per_block" if self.block_size else ("per_channel" if self.axis is not None else "per_tensor")
+    @cached_property
+    def granularity(self) -> Granularity:
+        """The core granularity (axes as given, possibly negative)."""
+        if self.block_size:
+            return PerBlock(self.block_axis, self.block_size)
+        return PerAxis(self.axis) if self.axis is not None else PerTensor()
 
     def param_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
         if self.block_size:

@@ -30,6 +30,7 @@ from qlinear.calibration import histogram as H
 from qlinear.calibration import search
 from qlinear.calibration.groups import Grouping
 from qlinear.calibration.rules import to_encoding
+from qlinear.core.granularity import PerBlock, PerTensor
 from qlinear.encodings.model import Encoding
 from qlinear.errors import CalibrationError, DataError
 
@@ -63,10 +64,10 @@ class Observer:
 
     def _view(self, x: Any) -> np.ndarray:
         a = _as_batch(x)
-        if self.grouping.kind != "per_tensor":
+        if not isinstance(self.grouping.granularity, PerTensor):
             if self.shape is None:
                 self.shape = a.shape
-            elif a.shape != self.shape and self.grouping.kind == "per_block":
+            elif a.shape != self.shape and isinstance(self.grouping.granularity, PerBlock):
                 raise DataError(f"per-block calibration needs batches of one shape, got {a.shape} after {self.shape}")
         else:
             self.shape = self.shape or a.shape
@@ -123,7 +124,7 @@ class Observer:
         if not bad.any():
             return
         g = int(np.argmax(bad))
-        where = "" if self.grouping.kind == "per_tensor" else f" group {g} ({int(bad.sum())} of {bad.size} groups)"
+        where = "" if isinstance(self.grouping.granularity, PerTensor) else f" group {g} ({int(bad.sum())} of {bad.size} groups)"
         what = "saw NaN only" if empty[g] else f"has the non-finite range [{lo[g]}, {hi[g]}]"
         raise CalibrationError(f"{name}:{where} {what} ({self.method} calibration); calibrate finite data "
                                "(np.nan_to_num, or drop the samples holding inf/NaN), or method percentile or entropy, "
@@ -212,7 +213,7 @@ class HistogramObserver(Observer):
             raise CalibrationError(f"percentile must be in [50, 100], got {percentile}")
         self.method = method
         self.percentile = float(percentile)
-        self.half = int(bins or (64 if self.grouping.kind == "per_block" else 2048)) // 1
+        self.half = int(bins or (64 if isinstance(self.grouping.granularity, PerBlock) else 2048)) // 1
         if self.half & (self.half - 1):
             raise CalibrationError(f"bins must be a power of two, got {self.half}")
         self.k: np.ndarray | None = None

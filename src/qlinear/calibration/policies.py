@@ -25,8 +25,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from qlinear.core.types import qtype
-from qlinear.errors import CalibrationError, UnsupportedError
+from qlinear.core.types import int_type, qtype
+from qlinear.errors import CalibrationError, DTypeError, UnsupportedError
 
 FLT_MAX = float(np.finfo(np.float32).max)
 FLT_EPS = float(np.finfo(np.float32).eps)
@@ -48,13 +48,11 @@ def _round_away(v: np.ndarray) -> np.ndarray:
 
 
 def _int_name(bits: int, signed: bool) -> str:
-    name = f"{'int' if signed else 'uint'}{bits}"
     try:
-        qtype(name)
-    except Exception:  # noqa: BLE001
+        return int_type(bits, signed).name
+    except DTypeError:
         raise UnsupportedError(f"{bits}-bit {'signed' if signed else 'unsigned'} integers are not an ONNX type "
                                "(supported widths: 2, 4, 8, 16, and 32 signed)") from None
-    return name
 
 
 def aimet(lo: np.ndarray, hi: np.ndarray, bits: int, *, symmetric: bool = False, strict: bool = False,

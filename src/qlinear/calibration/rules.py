@@ -9,6 +9,7 @@ import numpy as np
 
 from qlinear.calibration import policies as P
 from qlinear.calibration.groups import Grouping
+from qlinear.core.granularity import PerAxis, PerTensor
 from qlinear.core.types import QType, qtype
 from qlinear.encodings.model import Encoding
 from qlinear.errors import CalibrationError
@@ -77,10 +78,10 @@ def to_encoding(lo: np.ndarray, hi: np.ndarray, t: QType, *, symmetric: bool = F
     p = params(lo, hi, t, symmetric=symmetric, strict=strict, policy=policy, **opt)
     scale = np.asarray(p.scale, np.float64)
     zp = None if p.zero_point is None else np.asarray(p.zero_point)
-    if grouping.kind == "per_tensor":
+    if isinstance(grouping.granularity, PerTensor):
         return Encoding(name, p.dtype, scale=scale.reshape(()), zero_point=None if zp is None else zp.reshape(()),
                         role=role)
-    if grouping.kind == "per_channel":
+    if isinstance(grouping.granularity, PerAxis):
         return Encoding(name, p.dtype, scale=scale.reshape(-1), zero_point=None if zp is None else zp.reshape(-1),
                         axis=grouping.axis, role=role)
     b = grouping.block_axis % scale.ndim

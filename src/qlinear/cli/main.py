@@ -64,6 +64,7 @@ _GROUPS: list[tuple[str, str, str]] = [
     ("qlinear.cli.encodings", "app", "encodings"),
     ("qlinear.cli.quantize", "quantize", "quantize"),
     ("qlinear.cli.check", "check", "check"),
+    ("qlinear.cli.debug", "debug", "debug"),
 ]
 
 

@@ -7,6 +7,8 @@ from typing import Optional
 
 import typer
 
+from qlinear.core.granularity import PerBlock
+
 
 def quantize(
     model: Optional[Path] = typer.Argument(None, help="Float ONNX model. Omitted: the bundled example CNN."),
@@ -49,6 +51,8 @@ def quantize(
                                                    "input NAME (default: its first dynamic dimension); repeatable."),
     report: bool = typer.Option(True, "--report/--no-report", help="Evaluate on the held-out samples and write "
                                 "report.json and report.html (--no-report: only the model and encodings)."),
+    sensitivity: bool = typer.Option(False, "--sensitivity", help="Add to the report the output metric with only each "
+                                     "tensor quantized / left float (4 held-out samples, 2 runs per tensor)."),
 ) -> None:
     """Calibrate, then write OUTDIR/model.qdq.onnx, model.encodings (and model.float.onnx when BatchNorm folding or
     equalization changed the float model), report.html and report.json, and print the accuracy."""
@@ -78,10 +82,11 @@ def quantize(
         raise ConfigError("--data is required with a model (an .npz file or a folder of samples); only weight-only "
                           "round to nearest (--activation-type float, --weight-method minmax or mse) runs without it")
     report = report and data is not None  # a weight-only run without data has nothing to evaluate on
+    n_sensitivity = _sensitivity_samples(sensitivity, cfg, report)
     folder = OutputFolder(output)
     folder.check()  # before any work: a folder that cannot be written fails now, not after calibration
     qm, files = _run(model, data, cfg, folder, con, report=report, encodings_version=encodings_version,
-                     image_mean=image_mean, image_std=image_std)
+                     image_mean=image_mean, image_std=image_std, sensitivity=n_sensitivity)
     _print_result(qm, Path(model).name, files, output, report)
     if any(n.startswith("WARNING: accuracy target") for n in qm.notes):
         raise typer.Exit(1)  # EXIT_PROBLEMS: written, but the asked accuracy is not reached
@@ -103,7 +108,22 @@ def settled_config(model: Path, config: Optional[Path], over: dict):
     return cfg
 
 
-def _run(model, data, cfg, folder, con, *, report, encodings_version, image_mean, image_std):
+SENSITIVITY_SAMPLES = 4  #: held-out samples ``--sensitivity`` runs on
+
+
+def _sensitivity_samples(sensitivity: bool, cfg, report: bool) -> int:
+    """How many held-out samples ``--sensitivity`` runs on (0: not asked); refused before any work where there is no
+    report to put it in."""
+    from qlinear.errors import ConfigError
+
+    if sensitivity and (cfg.weight_only or not report):
+        raise ConfigError("--sensitivity: " + ("not available in weight-only mode (--activation-type float)"
+                                               if cfg.weight_only else "it is part of the report; drop --no-report "
+                                               "and give --data"))
+    return SENSITIVITY_SAMPLES if sensitivity else 0
+
+
+def _run(model, data, cfg, folder, con, *, report, encodings_version, image_mean, image_std, sensitivity=0):
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     import qlinear
@@ -120,18 +140,20 @@ def _run(model, data, cfg, folder, con, *, report, encodings_version, image_mean
         start, stop = qm.held_out()
         if report and start == 0 and qm.fitted:  # weight-only round to nearest never sees the data
             qm.notes.append("no held-out samples: the report evaluates on the calibration samples")
+        if report and sensitivity:  # computed (and cached) before save writes the report
+            qm.report(progress=bar("evaluating", stop - start), sensitivity=sensitivity, sensitivity_progress=bar)
         files = qm.save(folder, encodings_version=encodings_version, report=report,
-                        progress=bar("evaluating", stop - start) if report else None)
+                        progress=bar("evaluating", stop - start) if report and not sensitivity else None)
     return qm, files
 
 
 def title_of(name: str, cfg) -> str:
     """The result table's title: the settings actually used (the settled configuration)."""
     if cfg.weight_only:
-        blk = "" if cfg.weights == "per-channel" else f" (block {cfg.block_size})"
+        blk = f" (block {cfg.block_size})" if isinstance(cfg.weight_granularity, PerBlock) else ""
         return (f"{name}: weight-only {cfg.weight_type} {cfg.weights}{blk}, {cfg.w_method} weights, "
                 f"float activations, {cfg.output_format}, target {cfg.target}")
-    blk = f" (block {cfg.block_size})" if cfg.weights in ("per-block", "lpbq") else ""
+    blk = f" (block {cfg.block_size})" if isinstance(cfg.weight_granularity, PerBlock) else ""
     return (f"{name}: {cfg.weight_type} weights {cfg.weights}{blk}, {cfg.activation_type} activations, "
             f"{cfg.a_method} activations / {cfg.w_method} weights, target {cfg.target}")
 

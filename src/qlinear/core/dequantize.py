@@ -1,4 +1,4 @@
-"""DequantizeLinear, opset 25, bit-exact.
+"""DequantizeLinear, opset 25 (and 28 for float6 inputs), bit-exact.
 
 Spec (DequantizeLinear-25 schema)::
 
@@ -13,8 +13,10 @@ Spec (DequantizeLinear-25 schema)::
   correctly rounded product in the output precision; for 16/32-bit inputs it is what both peers compute.
 * int32 inputs: the difference is exact (int64) before the float32 conversion; the reference converts
   x to float32 first and subtracts in float64 (deviation R8); ONNX Runtime wraps on int32 overflow.
-* float8 / float4 inputs: ``(float(x) - float(zero_point)) * scale``. The reference raises for a non-zero
-  float8 zero point and ignores the float4 one (deviation R4); qlinear applies the formula.
+* float8 / float6 / float4 inputs: ``(float32(x) - float32(zero_point)) * scale`` (the difference of two
+  float6/float4 values is exact in float32). The reference raises for a non-zero float8 zero point and
+  ignores the float4 one (deviation R4); it applies the float6 one as qlinear does. qlinear applies the
+  formula for all. Packed input (:class:`PackedTensor`) is unpacked first for the NumPy path.
 * A float8e8m0 scale needs ``output_dtype`` (it is not a valid output type; the reference returns e8m0,
   deviation R9).
 """
@@ -58,7 +60,7 @@ def dequantize_linear(
     out: np.ndarray | None = None,
     threads: int | None = None,
 ) -> np.ndarray:
-    """ONNX DequantizeLinear-25: ``y = (x - x_zero_point) * x_scale``.
+    """ONNX DequantizeLinear-25/28: ``y = (x - x_zero_point) * x_scale``.
 
     Args:
         x: quantized input (any T1 type, as its ml_dtypes storage dtype), or a :class:`PackedTensor`.

@@ -12,13 +12,19 @@ determined by the shape of y_scale"):
 
 ``axis`` may be negative (``[-r, r-1]``); it is only checked when it is used (per-axis, blocked).
 
+The same objects describe a run's configuration (``qlinear.ptq.config``: ``per-channel`` is ``PerAxis(None)``,
+``per-block`` ``PerBlock(None, B)``, ``lpbq`` ``LPBQ(None, B, 4)``): ``axis=None`` means the axis is chosen per
+tensor (a weight's channel or block axis); :func:`with_axis` binds it. :class:`LPBQ` (AIMET's low-power blocked
+quantization) is blocked: its effective scale ``int_scale * per-axis float scale`` has the blocked shape, with
+``scale_bits``-bit integer block scales.
+
 Every input is canonicalised to a 3-level view ``x[outer, D, inner]`` (:class:`Layout`), which both
 the NumPy path and the compiled kernel use.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Union
 
 import numpy as np
@@ -33,20 +39,34 @@ class PerTensor:
 
 @dataclass(frozen=True)
 class PerAxis:
-    """One scale per index of ``axis`` (normalised to ``0 <= axis < rank``)."""
+    """One scale per index of ``axis`` (normalised to ``0 <= axis < rank``; ``None``: chosen per tensor)."""
 
-    axis: int
+    axis: int | None
 
 
 @dataclass(frozen=True)
 class PerBlock:
-    """One scale per block of ``block_size`` consecutive indices along ``axis`` (last block may be partial)."""
+    """One scale per block of ``block_size`` consecutive indices along ``axis`` (last block may be partial;
+    ``axis=None``: chosen per tensor)."""
 
-    axis: int
+    axis: int | None
     block_size: int
 
 
-Granularity = Union[PerTensor, PerAxis, PerBlock]
+@dataclass(frozen=True)
+class LPBQ(PerBlock):
+    """Blocked, with each block scale a ``scale_bits``-bit integer (``[1, 2^scale_bits]``) times a float scale per
+    index of the other axis (AIMET's low-power blocked quantization, W4 with 4-bit block scales)."""
+
+    scale_bits: int = 4
+
+
+Granularity = Union[PerTensor, PerAxis, PerBlock, LPBQ]
+
+
+def with_axis(g: Granularity, axis: int | None) -> Granularity:
+    """``g`` on ``axis`` (per-tensor has none)."""
+    return g if isinstance(g, PerTensor) else replace(g, axis=axis)
 
 
 def normalize_axis(axis: int, rank: int, *, arg: str = "axis") -> int:
@@ -98,8 +118,14 @@ def resolve(x_shape: tuple[int, ...], scale_shape: tuple[int, ...], axis: int, b
     return PerBlock(ax, int(block_size))
 
 
+def _check_bound(g: Granularity) -> None:
+    if not isinstance(g, PerTensor) and g.axis is None:
+        raise AxisError(f"{g}: the axis is not chosen yet; bind it with with_axis(g, axis)")
+
+
 def param_shape(x_shape: tuple[int, ...], g: Granularity) -> tuple[int, ...]:
     """The scale / zero-point shape that granularity ``g`` needs for an input of ``x_shape``."""
+    _check_bound(g)
     if isinstance(g, PerTensor):
         return ()
     if isinstance(g, PerAxis):
@@ -134,6 +160,7 @@ class Layout:
 
 
 def layout(x_shape: tuple[int, ...], g: Granularity) -> Layout:
+    _check_bound(g)
     size = int(np.prod(x_shape, dtype=np.int64))
     if isinstance(g, PerTensor):
         return Layout(1, 1, size, 1, 1)
@@ -148,6 +175,7 @@ def layout(x_shape: tuple[int, ...], g: Granularity) -> Layout:
 
 def expand(p: np.ndarray, x_shape: tuple[int, ...], g: Granularity) -> np.ndarray:
     """``p`` (scale or zero point) made broadcastable against ``x`` (a view where possible)."""
+    _check_bound(g)
     if isinstance(g, PerTensor):
         return p.reshape(())
     if isinstance(g, PerAxis):
@@ -160,5 +188,5 @@ def expand(p: np.ndarray, x_shape: tuple[int, ...], g: Granularity) -> np.ndarra
     return rep
 
 
-__all__ = ["Granularity", "Layout", "PerAxis", "PerBlock", "PerTensor", "expand", "layout", "normalize_axis",
-           "param_shape", "resolve"]
+__all__ = ["LPBQ", "Granularity", "Layout", "PerAxis", "PerBlock", "PerTensor", "expand", "layout", "normalize_axis",
+           "param_shape", "resolve", "with_axis"]

@@ -11,6 +11,11 @@ runs at memory bandwidth; threads add the second core's bandwidth.
 
 If the extension was not built, :func:`available` is False and callers use the NumPy path, which
 computes identical bits.
+
+SIMD (issue 24): the kernel holds a baseline entry (plain C for any x86-64), an AVX2+FMA entry and an
+AVX-512 (F/BW/DQ/VL) entry with the same arithmetic in the same order, so every entry gives the same bits.
+The CPU picks the entry once; the environment variable ``QLINEAR_SIMD`` (``auto``, ``avx512``, ``avx2``,
+``scalar``) or :func:`set_simd` forces a lower one (tests run every entry the machine has).
 """
 
 from __future__ import annotations
@@ -47,14 +52,76 @@ def _lib() -> ctypes.CDLL | None:
         fn = getattr(lib, name, None)
         if fn is not None:
             fn.argtypes, fn.restype = args
+    lib.ql_simd_set(SIMD_LEVELS[_simd_from_env(lib)])
     return lib
+
+
+#: kernel entries, lowest first (the C side numbers them 0, 1, 2)
+SIMD_LEVELS = {"scalar": 0, "avx2": 1, "avx512": 2}
+SIMD_ENV = "QLINEAR_SIMD"
+
+
+def _simd_from_env(lib_: ctypes.CDLL) -> str:
+    """The entry named by ``QLINEAR_SIMD`` (default ``auto``: the best the CPU has); refused if unknown or unsupported."""
+    value = os.environ.get(SIMD_ENV, "auto").strip().lower() or "auto"
+    best = _name_of(lib_.ql_simd_supported())
+    if value == "auto":
+        return best
+    _check_simd(value, best, f"environment variable {SIMD_ENV}={value!r}")
+    return value
+
+
+def _name_of(level: int) -> str:
+    return next(k for k, v in SIMD_LEVELS.items() if v == level)
+
+
+def _check_simd(name: object, best: str, what: str) -> None:
+    from qlinear.errors import ConfigError
+
+    if name not in SIMD_LEVELS:
+        raise ConfigError(f"{what}: unknown SIMD path; use one of auto, {', '.join(SIMD_LEVELS)}")
+    if SIMD_LEVELS[name] > SIMD_LEVELS[best]:
+        raise ConfigError(f"{what}: this CPU supports at most {best!r}; use {best!r} or lower (or auto)")
 
 
 #: signatures of further kernels (calibration reductions), filled by their modules
 _EXTRA_SIGNATURES: dict[str, tuple[list, object]] = {
     "ql_minmax_f32": ([_ptr, _i64, _i64, _i64, _ptr, _ptr], ctypes.c_int),
     "ql_hist_groups_f32": ([_ptr, _i64, _i64, _ptr, _i64, _ptr], ctypes.c_int),
+    "ql_simd_supported": ([], ctypes.c_int),
+    "ql_simd_get": ([], ctypes.c_int),
+    "ql_simd_set": ([ctypes.c_int], ctypes.c_int),
+    "ql_set_quantize_stream_min": ([_i64], _i64),
 }
+
+
+def simd_supported() -> str:
+    """The best kernel entry this CPU runs: ``"avx512"``, ``"avx2"`` or ``"scalar"`` (``"none"`` without the kernel)."""
+    lib_ = _lib()
+    return "none" if lib_ is None else _name_of(lib_.ql_simd_supported())
+
+
+def simd() -> str:
+    """The kernel entry in use: ``"avx512"``, ``"avx2"`` or ``"scalar"`` (``"none"`` without the kernel)."""
+    lib_ = _lib()
+    return "none" if lib_ is None else _name_of(lib_.ql_simd_get())
+
+
+def set_simd(name: str) -> str:
+    """Use kernel entry ``name`` (``"auto"`` = the best the CPU has) from now on, in every thread; returns the previous
+    one. Raises ConfigError for an unknown name or one this CPU cannot run."""
+    prev = simd()
+    best = simd_supported()
+    target = best if name == "auto" else name
+    _check_simd(target, best, f"set_simd({name!r})")
+    lib().ql_simd_set(SIMD_LEVELS[target])
+    return prev
+
+
+def set_quantize_stream_min(nbytes: int) -> int:
+    """Quantize writes its output with non-temporal stores when one thread's range has >= ``nbytes`` output bytes
+    (AVX2/AVX-512 entries); returns the previous threshold (tests lower it to reach that code on small arrays)."""
+    return int(lib().ql_set_quantize_stream_min(int(nbytes)))
 
 
 def available() -> bool:
@@ -97,12 +164,20 @@ def resolve_threads(threads: int | None, n: int) -> int:
     return int(threads)
 
 
+#: large inputs are split into this many pieces per thread (each of at least PIECE_MIN elements), handed out as
+#: threads become free: a thread slowed down by another process no longer holds the whole call back
+PIECES_PER_THREAD = 4
+PIECE_MIN = 1 << 20
+
+
 def parallel_ranges(fn, n: int, threads: int, align: int = 1) -> None:
-    """Call ``fn(e0, e1)`` over [0, n) split into ``threads`` ranges whose starts are multiples of ``align``."""
+    """Call ``fn(e0, e1)`` over [0, n) split into ``threads`` ranges whose starts are multiples of ``align`` (into
+    ``PIECES_PER_THREAD`` times as many when every piece still has ``PIECE_MIN`` elements), on ``threads`` threads."""
     if threads <= 1 or n < 2 * align:
         fn(0, n)
         return
-    step = -(-n // threads)
+    pieces = threads * PIECES_PER_THREAD if n >= threads * PIECES_PER_THREAD * PIECE_MIN else threads
+    step = -(-n // pieces)
     step = -(-step // align) * align
     bounds = [(a, min(a + step, n)) for a in range(0, n, step)]
     if len(bounds) == 1:
@@ -115,4 +190,5 @@ def addr(a: np.ndarray | None) -> int | None:
     return None if a is None else a.ctypes.data
 
 
-__all__ = ["available", "check_threads", "lib", "parallel_ranges", "resolve_threads", "cpu_count", "addr"]
+__all__ = ["available", "check_threads", "lib", "parallel_ranges", "resolve_threads", "cpu_count", "addr", "simd",
+           "simd_supported", "set_simd", "set_quantize_stream_min", "SIMD_LEVELS", "SIMD_ENV"]

@@ -1,4 +1,4 @@
-"""QuantizeLinear, opset 25, bit-exact.
+"""QuantizeLinear, opset 25 (and 28 for the float6 outputs), bit-exact.
 
 Spec: ``onnx-quantizelinear-25.txt``::
 
@@ -13,9 +13,15 @@ Spec: ``onnx-quantizelinear-25.txt``::
 * Integer outputs: the quotient is rounded half to even, the zero point is added, the result saturates
   to the spec's range. NaN becomes the type minimum (the spec is silent; this is ONNX Runtime's answer;
   the reference wraps through INT32_MIN, deviation R1).
-* Float outputs (float8, float4): ``quotient + zero_point`` (added in the precision type, only when a zero
-  point is given; the reference ignores it for float8, deviation R4) is rounded to the target per the
-  Cast-25 table (:mod:`qlinear.core.floatcast`), honouring ``saturate`` for float8.
+* Float outputs (float8, float6, float4): ``quotient + zero_point`` is rounded to the target per the Cast
+  table (:mod:`qlinear.core.floatcast`), honouring ``saturate`` for float8 (float6 and float4 always
+  saturate). The zero point, only when given, is added to the quotient (already rounded to the precision
+  type) in float32, or float64 for the exact int32-scale division: the spec names a precision for the
+  division only, and a float16/bfloat16 sum would round twice (e.g. float6e2m3: ``0.25 + 2^-12 + 4`` is
+  ``4.25`` in float16, a tie that goes to 4, where the single rounding gives 4.5). A float16/bfloat16
+  quotient plus a float6/float4 zero point rounds to the same float6/float4 value in float32 as exactly
+  (a float32 rounding cannot land on a midpoint the exact sum misses), and it is what ``onnx.reference``
+  computes (NumPy promotes the sum to float32). The reference ignores a float8 zero point (deviation R4).
 * Scale types the spec allows but whose "precision" is not a float: ``int32`` scales divide exactly
   (the float64 quotient of two int32/float32 values rounds to the same integer as the exact rational);
   ``float8e8m0`` scales (powers of two) divide in float32, which is exact except for subnormals.
@@ -101,7 +107,7 @@ def quantize_linear(
     out: np.ndarray | None = None,
     threads: int | None = None,
 ) -> np.ndarray | PackedTensor:
-    """ONNX QuantizeLinear-25: ``y = saturate(round(x / y_scale) + y_zero_point)``.
+    """ONNX QuantizeLinear-25/28: ``y = saturate(round(x / y_scale) + y_zero_point)``.
 
     Args:
         x: input, float32 / float16 / bfloat16 / int32 (spec T1).
@@ -113,9 +119,10 @@ def quantize_linear(
         block_size: > 0 for blocked quantization.
         output_dtype: output type (ONNX name, ``TensorProto`` number, dtype or :class:`QType`) when
             there is no zero point; default uint8.
-        saturate: float8 outputs only: saturate out-of-range values (Cast-25 table).
+        saturate: float8 outputs only: saturate out-of-range values (Cast-25 table); float6/float4 always
+            saturate (they have no Inf/NaN).
         precision: type of the division (default: the scale's type).
-        packed: for 4- and 2-bit outputs, return a :class:`PackedTensor` in ONNX byte layout.
+        packed: for 2-, 4- and 6-bit outputs, return a :class:`PackedTensor` in ONNX byte layout.
         out: optional preallocated output (the unpacked output array, or for ``packed=True`` a uint8
             array of ``ceil(n * bits / 8)`` bytes).
         threads: threads for the compiled kernel (default: all cores for large inputs).
@@ -138,7 +145,7 @@ def quantize_linear(
     if z is not None:
         gr.check_zero_point(z.shape, s.shape, g, zp_arg="y_zero_point", scale_arg="y_scale")
     if packed and not ot.is_subbyte:
-        raise DTypeError(f"packed=True needs a 4- or 2-bit output type, got {ot.name}")
+        raise DTypeError(f"packed=True needs a 2-, 4- or 6-bit output type, got {ot.name}")
     p = precision_dtype(st, precision)
 
     if ot.is_int and xt.name == "float32" and st.name == "float32" and p == _F32 and native.available():
@@ -172,9 +179,10 @@ def _quantize_numpy(x: np.ndarray, s: np.ndarray, z: np.ndarray | None, ot: QTyp
     se = gr.expand(s, x.shape, g)
     q = _divide(x, se, p)
     if ot.is_float:
-        if z is not None:
+        if z is not None:  # in float32 (float64 for the exact int32-scale quotient): module doc
+            a = np.promote_types(p, _F32)
             with np.errstate(invalid="ignore", over="ignore"):
-                q = (q + gr.expand(z, x.shape, g).astype(p)).astype(p)
+                q = q.astype(a) + gr.expand(z, x.shape, g).astype(a)
         return to_lowp_float(q, ot, saturate)
     r = np.rint(q.astype(np.float64))
     if z is not None:

@@ -1,18 +1,22 @@
 """The quantized-type registry: one table, one row per type, named as ONNX names them.
 
 Spec: ``onnx-quantizelinear-25.txt`` ("Saturation is done according to: ..."), the Cast-25 float8
-table and the float4e2m1 technical note (``notes/onnx-ort.md`` §1.2), ``onnx.proto`` for the
+table, the float4e2m1 and float6 technical notes (``notes/onnx-ort.md`` §1.2; onnx "Float stored in 6
+bits"), the QuantizeLinear-28 schema for float6e2m3/float6e3m2, ``onnx.proto`` for the
 ``TensorProto.DataType`` numbers (kept here as plain integers so that importing the core does not
 import ``onnx``; ``tests/core/test_types.py`` checks them against ``onnx.TensorProto``).
 
 A :class:`QType` knows its bit width, signedness, saturation range, NumPy storage dtype
-(``ml_dtypes`` for sub-byte and float8/float4 types), how many elements ONNX packs in one byte,
-and what it may be used for (quantized values, scales only, or plain floats).
+(``ml_dtypes`` for sub-byte and float8/float6/float4 types), how ONNX packs it (``bits`` wide codes in an
+LSB-first bit stream: 2 per byte for 4-bit, 4 per byte for 2-bit, 4 in 3 bytes for 6-bit), whether it
+can store Inf/NaN, the opset that introduced it, and what it may be used for (quantized values, scales
+only, or plain floats).
 """
 
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass
 from typing import Any, Union
 
@@ -26,7 +30,7 @@ class Kind(enum.Enum):
     """What a type is in the quantization formulas."""
 
     INT = "int"  #: integer grid, saturates to [qmin, qmax]
-    FLOAT = "float"  #: low-precision float output of QuantizeLinear (float8, float4)
+    FLOAT = "float"  #: low-precision float output of QuantizeLinear (float8, float6, float4)
     SCALE = "scale"  #: scale-only type (float8e8m0: powers of two)
     REAL = "real"  #: full-precision float (inputs, scales, fp16 "float" encodings)
 
@@ -43,7 +47,13 @@ class QType:
         kind: see :class:`Kind`.
         qmin, qmax: saturation range (ints: spec table; floats: +-largest finite value).
         storage: NumPy dtype holding one element per byte (``ml_dtypes.int4`` ...).
-        per_byte: elements per byte in ONNX ``raw_data`` (2 for 4-bit, 4 for 2-bit, else 1).
+        per_byte: whole elements per byte in ONNX ``raw_data`` (2 for 4-bit, 4 for 2-bit, else 1; 6-bit types
+            pack 4 elements in 3 bytes, see :attr:`pack_group`).
+        finite: no Inf/NaN encodings (float4e2m1, float6): out-of-range values and +-Inf always saturate,
+            ``saturate`` has no effect (QuantizeLinear-28 schema).
+        nan_as: what NaN becomes in a ``finite`` type when its technical note says so (float4e2m1: 6);
+            None: the note leaves it open, see :func:`qlinear.core.floatcast.to_lowp_float`.
+        opset: the ``ai.onnx`` opset whose QuantizeLinear/DequantizeLinear first accept the type.
     """
 
     name: str
@@ -55,6 +65,9 @@ class QType:
     qmax: float
     storage: np.dtype
     per_byte: int = 1
+    finite: bool = False
+    nan_as: float | None = None
+    opset: int = 10
 
     # --- derived facts -------------------------------------------------------------------
     @property
@@ -63,12 +76,20 @@ class QType:
 
     @property
     def is_float(self) -> bool:
-        """Low-precision float output type (float8 / float4)."""
+        """Low-precision float output type (float8 / float6 / float4)."""
         return self.kind is Kind.FLOAT
 
     @property
     def is_subbyte(self) -> bool:
-        return self.per_byte > 1
+        """Packed in ONNX ``raw_data`` (2, 4 and 6 bits)."""
+        return self.bits < 8
+
+    @property
+    def pack_group(self) -> tuple[int, int]:
+        """(elements, bytes) of the smallest whole-byte packing unit: (2, 1) for 4-bit, (4, 1) for 2-bit,
+        (4, 3) for 6-bit, (1, bits / 8) otherwise."""
+        g = math.gcd(8, self.bits)
+        return (8 // g, self.bits // g) if self.bits < 8 else (1, self.bits // 8)
 
     @property
     def levels(self) -> int:
@@ -82,38 +103,44 @@ class QType:
         return f"QType({self.name})"
 
 
-def _i(name: str, onnx_type: int, bits: int, signed: bool, storage: Any) -> QType:
+def _i(name: str, onnx_type: int, bits: int, signed: bool, storage: Any, opset: int) -> QType:
     lo, hi = (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1) if signed else (0, 2**bits - 1)
-    return QType(name, onnx_type, bits, signed, Kind.INT, lo, hi, np.dtype(storage), max(1, 8 // bits))
+    return QType(name, onnx_type, bits, signed, Kind.INT, lo, hi, np.dtype(storage), max(1, 8 // bits),
+                 opset=opset)
 
 
-def _f(name: str, onnx_type: int, bits: int, storage: Any, kind: Kind = Kind.FLOAT) -> QType:
+def _f(name: str, onnx_type: int, bits: int, storage: Any, opset: int, kind: Kind = Kind.FLOAT,
+       nan_as: float | None = None) -> QType:
     fmax = float(ml_dtypes.finfo(storage).max)  # ml_dtypes.finfo also covers the NumPy float types
     signed = kind is not Kind.SCALE
+    with np.errstate(invalid="ignore"):
+        finite = not np.isnan(np.float32(np.nan).astype(storage).astype(np.float32))  # no NaN code
     return QType(name, onnx_type, bits, signed, kind, -fmax if signed else 0.0, fmax, np.dtype(storage),
-                 2 if bits == 4 else 1)
+                 8 // bits if bits in (2, 4) else 1, finite, nan_as, opset)
 
 
 #: The table. Order: by role, then width.
 TABLE: tuple[QType, ...] = (
-    _i("int2", 26, 2, True, ml_dtypes.int2),
-    _i("uint2", 25, 2, False, ml_dtypes.uint2),
-    _i("int4", 22, 4, True, ml_dtypes.int4),
-    _i("uint4", 21, 4, False, ml_dtypes.uint4),
-    _i("int8", 3, 8, True, np.int8),
-    _i("uint8", 2, 8, False, np.uint8),
-    _i("int16", 5, 16, True, np.int16),
-    _i("uint16", 4, 16, False, np.uint16),
-    _i("int32", 6, 32, True, np.int32),
-    _f("float8e4m3fn", 17, 8, ml_dtypes.float8_e4m3fn),
-    _f("float8e4m3fnuz", 18, 8, ml_dtypes.float8_e4m3fnuz),
-    _f("float8e5m2", 19, 8, ml_dtypes.float8_e5m2),
-    _f("float8e5m2fnuz", 20, 8, ml_dtypes.float8_e5m2fnuz),
-    _f("float4e2m1", 23, 4, ml_dtypes.float4_e2m1fn),
-    _f("float8e8m0", 24, 8, ml_dtypes.float8_e8m0fnu, Kind.SCALE),
-    _f("float16", 10, 16, np.float16, Kind.REAL),
-    _f("bfloat16", 16, 16, ml_dtypes.bfloat16, Kind.REAL),
-    _f("float32", 1, 32, np.float32, Kind.REAL),
+    _i("int2", 26, 2, True, ml_dtypes.int2, 25),
+    _i("uint2", 25, 2, False, ml_dtypes.uint2, 25),
+    _i("int4", 22, 4, True, ml_dtypes.int4, 21),
+    _i("uint4", 21, 4, False, ml_dtypes.uint4, 21),
+    _i("int8", 3, 8, True, np.int8, 10),
+    _i("uint8", 2, 8, False, np.uint8, 10),
+    _i("int16", 5, 16, True, np.int16, 21),
+    _i("uint16", 4, 16, False, np.uint16, 21),
+    _i("int32", 6, 32, True, np.int32, 10),
+    _f("float8e4m3fn", 17, 8, ml_dtypes.float8_e4m3fn, 19),
+    _f("float8e4m3fnuz", 18, 8, ml_dtypes.float8_e4m3fnuz, 19),
+    _f("float8e5m2", 19, 8, ml_dtypes.float8_e5m2, 19),
+    _f("float8e5m2fnuz", 20, 8, ml_dtypes.float8_e5m2fnuz, 19),
+    _f("float6e2m3", 27, 6, ml_dtypes.float6_e2m3fn, 28),
+    _f("float6e3m2", 28, 6, ml_dtypes.float6_e3m2fn, 28),
+    _f("float4e2m1", 23, 4, ml_dtypes.float4_e2m1fn, 23, nan_as=6.0),
+    _f("float8e8m0", 24, 8, ml_dtypes.float8_e8m0fnu, 24, Kind.SCALE),
+    _f("float16", 10, 16, np.float16, 1, Kind.REAL),
+    _f("bfloat16", 16, 16, ml_dtypes.bfloat16, 1, Kind.REAL),
+    _f("float32", 1, 32, np.float32, 1, Kind.REAL),
 )
 
 _BY_NAME = {t.name: t for t in TABLE}
@@ -122,9 +149,9 @@ _BY_NAME.update({"float": _BY_NAME["float32"], "fp16": _BY_NAME["float16"], "bf1
 _BY_ONNX = {t.onnx_type: t for t in TABLE}
 _BY_DTYPE = {t.storage: t for t in TABLE}
 
-#: Types QuantizeLinear-25 may output (T3).
+#: Types QuantizeLinear-28 may output (T3); float6e2m3 / float6e3m2 need opset 28 (``QType.opset``).
 QUANTIZE_OUTPUTS = tuple(t for t in TABLE if t.kind in (Kind.INT, Kind.FLOAT) and t.name != "int32")
-#: Types DequantizeLinear-25 accepts as input (T1).
+#: Types DequantizeLinear-28 accepts as input (T1).
 DEQUANTIZE_INPUTS = tuple(t for t in TABLE if t.kind in (Kind.INT, Kind.FLOAT))
 #: QuantizeLinear-25 x (T1) and scale (T2) types; DequantizeLinear-25 scale and output types.
 QUANTIZE_X = ("float32", "float16", "bfloat16", "int32")
@@ -171,7 +198,20 @@ def qtype(spec: TypeLike, *, arg: str = "dtype") -> QType:
 
 
 # ml_dtypes spellings (float8_e4m3fn -> float8e4m3fn after removing "_")
-_ML_ALIASES = {"float4e2m1fn": "float4e2m1", "float8e8m0fnu": "float8e8m0"}
+_ML_ALIASES = {"float4e2m1fn": "float4e2m1", "float8e8m0fnu": "float8e8m0", "float6e2m3fn": "float6e2m3",
+               "float6e3m2fn": "float6e3m2"}
+
+
+def int_type(bits: int, signed: bool, *, arg: str = "dtype") -> QType:
+    """The integer type of ``bits`` bits and signedness ``signed`` (``int_type(16, False)`` is uint16)."""
+    t = _BY_INT.get((int(bits), bool(signed)))
+    if t is None:
+        raise DTypeError(f"{arg}: there is no {bits}-bit {'signed' if signed else 'unsigned'} integer type; expected "
+                         f"one of {', '.join(t.name for t in TABLE if t.is_int)}")
+    return t
+
+
+_BY_INT = {(t.bits, t.signed): t for t in TABLE if t.kind is Kind.INT}
 
 
 def dtype_of(a: np.ndarray, *, arg: str, allowed: tuple[str, ...] | None = None, what: str = "the type") -> QType:
@@ -191,4 +231,4 @@ def require(t: QType, allowed: tuple[str, ...], *, arg: str, what: str) -> QType
     return t
 
 
-__all__ = ["Kind", "QType", "TABLE", "qtype", "dtype_of", "require"]
+__all__ = ["Kind", "QType", "TABLE", "qtype", "dtype_of", "int_type", "require"]

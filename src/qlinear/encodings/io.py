@@ -13,12 +13,19 @@ from typing import IO, Any, Union
 from qlinear._atomic import atomic_open
 from qlinear.encodings import _doc as d
 from qlinear.encodings import _json, _layout, _scan, v0_6_1, v1_0_0, v2_0_0, v2_1_0
-from qlinear.encodings.model import AIMET_ONNX, EncodingSet, Style
+from qlinear.encodings.model import AIMET_ONNX, EncodingSet, Style, aimet_refusal
 from qlinear.errors import EncodingError, QlinearError
 
 VERSIONS = ("0.6.1", "1.0.0", "2.0.0", "2.1.0")
 _MODULES = {"0.6.1": v0_6_1, "1.0.0": v1_0_0, "2.0.0": v2_0_0, "2.1.0": v2_1_0}
 Source = Union[str, os.PathLike, IO[str], IO[bytes]]
+#: Versions AIMET users name that no AIMET release writes (benchmarks/aimet_format_probe.py): what to use instead.
+_NOT_AIMET = {"0.6.2": "AIMET 2.42 neither writes nor reads a '0.6.2' format (its export raises 'Unsupported "
+                       "encoding_version'); the legacy layout QNN's custom I/O takes is 0.6.1: use version 0.6.1"}
+
+
+def _unsupported(v: str, verb: str) -> str:
+    return f"unsupported version {v!r}; " + _NOT_AIMET.get(v, f"qlinear {verb} {', '.join(VERSIONS)}")
 
 
 def detect_version(doc: Any, *, path: str | None = None) -> str:
@@ -50,7 +57,7 @@ def detect_version(doc: Any, *, path: str | None = None) -> str:
     if v is None:
         return structural
     if v not in VERSIONS:
-        raise ctx.error("version", f"unsupported version {v!r}; qlinear reads {', '.join(VERSIONS)}")
+        raise ctx.error("version", _unsupported(v, "reads"))
     if v not in allowed:
         raise ctx.error("version", f"says {v!r} but the entries have the {structural} layout")
     return v
@@ -214,7 +221,11 @@ def _document(es: EncodingSet, version: str, *, style: Style | None = None, drop
         raise EncodingError(f"expected an EncodingSet, got {type(es).__name__} (build one with "
                             "EncodingSet([Encoding(...), ...]))")
     if version not in _MODULES:
-        raise EncodingError(f"unknown version {version!r}; qlinear writes {', '.join(VERSIONS)}")
+        raise EncodingError(_unsupported(version, "writes"))
+    for e in es:
+        why = aimet_refusal(e.name, e.qtype)
+        if why is not None:
+            raise EncodingError(why)
     doc = _MODULES[version].write(es, style or es.style, drop_float=drop_float)
     lay = es.layout
     if lay is not None and lay.version == version:  # re-saving in the version read: keep the file's layout

@@ -14,6 +14,8 @@ Conventions (spec ``aimet-encoding-format.txt`` §1, version 2.0.0, which mirror
 * 1.0.0 and 0.6.1 files store no axes: such encodings are *unresolved* (``axis is None`` with a per-channel or
   flat per-block scale) until ``qlinear.graph.resolve(es, model)`` gives them the model's axes.
 * float pass-through encodings (fp16, bf16: a cast, no scale) have ``scale is None``.
+* the 2-bit shifted grid (AIMET ``zero_point_shift``: zero point -0.5, values {-1.5, -0.5, 0.5, 1.5}·scale) has no
+  QuantizeLinear (``onnx_params`` refuses it); ``quantize``/``dequantize`` compute it as aimet-onnx's quantizer does.
 
 Values are kept at the precision of the file (float64 scales), so files round-trip exactly.
 """
@@ -35,6 +37,19 @@ Granularity = Literal["float", "per_tensor", "per_channel", "per_block", "lpbq"]
 #: Types an encoding may name: every quantized type of the core registry except the scale-only float8e8m0,
 #: plus the float pass-through types.
 PASSTHROUGH = ("float16", "bfloat16", "float32")
+#: The newest QuantizeLinear opset whose types an AIMET file can name: 2.0.0's ``output_dtype`` list is
+#: QuantizeLinear-25's (int2..int32, float8, float4e2m1; notes/aimet.md). The opset-28 float6 types
+#: (``QType.opset``) exist as in-memory encodings and in Q/DQ models only; files refuse them.
+AIMET_MAX_OPSET = 25
+
+
+def aimet_refusal(name: str, t: QType) -> str | None:
+    """Why ``t`` cannot be written to or read from an AIMET encodings file (None when it can)."""
+    if t.opset <= AIMET_MAX_OPSET:
+        return None
+    return (f"{name}: {t.name} (QuantizeLinear opset {t.opset}) cannot be expressed in AIMET encodings: no AIMET "
+            "format has the float6 types (2.0.0's output_dtype ends at float4e2m1 and int2); keep such encodings "
+            "in memory or in the Q/DQ model (qlinear.graph.apply), or use float8e4m3fn / float4e2m1")
 
 
 def _frozen_array(a: Any, dtype: Any, *, field_name: str) -> np.ndarray:
@@ -387,10 +402,13 @@ class Encoding:
         return {"scale": s, "zero_point": z, "axis": axis, "block_size": self.block_size, "output_dtype": t.name}
 
     def quantize(self, x: Any, **kw: Any) -> np.ndarray:
-        """``quantize_linear(x)`` with this encoding's parameters (LPBQ through its effective scale)."""
+        """``quantize_linear(x)`` with this encoding's parameters (LPBQ through its effective scale); the 2-bit
+        shifted grid, which ONNX cannot express, is quantized as AIMET does (:meth:`_quantize_shifted`)."""
         from qlinear.core import quantize_linear
 
         x = np.asarray(x)
+        if self.shifted:
+            return self._quantize_shifted(x, **kw)
         p = self.onnx_params(x.shape)
         return quantize_linear(x, p["scale"], p["zero_point"], axis=p["axis"], block_size=p["block_size"],
                                output_dtype=p["output_dtype"], **kw)
@@ -400,12 +418,63 @@ class Encoding:
         from qlinear.core import dequantize_linear
 
         shape = q.shape if hasattr(q, "shape") else np.shape(q)
+        if self.shifted:
+            return self._dequantize_shifted(q, **kw)
         p = self.onnx_params(tuple(shape))
         return dequantize_linear(q, p["scale"], p["zero_point"], axis=p["axis"], block_size=p["block_size"], **kw)
 
     def fake_quantize(self, x: Any) -> np.ndarray:
         """Quantize then dequantize (float32)."""
         return self.dequantize(self.quantize(x))
+
+    # --- the 2-bit shifted grid (AIMET zero_point_shift; no ONNX equivalent) -----------------------------
+    def _refuse_options(self, kw: dict[str, Any]) -> None:
+        if kw:
+            from qlinear.errors import UnsupportedError
+
+            raise UnsupportedError(f"{self.name}: option(s) {', '.join(sorted(kw))} do not apply to the shifted "
+                                   f"{self.dtype} grid (AIMET's arithmetic, not a QuantizeLinear); call without them")
+
+    def _shifted_grid(self, x_shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+        """The float32 scale and float64 zero point of every element of a tensor of ``x_shape`` (broadcastable)."""
+        from qlinear.core import granularity as gr
+
+        self._need_resolved("its shifted grid")
+        s, z = self.scale, self.zero_point
+        if self.granularity == "per_tensor":
+            s, z = s.reshape(()), z.reshape(())
+        if self.block_size:
+            s = expand_block_scale(s, x_shape, self.axis, self.block_size)
+            z = expand_block_scale(z, x_shape, self.axis, self.block_size)
+        g = gr.resolve(x_shape, s.shape, 1 if self.axis is None else self.axis, self.block_size)
+        return gr.expand(s.astype(np.float32), x_shape, g), gr.expand(z, x_shape, g)
+
+    def _quantize_shifted(self, x: np.ndarray, **kw: Any) -> np.ndarray:
+        """AIMET's quantizer (libpymo ``quantizeValueCpu``) on the shifted grid, in float32 as it computes:
+        clamp x to ``[offset, offset + 2^bits - 1]·scale`` (C ``fmin``/``fmax``), ``v = x/scale - offset`` on the
+        unsigned grid (``offset = -zero_point - 2^(bits-1)`` signed, ``-zero_point`` unsigned), round half away from
+        zero. Returned on the type's own grid (``q - zero_point`` is then the half-integer grid value), so
+        :meth:`dequantize` gives ``scale·(q - zero_point)`` = AIMET's ``delta·(q_u + offset)`` bit for bit."""
+        self._refuse_options(kw)
+        t = self.qtype
+        s32, z = self._shifted_grid(x.shape)
+        shift = 2.0 ** (t.bits - 1) if t.signed else 0.0
+        off = -z - shift  # AIMET's unsigned-grid offset (half-integer, exact in float32)
+        n = 2.0 ** t.bits - 1
+        s64 = s32.astype(np.float64)
+        lo, hi = (off * s64).astype(np.float32), ((off + n) * s64).astype(np.float32)
+        xc = np.fmax(np.fmin(np.asarray(x, np.float32), hi), lo)
+        v = (xc / s32 - off.astype(np.float32)).astype(np.float32)
+        r = np.trunc(v)
+        r = np.where(np.abs(v - r) >= 0.5, r + np.sign(v), r)  # C round(): half away from zero, exactly
+        r = np.clip(np.nan_to_num(r, nan=0.0), 0, n)
+        return (r - shift).astype(t.storage)
+
+    def _dequantize_shifted(self, q: Any, **kw: Any) -> np.ndarray:
+        self._refuse_options(kw)
+        q = np.asarray(q)
+        s32, z = self._shifted_grid(q.shape)
+        return (s32 * (q.astype(np.float32) - z.astype(np.float32))).astype(np.float32)
 
 
 def expand_block_scale(s: np.ndarray, x_shape: tuple[int, ...], axis: int | None, block_size: int) -> np.ndarray:

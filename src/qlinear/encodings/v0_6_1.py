@@ -5,6 +5,10 @@
 unsigned grid and ``min = offset*scale``, ``max = (offset + 2^bw - 1)*scale`` (grid-exact). Float pass-through
 entries are ``{bitwidth, dtype "float"}``. No axes are stored (per-channel encodings load unresolved).
 
+The int2 shifted grid (zero point -0.5) is ``offset -1.5`` from aimet-onnx; aimet-torch writes the integer offset -2
+with ``"zero_point_shift": 0.5`` in each dict (and min/max of the unshifted grid): both are read, and a file with
+integer offsets (the aimet-torch style) is written that way.
+
 The reader also takes hand-written QNN/SNPE override files: no ``version``, tabs, integer offsets, entries given by
 ``min``/``max`` only (scale = (max-min)/(2^bw-1), offset = round(min/scale)), a single dict instead of a list.
 0.6.1 cannot express per-block, LPBQ or float8: writing them raises.
@@ -82,6 +86,8 @@ def _entry(ctx: d.Ctx, name: str, role: Role, entries: list, where: str) -> tupl
             o = float(np.round(lo / s))
         else:
             raise ctx.error(w, "an int encoding needs scale and offset (or min and max)")
+        if "zero_point_shift" in e:  # aimet-torch: integer offset plus the int2 half-step, min/max unshifted
+            o += shift_value(ctx, e["zero_point_shift"], f"{w}.zero_point_shift", bw)
         scales.append(s)
         offsets.append(o)
     if len(set(heads)) > 1:
@@ -104,6 +110,18 @@ def _entry(ctx: d.Ctx, name: str, role: Role, entries: list, where: str) -> tupl
     if len(entries) == 1:
         scale, zp = scale[0], zp[0]
     return d.build(ctx, where, _KEYS, name=name, dtype=dtype, scale=scale, zero_point=zp, role=role), int_offsets
+
+
+def shift_value(ctx: d.Ctx, v: Any, where: str, bw: int) -> float:
+    """A ``zero_point_shift`` (0 or 0.5, 2-bit encodings only: AIMET's int2 shifted grid)."""
+    sh = d.number(ctx, v, where)
+    if sh not in (0.0, 0.5):
+        raise ctx.error(where, f"{sh:g} is not a zero-point shift AIMET writes (0 or 0.5, the half-step of the int2 "
+                               "shifted grid)")
+    if sh and bw != 2:
+        raise ctx.error(where, f"a zero-point shift is defined for 2-bit encodings only (AIMET's int2 grid "
+                               f"{{-1.5, -0.5, 0.5, 1.5}}), got bitwidth {bw}; remove the field or set bitwidth 2")
+    return sh
 
 
 def write(es: EncodingSet, style: Style, **_: Any) -> dict:
@@ -130,6 +148,11 @@ def _write_entry(e: Encoding, style: Style) -> list[dict]:
     sym = "True" if t.signed else "False"
     out = []
     for s, o in zip(sc.tolist(), off.tolist()):
-        out.append({"bitwidth": t.bits, "dtype": "int", "is_symmetric": sym, "max": (o + n) * s, "min": o * s,
-                    "offset": d.offset_value(o, style), "scale": s})
+        sh = o % 1.0 if style.int_offsets else 0.0  # aimet-torch states the int2 shift apart; aimet-onnx: -1.5
+        o -= sh
+        entry = {"bitwidth": t.bits, "dtype": "int", "is_symmetric": sym, "max": (o + n) * s, "min": o * s,
+                 "offset": d.offset_value(o, style), "scale": s}
+        if sh:
+            entry["zero_point_shift"] = sh
+        out.append(entry)
     return out

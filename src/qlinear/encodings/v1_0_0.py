@@ -70,10 +70,7 @@ def _entry(ctx: d.Ctx, e: dict, role: Role, where: str) -> tuple[Encoding, bool]
     if offset.shape != scale.shape:
         raise ctx.error(f"{where}.offset", f"has {offset.size} values but scale has {scale.size}")
     if "zero_point_shift" in e:
-        shift = d.numbers(ctx, e["zero_point_shift"], f"{where}.zero_point_shift").reshape(-1)
-        if shift.size not in (1, offset.size):
-            raise ctx.error(f"{where}.zero_point_shift", f"has {shift.size} values but offset has {offset.size}")
-        offset = offset + shift
+        offset = offset + _shift(ctx, e["zero_point_shift"], f"{where}.zero_point_shift", bw, enc_type, offset.size)
     kw: dict[str, Any] = {"name": name, "role": role}
     try:
         if enc_type == "LPBQ":
@@ -103,6 +100,28 @@ def _entry(ctx: d.Ctx, e: dict, role: Role, where: str) -> tuple[Encoding, bool]
             raise
         raise ctx.error(where, str(err)) from None
     return d.build(ctx, where, _KEYS, **kw), int_offsets
+
+
+def _shift(ctx: d.Ctx, raw: Any, where: str, bw: int, enc_type: str, n: int) -> np.ndarray:
+    """The ``zero_point_shift`` array (AIMET: ``offset % 1.0`` of the int2 shifted grid, written only when non-zero):
+    one value or one per offset, each 0 or 0.5, on a 2-bit non-LPBQ encoding."""
+    shift = d.numbers(ctx, raw, where).reshape(-1)
+    if shift.size not in (1, n):
+        raise ctx.error(where, f"has {shift.size} values but offset has {n}")
+    if not shift.any():
+        return shift
+    if enc_type == "LPBQ":
+        raise ctx.error(where, "a zero-point shift on an LPBQ encoding is not defined (AIMET refuses it: zero-point "
+                               "shift is not supported with quantized scales); remove the field")
+    if bw != 2:
+        raise ctx.error(where, f"a zero-point shift is defined for 2-bit encodings only (AIMET's int2 grid "
+                               f"{{-1.5, -0.5, 0.5, 1.5}}), got bw {bw}; remove the field or set bw 2")
+    bad = (shift != 0.0) & (shift != 0.5)
+    if bad.any():
+        k = int(np.argmax(bad))
+        raise ctx.error(f"{where}[{k}]", f"{shift[k]:g} is not a zero-point shift AIMET writes (0 or 0.5, the "
+                                         "half-step of the int2 shifted grid)")
+    return shift
 
 
 def write(es: EncodingSet, style: Style, **_: Any) -> dict:

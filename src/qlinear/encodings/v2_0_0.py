@@ -19,7 +19,7 @@ from qlinear.core.types import Kind, QType, qtype
 from qlinear.encodings import _doc as d
 from qlinear.encodings import _scan
 from qlinear.encodings._meta import read_meta_scale, write_meta_scale
-from qlinear.encodings.model import Encoding, EncodingSet, Style
+from qlinear.encodings.model import Encoding, EncodingSet, Style, aimet_refusal
 from qlinear.errors import EncodingError, QlinearError
 
 VERSION = "2.0.0"
@@ -51,7 +51,8 @@ def _bulk_qtype(name: str) -> QType | None:
             t = qtype(name)
         except QlinearError:
             t = None
-        _QTYPES[name] = t if t is not None and t.name == name and t.kind in (Kind.INT, Kind.FLOAT) else None
+        ok = t is not None and t.name == name and t.kind in (Kind.INT, Kind.FLOAT) and aimet_refusal(name, t) is None
+        _QTYPES[name] = t if ok else None
     return _QTYPES[name]
 
 
@@ -79,7 +80,7 @@ def read_lifted(doc: dict, arrays: _scan.Arrays) -> tuple[list[Encoding], list[s
             return None
         name, dtype, axis, block = r.get("name"), r.get("output_dtype"), r.get("axis"), r.get("block_size", 0)
         if type(name) is not str or not name or type(dtype) is not str or type(block) is not int or \
-                (axis is not None and type(axis) is not int):
+                ("axis" in r and type(axis) is not int):
             return None
         t = qtypes[dtype] if dtype in qtypes else _bulk_qtype(dtype)
         if t is None or block < 0 or ("block_size" in r and block < 1) or (lpbq and (not t.is_int or not block)):
@@ -96,18 +97,8 @@ def read_lifted(doc: dict, arrays: _scan.Arrays) -> tuple[list[Encoding], list[s
             return None
         z = n = None
         if "y_zero_point" in r:
-            if not t.is_int:
-                return None
-            zv = r["y_zero_point"]
-            k = idx(zv)
-            if k is not None:
-                if not (integral[k] and lo_[k] >= t.qmin and hi_[k] <= t.qmax):
-                    return None
-                z = arrays.ints(k)
-            elif type(zv) is int and t.qmin <= zv <= t.qmax:
-                z = np.array(zv, np.int64)
-                z.setflags(write=False)
-            else:
+            z = _bulk_zero_point(r["y_zero_point"], t, arrays)
+            if z is None:
                 return None
         if lpbq:
             k = idx(r["per_block_int_scale"])
@@ -127,6 +118,38 @@ def read_lifted(doc: dict, arrays: _scan.Arrays) -> tuple[list[Encoding], list[s
     return out, (list(raw[0]) if raw and isinstance(raw[0], dict) else None)
 
 
+def _bulk_zero_point(zv: Any, t: QType, arrays: _scan.Arrays) -> np.ndarray | None:
+    """A ``y_zero_point`` for :func:`read_lifted`: integers in ``t``'s range, or the 2-bit shifted grid's odd halves;
+    None for anything else (the plain reader then reads, and words, it)."""
+    if not t.is_int:
+        return None
+    k = arrays.index(zv)
+    if k is not None:
+        if arrays.integral[k] and arrays.lo[k] >= t.qmin and arrays.hi[k] <= t.qmax:
+            return arrays.ints(k)
+        if t.bits == 2 and arrays.lo[k] >= t.qmin - 0.5 and arrays.hi[k] <= t.qmax:
+            return _shifted(arrays.floats(k))
+        return None
+    if type(zv) is int and t.qmin <= zv <= t.qmax:
+        z = np.array(zv, np.int64)
+        z.setflags(write=False)
+        return z
+    if type(zv) is float and t.bits == 2 and t.qmin - 0.5 <= zv <= t.qmax:
+        return _shifted(np.array(zv))
+    return None
+
+
+def _shifted(z: np.ndarray) -> np.ndarray | None:
+    """A 2-bit shifted-grid zero point (AIMET ``y_zero_point -0.5``) for the bulk reader: every value an odd multiple
+    of 0.5 (what AIMET writes, always as a JSON float, so a re-save writes the same text); None otherwise."""
+    twice = z * 2
+    if not np.all((twice == np.floor(twice)) & (np.abs(np.fmod(twice, 2)) == 1)):
+        return None
+    z = np.array(z, np.float64)
+    z.setflags(write=False)
+    return z
+
+
 def read_entry(ctx: d.Ctx, e: dict, where: str, *, meta_scales: bool = False) -> Encoding:
     name = d.string(ctx, d.need(ctx, e, "name", where), f"{where}.name")
     if "bw" in e:
@@ -137,6 +160,9 @@ def read_entry(ctx: d.Ctx, e: dict, where: str, *, meta_scales: bool = False) ->
     except QlinearError:
         raise ctx.error(f"{where}.output_dtype", f"unknown output_dtype {dtype!r}; expected an ONNX type name such "
                                                  "as uint8, int8, int4, int32 or float8e4m3fn") from None
+    why = aimet_refusal(name, t)
+    if why is not None:
+        raise ctx.error(f"{where}.output_dtype", why)
     kw: dict[str, Any] = {"name": name, "dtype": t.name}
     if "axis" in e:
         kw["axis"] = d.integer(ctx, e["axis"], f"{where}.axis")
@@ -156,8 +182,9 @@ def read_entry(ctx: d.Ctx, e: dict, where: str, *, meta_scales: bool = False) ->
         if isinstance(ys, dict):
             if not meta_scales:
                 raise ctx.error(f"{where}.y_scale", "a meta-encoding y_scale (an object) needs version 2.1.0")
-            keys = LPBQ_KEYS
-            kw.update(read_meta_scale(ctx, ys, f"{where}.y_scale", t, kw.get("axis")))
+            meta = read_meta_scale(ctx, ys, f"{where}.y_scale", t, kw.get("axis"))
+            keys = LPBQ_KEYS if "int_scale" in meta else dict(KEYS, scale="y_scale.x")
+            kw.update(meta)
         else:
             kw["scale"] = d.numbers(ctx, ys, f"{where}.y_scale")
         if "y_zero_point" in e:

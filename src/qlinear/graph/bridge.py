@@ -25,7 +25,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, numpy_helper
 
-from qlinear.core.types import Kind, qtype
+from qlinear.core.types import Kind, QType, qtype
 from qlinear.encodings.model import Encoding, EncodingSet, Style
 from qlinear.errors import EncodingError, GraphError, UnsupportedError
 from qlinear.graph.axes import resolve_encoding
@@ -159,16 +159,13 @@ def _validate_one(e: Encoding, g: GraphIndex, rep: Report) -> None:
 
 
 # --------------------------------------------------------------------------------------------- apply
-_NEEDS_OPSET = {"int4": 21, "uint4": 21, "int16": 21, "uint16": 21, "int2": 25, "uint2": 25, "float4e2m1": 23,
-                "float8e4m3fn": 19, "float8e4m3fnuz": 19, "float8e5m2": 19, "float8e5m2fnuz": 19}
-
-
 def _required_opset(es: EncodingSet) -> int:
+    """The lowest opset whose Q/DQ take every type written (``QType.opset``: float6 needs 28), at least 13."""
     need = 13
     for e in es:
         if e.qtype.kind is Kind.REAL:
             continue
-        need = max(need, _NEEDS_OPSET.get(storage_type(e), 13))
+        need = max(need, qtype(storage_type(e)).opset)
         if e.qtype.is_float and e.role != "param":
             need = max(need, 21)  # QuantizeLinear output_dtype (no float8 zero point: see _apply_activation)
         if e.block_size:
@@ -340,7 +337,7 @@ def _param_from_dq(n: onnx.NodeProto, xv: np.ndarray, value: Any, g: GraphIndex)
                         int_scale=ints, decompressed_bits=t.bits + bits if t.bits + bits > t.bits else 2 * t.bits)
     rank = xv.ndim
     s = sv.astype(np.float64)
-    z = None if zv is None or t.kind is Kind.FLOAT else zv.astype(np.int64)
+    z = _zero_point(name, t, zv)
     if bs:
         ax = axis % rank
         s = _collapse(s, ax)
@@ -349,6 +346,19 @@ def _param_from_dq(n: onnx.NodeProto, xv: np.ndarray, value: Any, g: GraphIndex)
     if s.ndim == 1 and s.size > 1 or (s.ndim == 1 and rank and sv.size == xv.shape[axis % rank] and s.size > 1):
         return Encoding(name, t.name, scale=s, zero_point=z, axis=axis % rank, role="param")
     return Encoding(name, t.name, scale=s.reshape(()), zero_point=None if z is None else z.reshape(()), role="param")
+
+
+def _zero_point(name: str, t: QType, zv: np.ndarray | None) -> np.ndarray | None:
+    """The integer zero point of an encoding; float8/float6/float4 encodings have none, so a non-zero float zero
+    point in the model is refused rather than dropped."""
+    if zv is None or t.kind is not Kind.FLOAT:
+        return None if zv is None else zv.astype(np.int64)
+    zf = zv.astype(np.float32)
+    if np.any(zf != 0):
+        raise UnsupportedError(f"{name}: its {t.name} zero point holds {float(zf[zf != 0][0])!r}; qlinear encodings "
+                               "of float types have no zero point, so this Q/DQ cannot be extracted without changing "
+                               "its values (write the model with a zero (or no) zero point)")
+    return None
 
 
 def _collapse(a: np.ndarray, block_axis: int, like: np.ndarray | None = None) -> np.ndarray:
@@ -372,7 +382,7 @@ def _activation_from_q(name: str, q: onnx.NodeProto, value: Any, g: GraphIndex) 
     od = attr(q, "output_dtype", 0)
     t = qtype(zv.dtype) if zv is not None else (qtype(od) if od else qtype("uint8"))
     s = sv.astype(np.float64)
-    z = None if zv is None or t.kind is Kind.FLOAT else zv.astype(np.int64)
+    z = _zero_point(name, t, zv)
     axis = attr(q, "axis", 1)
     bs = attr(q, "block_size", 0)
     if s.size == 1 and not bs and s.ndim <= 1:

@@ -11,7 +11,11 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from qlinear.core.types import TABLE
 from qlinear.errors import GraphError
+
+#: element bits of the types ONNX packs in raw_data (int2/uint2, int4/uint4/float4e2m1, float6: onnx.proto)
+_PACKED_BITS = {t.onnx_type: t.bits for t in TABLE if t.is_subbyte}
 
 
 def load_model(model: Any, *, load_external: bool = True) -> onnx.ModelProto:
@@ -61,10 +65,7 @@ def _check_initializers(m: onnx.ModelProto, label: str) -> None:
                 bits = helper.tensor_dtype_to_np_dtype(t.data_type).itemsize * 8
             except (KeyError, TypeError, ValueError):
                 raise GraphError(f"{label}: initializer {t.name!r} has an unknown data type {t.data_type}") from None
-            if t.data_type in (onnx.TensorProto.INT4, onnx.TensorProto.UINT4, onnx.TensorProto.FLOAT4E2M1):
-                bits = 4
-            elif t.data_type in (getattr(onnx.TensorProto, "INT2", -1), getattr(onnx.TensorProto, "UINT2", -1)):
-                bits = 2
+            bits = _PACKED_BITS.get(t.data_type, bits)
             if len(t.raw_data) != -(-n * bits // 8):
                 raise GraphError(f"{label}: initializer {t.name!r} holds {len(t.raw_data)} bytes, but its dims "
                                  f"{list(t.dims)} and type need {-(-n * bits // 8)}; the file is corrupt")

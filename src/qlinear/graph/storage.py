@@ -1,6 +1,5 @@
 """How quantized weights are stored in an ONNX Q/DQ model: the rules every writer of qlinear follows (the graph's
-Q/DQ insertion, :func:`qlinear.graph.apply`, and the streaming weight-only writer,
-:mod:`qlinear.ptq.weightonly.writer`), so that both write the same tensors under the same names.
+Q/DQ insertion, :class:`qlinear.graph.passes.insert_qdq.InsertQDQ`, for full-integer and weight-only runs alike).
 
 * 2-bit weights are stored on the exact 4-bit grid (ONNX Runtime has no int2 DequantizeLinear kernel):
   :func:`storage_type` and :data:`STORAGE` (the NumPy dtype of each stored type).

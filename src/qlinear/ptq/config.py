@@ -9,16 +9,23 @@ from __future__ import annotations
 import inspect
 import json
 from dataclasses import dataclass, fields, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from qlinear.core.granularity import LPBQ, Granularity, PerAxis, PerBlock, PerTensor
+from qlinear.core.types import Kind, QType, qtype
 from qlinear.errors import ConfigError
 from qlinear.ptq.metrics import Target
 
 WEIGHT_TYPES = ("int8", "uint8", "int4", "uint4", "int2", "int16", "float8e4m3fn")
 #: ``float``: weight-only quantization (:mod:`qlinear.ptq.weightonly`), activations stay float
 ACTIVATION_TYPES = ("uint8", "int8", "uint16", "int16", "float8e4m3fn", "float")
+#: the user's spellings of the weight granularity (CLI ``--weights``, config ``weights``, report.json); the code
+#: below the config works with the core objects they stand for (:func:`granularity_of`)
 GRANULARITIES = ("per-channel", "per-tensor", "per-block", "lpbq")
+#: bits of an LPBQ block scale (AIMET's W4 LPBQ: 4-bit integer block scales)
+LPBQ_SCALE_BITS = 4
 METHODS = ("minmax", "moving_average", "sqnr", "mse", "percentile", "entropy")
 #: weight methods that use the layer inputs (calibration data): sequential MSE and AdaRound (:mod:`qlinear.ptq.refine`)
 DATA_WEIGHT_METHODS = ("seqmse", "adaround")
@@ -159,7 +166,9 @@ class QuantizeConfig:
             if isinstance(v, str) or not all(isinstance(s, str) for s in v):
                 raise ConfigError(f"{name}: expected a list of strings, got {v!r}")
             object.__setattr__(self, name, tuple(v))
-        if self.weights == "lpbq" and (self.weight_type not in ("int4", "int8") or not self.weight_symmetric):
+        wt = self.weight_qtype
+        if isinstance(self.weight_granularity, LPBQ) and not (wt.is_int and wt.signed and wt.bits in (4, 8)
+                                                              and self.weight_symmetric):
             raise ConfigError(f"weights: lpbq needs symmetric int4 (or int8) weights, got {self.weight_type} "
                               f"{'symmetric' if self.weight_symmetric else 'asymmetric'}")
         if isinstance(self.gptq_damp, bool) or not isinstance(self.gptq_damp, (int, float)) \
@@ -199,24 +208,39 @@ class QuantizeConfig:
                               "activation type and int8 weights throughout); use target ort or qnn")
         object.__setattr__(self, "overrides", rules)
 
+    @cached_property
+    def weight_granularity(self) -> Granularity:
+        """The core granularity of ``weights`` (and ``block_size``); the axis is chosen per weight (``None``)."""
+        return granularity_of(self.weights, self.block_size)
+
+    @cached_property
+    def weight_qtype(self) -> QType:
+        """``weight_type`` as a row of the core type table."""
+        return qtype(self.weight_type, arg="weight_type")
+
+    @cached_property
+    def activation_qtype(self) -> QType:
+        """``activation_type`` as a row of the core type table (``float``: float32, kind ``REAL``, weight-only)."""
+        return qtype(self.activation_type, arg="activation_type")
+
     @property
     def weight_only(self) -> bool:
         """Only weights are quantized (``activation_type: "float"``)."""
-        return self.activation_type == "float"
+        return self.activation_qtype.kind is Kind.REAL
 
     @property
     def w_method(self) -> str:
         """The weight calibration method in effect."""
-        return self.weight_method or ("sqnr" if self.weights == "per-tensor" else "minmax")
+        return self.weight_method or ("sqnr" if isinstance(self.weight_granularity, PerTensor) else "minmax")
 
     @property
     def a_method(self) -> str:
         """The activation calibration method in effect."""
-        return self.activation_method or ("mse" if self.weights == "per-tensor" else "minmax")
+        return self.activation_method or ("mse" if isinstance(self.weight_granularity, PerTensor) else "minmax")
 
     @property
     def do_equalize(self) -> bool:
-        return self.weights == "per-tensor" if self.equalize is None else self.equalize
+        return isinstance(self.weight_granularity, PerTensor) if self.equalize is None else self.equalize
 
     @property
     def requested(self) -> frozenset[str]:
@@ -284,6 +308,28 @@ class QuantizeConfig:
         """The options as a dict (``requested_only``: only the ones the user set)."""
         return {f.name: (list(v) if isinstance(v := getattr(self, f.name), tuple) else v) for f in fields(self)
                 if not requested_only or f.name in self.requested}
+
+
+def granularity_of(name: str, block_size: int) -> Granularity:
+    """The core granularity a ``weights`` spelling stands for (axis ``None``: chosen per weight)."""
+    if name == "per-tensor":
+        return PerTensor()
+    if name == "per-channel":
+        return PerAxis(None)
+    if name == "per-block":
+        return PerBlock(None, block_size)
+    if name == "lpbq":
+        return LPBQ(None, block_size, LPBQ_SCALE_BITS)
+    raise ConfigError(f"weights: {name!r} is not one of {', '.join(GRANULARITIES)}")
+
+
+def granularity_name(g: Granularity) -> str:
+    """The ``weights`` spelling of a core granularity (the inverse of :func:`granularity_of`)."""
+    if isinstance(g, LPBQ):
+        return "lpbq"
+    if isinstance(g, PerBlock):
+        return "per-block"
+    return "per-channel" if isinstance(g, PerAxis) else "per-tensor"
 
 
 _FIELDS = tuple(f.name for f in fields(QuantizeConfig))

@@ -10,6 +10,8 @@ import numpy as np
 import onnx
 
 from qlinear import calibration as C
+from qlinear.core.granularity import LPBQ, PerAxis, PerBlock
+from qlinear.core.types import int_type, qtype
 from qlinear.encodings import Encoding, EncodingSet
 from qlinear.graph import apply
 from qlinear.graph.model import GraphIndex
@@ -56,8 +58,9 @@ class TensorConfigs:
                               block_size=r.block_size or c.block_size, weight_method=r.method or c.weight_method)
             else:
                 t = r.type or c.activation_type
-                if c.target == "qnn" and t.startswith("int"):  # AIMET's HTP configs: unsigned activations
-                    t = "u" + t
+                q = qtype(t, arg="overrides type")
+                if c.target == "qnn" and q.is_int and q.signed:  # AIMET's HTP configs: unsigned activations
+                    t = int_type(q.bits, False).name
                 c = c.replace(activation_type=t, activation_method=r.method or c.activation_method)
             self._cache[key] = c
         return self._cache[key]
@@ -65,17 +68,16 @@ class TensorConfigs:
 
 def weight_encoding(name: str, w: np.ndarray, spec: WeightSpec, cfg: QuantizeConfig) -> Encoding:
     kw: dict[str, Any] = {}
+    g = cfg.weight_granularity
     if per_channel_instead(cfg, spec.op):  # blocked 8-bit Conv weights: QLinearConv takes no blocks
-        cfg = cfg.settled(weights="per-channel")
-    if cfg.weights == "per-channel":
+        g = PerAxis(None)
+    if isinstance(g, PerBlock) and spec.block_axis is not None:
+        # a block longer than the axis is one block: store its real length
+        kw.update(block_size=min(g.block_size, int(w.shape[spec.block_axis])), block_axis=spec.block_axis)
+        if isinstance(g, LPBQ):  # spec §1.2: integer block scales under a per-channel float scale
+            kw["lpbq_scale_bits"] = g.scale_bits
+    elif isinstance(g, (PerAxis, PerBlock)):  # per-channel, or blocks on a weight without a block axis
         kw["axis"] = spec.channel_axis
-    elif cfg.weights in ("per-block", "lpbq"):
-        if spec.block_axis is None:
-            kw["axis"] = spec.channel_axis
-        else:  # a block longer than the axis is one block: store its real length
-            kw.update(block_size=min(cfg.block_size, int(w.shape[spec.block_axis])), block_axis=spec.block_axis)
-            if cfg.weights == "lpbq":  # spec §1.2: 4-bit integer block scales under a per-channel float scale
-                kw["lpbq_scale_bits"] = 4
     method = "minmax" if cfg.w_method in DATA_WEIGHT_METHODS else cfg.w_method
     return C.calibrate(w, cfg.weight_type, method=method, policy=cfg.policy, symmetric=cfg.weight_symmetric,
                        name=name, role="param", percentile=cfg.percentile, **kw)

@@ -62,6 +62,7 @@ class Report:
     engine: str = "onnx"   #: how the quantized model's outputs were computed (:func:`output_engine`)
     kinds: dict[str, str] = field(default_factory=dict)  #: output -> kind (:func:`output_kind`)
     headlines: dict[str, str | None] = field(default_factory=dict)  #: output -> the metric of its kind (None: skipped)
+    sensitivity: list[dict[str, Any]] = field(default_factory=list)  #: :mod:`qlinear.ptq.sensitivity`, when asked
 
     def to_dict(self) -> dict[str, Any]:
         outs = {o: ({"kind": self.kinds[o], "headline": self.headlines.get(o), **r} if o in self.kinds else r)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -30,10 +29,11 @@ import onnx
 from qlinear.encodings import EncodingSet
 from qlinear.errors import CalibrationError, ConfigError, GraphError
 from qlinear.graph.ir import to_ir, to_proto
-from qlinear.graph.model import GraphIndex, check_model, load_model, opset
+from qlinear.graph.load import load_checked
+from qlinear.graph.model import GraphIndex, load_model, opset
 from qlinear.graph.passes.equalize import Equalize
 from qlinear.graph.passes.fold_batchnorm import FoldBatchNorm
-from qlinear.graph.passes.normalize import check_upgrade, normalize
+from qlinear.graph.passes.normalize import check_upgrade
 from qlinear.graph.plan import make_plan
 from qlinear.ptq import targets
 from qlinear.ptq.config import DATA_WEIGHT_METHODS, QuantizeConfig
@@ -45,23 +45,6 @@ from qlinear.ptq.smooth import smooth_model
 from qlinear.ptq.weightonly import quantize_weights
 
 Progress = Callable[[str, int], Callable[[int], None]]
-
-
-def load_checked(model: Any, notes: list[str] | None = None) -> tuple[onnx.ModelProto, str]:
-    """The model and a label naming it, after :func:`~qlinear.graph.model.check_model` and the opset check (7..25),
-    normalized (:func:`qlinear.graph.passes.normalize.normalize`: opset below 13 upgraded, Constant weights made
-    initializers...); what normalizing changed is appended to ``notes``."""
-    label = str(model) if isinstance(model, (str, Path)) else "model"
-    m = load_model(model)
-    ops = opset(m)
-    if ops and not 7 <= ops <= 25:  # before onnx.checker, whose complaints about an old opset would not say this
-        raise GraphError(f"{label}: opset {ops} is outside the supported range 7..25; re-export the model at "
-                         "opset 13 or newer")
-    check_model(m, label)
-    m, changed = normalize(m, label, copy=False)
-    if notes is not None:
-        notes += changed
-    return m, label
 
 
 def check_normalized(given: onnx.ModelProto, m: onnx.ModelProto, ds: Dataset, n_cal: int, label: str,
@@ -162,7 +145,7 @@ def _rewrite(run: _Run) -> tuple[onnx.ModelProto, str]:
         notes.append("transformer placement: quantizers on MatMul/Gemm inputs only (LayerNorm, Softmax, Gelu and "
                      "residual adds stay float)")
     if cfg.smoothing or (cfg.smoothing is None and placement == "matmul"
-                         and qtype_bits(cfg.activation_type) <= 8):
+                         and cfg.activation_qtype.bits <= 8):
         t0 = time.perf_counter()
         k = smooth_model(model, run.ds, run.n_fit, cfg.batch_size, label=run.label,
                          proto=None if modified else run.m)
@@ -258,12 +241,6 @@ def _integer_check(qm: onnx.ModelProto, notes: list[str]) -> Any:
     if not ic.ok:
         notes.append(f"WARNING: {ic}")
     return ic
-
-
-def qtype_bits(name: str) -> int:
-    from qlinear.core.types import qtype
-
-    return int(qtype(name).bits)
 
 
 def _version() -> str:

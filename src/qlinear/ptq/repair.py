@@ -23,6 +23,7 @@ from typing import Any, Callable
 import numpy as np
 import onnx
 
+from qlinear.core.types import int_type, qtype
 from qlinear.encodings import EncodingSet
 from qlinear.graph.model import GraphIndex
 from qlinear.graph.plan import resolve_inherit
@@ -57,16 +58,10 @@ class Outcome:
 
 def ladder(role: str, current: str, *, allow_float: bool) -> str | None:
     """The next rung of a tensor's precision (module docstring), or None at the top."""
-    bits = {"int2": 2, "uint2": 2, "int4": 4, "uint4": 4, "int8": 8, "uint8": 8, "int16": 16, "uint16": 16}
-    b = bits.get(current)
-    if b is None:  # float8 and the like: only float is above
+    t = qtype(current, arg=f"{role} type")
+    if not t.is_int or t.bits >= 16:  # float8 and the like, or 16 bits: only float is above
         return "float" if allow_float else None
-    unsigned = current.startswith("u")
-    if role == "weight" and b < 8:
-        return "uint8" if unsigned else "int8"
-    if b < 16:
-        return "uint16" if unsigned else "int16"
-    return "float" if allow_float else None
+    return int_type(8 if role == "weight" and t.bits < 8 else 16, t.signed).name
 
 
 def repair(target: Target, candidates: list[Candidate], measure: Callable[[dict[str, str]], dict],

@@ -9,6 +9,7 @@ import math
 from typing import Any
 
 from qlinear.ptq.evaluate import Report
+from qlinear.ptq.sensitivity import chart
 
 
 def _finite(v: Any) -> Any:
@@ -30,6 +31,7 @@ def to_json(qm: Any, rep: Report) -> str:
     every change the target's rules made to them."""
     doc = {"config": qm.config.to_dict(), "requested": sorted(getattr(qm.config, "requested", ())), "notes": qm.notes, "timings": qm.timings,
            "encodings": len(qm.encodings), "report": rep.to_dict(), "decisions": list(qm.decisions),
+           **({"sensitivity": rep.sensitivity} if getattr(rep, "sensitivity", None) else {}),
            "integer_check": None if qm.integer_check is None else {
                "ok": qm.integer_check.ok, "layers": [lc.as_dict() for lc in qm.integer_check.layers]}}
     return json.dumps(_finite(doc), indent=2, allow_nan=False)
@@ -89,6 +91,14 @@ def _hist(name: str, h: dict, width: int = 420, height: int = 160) -> str:
     return "".join(p)
 
 
+def _sensitivity(rep: Report) -> str:
+    items = getattr(rep, "sensitivity", None) or []
+    if not items:
+        return ""
+    return (f"<h2>Sensitivity: output {html.escape(items[0]['metric'])} with only one tensor quantized / left float "
+            f"(most harmful first)</h2>{chart(items)}")
+
+
 def to_html(qm: Any, rep: Report) -> str:
     cfg = qm.config
     rows = "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(str(v))}</td></tr>" for k, v in cfg.to_dict().items())
@@ -132,6 +142,7 @@ td,th{{border:1px solid #ccc;padding:2px 6px}}h2{{margin-top:1.5em}}</style></he
 <h2>Outputs against the float model</h2><p>Each output is judged by the metric of its kind (bold).</p>
 <table><tr><th>output</th><th>kind</th><th colspan="6">metrics</th></tr>{outs}</table>
 <h2>Per-tensor SQNR of its own quantization (lowest first)</h2>{_bars(worst)}
+{_sensitivity(rep)}
 <h2>Precision decisions</h2><table><tr><th>#</th><th>tensor</th><th>change</th><th>why</th>
 <th>output metric after (calibration samples)</th></tr>{srows}
 </table>

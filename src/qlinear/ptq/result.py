@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, BinaryIO, Callable
@@ -119,23 +120,45 @@ class QuantizedModel:
             return 0, min(n, self.config.evaluation_samples or n)
         return start, stop
 
-    def report(self, *, samples: int | None = None, progress: Callable[[int], None] | None = None):  # noqa: ANN201
+    def report(self, *, samples: int | None = None, progress: Callable[[int], None] | None = None,  # noqa: ANN201
+               model_path: Path | None = None, sensitivity: int = 0,
+               sensitivity_progress: Callable[[str, int], Callable[[int], None]] | None = None):
         """Accuracy report on the held-out samples (computed once): per-tensor SQNR, sensitivity ranking, output
-        agreement; see :mod:`qlinear.ptq.evaluate`."""
+        agreement; see :mod:`qlinear.ptq.evaluate`. ``model_path``: the quantized model as written, for results that
+        evaluate the file (weight-only); this one evaluates the model in memory. ``sensitivity``: also the output's
+        sensitivity to each quantized tensor on that many held-out samples (:mod:`qlinear.ptq.sensitivity`; 0: not
+        computed), with a progress bar from ``sensitivity_progress(task, total)``."""
         check_samples(samples)
+        if isinstance(sensitivity, bool) or not isinstance(sensitivity, (int, np.integer)) or sensitivity < 0:
+            raise ConfigError(f"sensitivity: expected a number of held-out samples (0: none), got {sensitivity!r}")
         if self._report is None:
             from qlinear.ptq.evaluate import evaluate
 
             self._report = evaluate(self, samples=samples, progress=progress)
+        if sensitivity and not self._report.sensitivity:
+            from qlinear.ptq.sensitivity import as_dicts
+            from qlinear.ptq.sensitivity import sensitivity as sensitivity_of
+
+            self._report.sensitivity = as_dicts(sensitivity_of(self, samples=sensitivity,
+                                                               progress=sensitivity_progress))
         return self._report
+
+    @property
+    def model_file(self) -> str:
+        """The name :meth:`save` gives the quantized ONNX model."""
+        return "model.qdq.onnx"
+
+    def reportable(self, report: bool) -> bool:
+        """Whether :meth:`save` with ``report`` writes the report (a weight-only run without data has none)."""
+        return report
 
     def save(self, outdir: str | Path | Any, *, encodings_version: str = "2.0.0", report: bool = True,
              progress: Callable[[int], None] | None = None) -> list[str]:
         """Write the run's outputs into ``outdir`` as one transaction (all new files or the old ones untouched):
-        ``model.qdq.onnx``, ``model.encodings``, ``model.float.onnx`` (when BatchNorm folding or equalization changed
-        the float model: the encodings name its tensors), ``model.tflite`` for target ``tflite``, and with ``report``
-        ``report.json`` and ``report.html``.
-        Returns the file names written."""
+        ``model.qdq.onnx`` (weight-only: or ``model.matmulnbits.onnx``, with ``.data`` when external),
+        ``model.encodings``, ``model.float.onnx`` (when BatchNorm folding or equalization changed the float model: the
+        encodings name its tensors), ``model.tflite`` for target ``tflite``, and with ``report`` ``report.json`` and
+        ``report.html``. Returns the file names written."""
         from qlinear.encodings import VERSIONS
         from qlinear.outdir import OutputFolder
 
@@ -145,17 +168,19 @@ class QuantizedModel:
             raise OutputError(f"save: expected an output folder path, got {type(outdir).__name__}")
         folder = outdir if isinstance(outdir, OutputFolder) else OutputFolder(outdir)
         folder.check()
-        rep = self.report(progress=progress) if report else None
         with folder.transaction() as stage:
+            t0 = time.perf_counter()
+            self.save_onnx(stage / self.model_file)
+            self.timings["write"] = time.perf_counter() - t0
             self.save_encodings(stage / "model.encodings", version=encodings_version)
-            self.save_onnx(stage / "model.qdq.onnx")
             if self.rewritten:
                 from qlinear.graph.save import save_model
 
                 save_model(self.encoded_model, stage / "model.float.onnx")
-            if self.config.target == "tflite":
+            if self.config.target == "tflite" and not self.config.weight_only:
                 self.save_tflite(stage / "model.tflite")
-            if rep is not None:
+            if self.reportable(report):
+                rep = self.report(progress=progress, model_path=stage / self.model_file)
                 from qlinear._atomic import write_text
                 from qlinear.ptq.report import to_html, to_json
 

@@ -23,11 +23,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from qlinear.core.granularity import LPBQ, PerBlock
+from qlinear.core.types import QType, int_type
 from qlinear.errors import ConfigError
 from qlinear.ptq.config import QuantizeConfig
 
-EIGHT_BIT = ("int8", "uint8")
 CONV_OPS = ("Conv", "ConvTranspose")
+INT4, INT8, UINT8 = int_type(4, True), int_type(8, True), int_type(8, False)
 
 
 def settle(cfg: QuantizeConfig, model: Any = None) -> tuple[QuantizeConfig, list[str]]:
@@ -59,8 +61,8 @@ def per_channel_instead(cfg: QuantizeConfig, op: str) -> bool:
     """Whether a weight of operator ``op`` is quantized per channel although ``cfg`` asks for blocks (module
     docstring: 8-bit blocked weights with 8-bit activations on Conv, and on MatMul/Gemm with ``matmul`` placement,
     where ONNX Runtime fuses them into MatMulIntegerToFloat)."""
-    if cfg.weights not in ("per-block", "lpbq") or cfg.weight_type not in EIGHT_BIT \
-            or cfg.activation_type not in EIGHT_BIT:
+    if not isinstance(cfg.weight_granularity, PerBlock) or not _eight_bit(cfg.weight_qtype) \
+            or not _eight_bit(cfg.activation_qtype):
         return False
     return op in CONV_OPS or (op in ("MatMul", "Gemm") and cfg.placement == "matmul")
 
@@ -78,39 +80,43 @@ def _asked(cfg: QuantizeConfig, name: str) -> bool:
     return name in cfg.requested
 
 
+def _eight_bit(t: QType) -> bool:
+    return t.is_int and t.bits == 8
+
+
 def _lpbq(cfg: QuantizeConfig) -> QuantizeConfig:
-    if cfg.weights != "lpbq":
+    if not isinstance(cfg.weight_granularity, LPBQ):
         return cfg
-    if cfg.weight_type != "int4":
+    if cfg.weight_qtype is not INT4:
         if _asked(cfg, "weight_type"):
             raise ConfigError(f"weight_type: {cfg.weight_type} with weights lpbq; LPBQ is 4-bit blocks with 4-bit "
                               "block scales: use weight_type int4 (--weight-type int4), or weights per-block for "
                               f"{cfg.weight_type} blocks")
-        cfg = cfg.settled(weight_type="int4")
+        cfg = cfg.settled(weight_type=INT4.name)
     return cfg
 
 
 def _tflite(cfg: QuantizeConfig, notes: list[str]) -> QuantizeConfig:
-    if cfg.weights == "lpbq":
+    if isinstance(cfg.weight_granularity, LPBQ):
         raise ConfigError("weights: lpbq (int4 blocks) is not in the TFLite int8 table (no block quantization); use "
                           "per-channel or per-tensor with target tflite, or target ort/qnn for blocks")
     weights = cfg.weights
-    if weights == "per-block":  # TFLite has no blocks: per-channel, the finest grid it has
+    if isinstance(cfg.weight_granularity, PerBlock):  # TFLite has no blocks: per-channel, the finest grid it has
         notes.append("target tflite: weights per-channel (asked per-block; the TFLite int8 table has no block "
                      "quantization)")
         weights = "per-channel"
-    if cfg.weight_type != "int8" and _asked(cfg, "weight_type"):
+    if cfg.weight_qtype is not INT8 and _asked(cfg, "weight_type"):
         raise ConfigError(f"weight_type: {cfg.weight_type} is not available with target tflite (int8 weights); "
                           "drop --weight-type or use target ort/qnn")
     if not cfg.weight_symmetric:
         raise ConfigError("weight_symmetric: false is not available with target tflite (symmetric int8 weights, "
                           "zero point 0); drop it or use target ort")
     at = cfg.activation_type
-    if at not in ("uint8", "int8", "uint16", "int16"):
+    if not (cfg.activation_qtype.is_int and cfg.activation_qtype.bits in (8, 16)):
         raise ConfigError(f"activation_type: {at} is not available with target tflite (int8, or int16 for 16x8); "
                           "choose int8 or int16")
-    wide = at in ("uint16", "int16")
-    new_at = "int16" if wide else "int8"
+    wide = cfg.activation_qtype.bits == 16
+    new_at = int_type(cfg.activation_qtype.bits, True).name
     if new_at != at and _asked(cfg, "activation_type"):
         notes.append(f"target tflite: activations {new_at} (asked {at}; TFLite's "
                      f"{'16x8' if wide else 'int8'} table is signed)")
@@ -123,7 +129,7 @@ def _tflite(cfg: QuantizeConfig, notes: list[str]) -> QuantizeConfig:
     if eq and _asked(cfg, "equalize"):
         notes.append("target tflite: cross-layer equalization only across ReLU (TFLite fuses ReLU6 and has no "
                      "per-channel clip)")
-    return cfg.settled(activation_type=new_at, weight_type="int8", activation_symmetric=wide, policy="tflite",
+    return cfg.settled(activation_type=new_at, weight_type=INT8.name, activation_symmetric=wide, policy="tflite",
                        weights=weights)
 
 
@@ -154,18 +160,18 @@ def _qnn(cfg: QuantizeConfig, notes: list[str]) -> QuantizeConfig:
     if not cfg.weight_symmetric:
         raise ConfigError("weight_symmetric: false is not available with target qnn (AIMET's HTP configs use "
                           "symmetric weights); drop it or use target ort")
-    at = cfg.activation_type
-    if at.startswith("int"):
-        new = "u" + at
+    at = cfg.activation_qtype
+    if at.is_int and at.signed:
+        new = int_type(at.bits, False)
         if _asked(cfg, "activation_type"):
             notes.append(f"target qnn: activations {new} (asked {at}; AIMET's HTP configs quantize activations "
                          "unsigned)")
         at = new
-    if cfg.weights == "lpbq" and at == "uint8" and not _asked(cfg, "activation_type"):
-        at = "uint16"  # AIMET's HTP LPBQ configs: W4A16
+    if isinstance(cfg.weight_granularity, LPBQ) and at is UINT8 and not _asked(cfg, "activation_type"):
+        at = int_type(16, False)  # AIMET's HTP LPBQ configs: W4A16
     if _asked(cfg, "policy") and cfg.policy != "aimet":
         notes.append(f"target qnn: policy aimet (asked {cfg.policy})")
-    return cfg.settled(activation_type=at, policy="aimet")
+    return cfg.settled(activation_type=cfg.activation_type if at is cfg.activation_qtype else at.name, policy="aimet")
 
 
 def _weights(model: Any) -> list[tuple[str, str]]:

@@ -35,7 +35,7 @@ def finalize(es: EncodingSet, m: onnx.ModelProto, plan: Any, cfg: QuantizeConfig
     if cfg.target != "tflite":
         return es
     encs = {e.name: e for e in es}
-    wide = cfg.activation_type == "int16"
+    wide = cfg.activation_qtype.bits == 16
     fixed = FIXED_TFLITE16 if wide else FIXED_TFLITE
     for n in m.graph.node:
         if n.op_type in fixed and n.output[0] in encs:

@@ -349,3 +349,32 @@ def test_cli_weight_only_without_data(tmp_path, capsys):
     assert main(["quantize", str(tmp_path / "lm.onnx"), "--activation-type", "float", "--weight-method", "gptq",
                  "-o", str(tmp_path / "o2")]) != 0
     assert "--data" in capsys.readouterr().err
+
+
+def test_both_modes_load_and_check_the_model_alike(tmp_path):
+    """One loader (qlinear.graph.load.load_checked) for both modes: the same errors for a model outside the opset
+    range and for an invalid one; weight-only reads a model with external data without loading it and refuses
+    missing external data before any work."""
+    from qlinear.errors import GraphError
+    from qlinear.examples import DATA
+
+    old = tiny_lm()
+    old.opset_import[0].version = 6
+    onnx.save(old, str(tmp_path / "old.onnx"))
+    broken = tiny_lm()
+    broken.graph.node[1].input[1] = "missing"
+    onnx.save(broken, str(tmp_path / "broken.onnx"))
+    for path, msg in ((tmp_path / "old.onnx", "opset 6 is outside the supported range"),
+                      (tmp_path / "broken.onnx", "broken.onnx: invalid ONNX model")):
+        errors = []
+        for cfg, data in ((WO, None), ({}, DATA)):
+            with pytest.raises(GraphError, match=msg) as e:
+                qlinear.quantize(path, data, cfg)
+            errors.append(str(e.value))
+        assert errors[0] == errors[1]
+    src = tmp_path / "ext"
+    src.mkdir()
+    onnx.save(tiny_lm(), str(src / "lm.onnx"), save_as_external_data=True, location="lm.onnx.data", size_threshold=0)
+    os.remove(src / "lm.onnx.data")
+    with pytest.raises(GraphError, match="lm.onnx: invalid ONNX model: .*lm.onnx.data"):
+        qlinear.quantize(src / "lm.onnx", None, WO)

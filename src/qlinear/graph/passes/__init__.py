@@ -14,5 +14,8 @@ attributes), in the order :func:`qlinear.quantize` runs them on one :class:`onnx
 * :class:`~qlinear.graph.passes.correct_bias.CorrectBias`: bias correction for quantized weights, given the layer
   input means;
 * :class:`~qlinear.graph.passes.raise_opset.RaiseOpset`: the opset the encodings need (``onnx.version_converter``);
-* :class:`~qlinear.graph.passes.insert_qdq.InsertQDQ`: Q/DQ (and Cast pairs) for a set of resolved encodings.
+* :class:`~qlinear.graph.passes.insert_qdq.InsertQDQ`: Q/DQ (and Cast pairs) for a set of resolved encodings (a
+  :class:`~qlinear.graph.passes.insert_qdq.ParamSource` gives a param's integers lazily: weight-only);
+* :class:`~qlinear.graph.passes.lower_matmulnbits.LowerMatMulNBits`: ``DequantizeLinear(int4/int8 W) -> MatMul/Gemm``
+  to ONNX Runtime's ``com.microsoft.MatMulNBits`` (weight-only).
 """

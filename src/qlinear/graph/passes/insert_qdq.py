@@ -11,13 +11,19 @@
   T``), params get ``DQ -> Cast(T)``, so the scales stay the exact float32 values of the encodings and ONNX
   Runtime accepts the model (ONNX requires the scale type to be the DQ output type).
 
+* Params given a :class:`ParamSource` (weight-only quantization) take their integers from it, computed when the model
+  is written (``onnx_ir.LazyTensor``: the weight itself is never read here, so a model larger than memory streams
+  one tensor at a time), with the source's scale type (float16 weights: float16 scales, no Cast, the form ONNX
+  Runtime fuses into ``MatMulNBits``) and the zero point only when the source has one.
+
 New nodes are appended in the order they are made; the caller sorts the graph. Encodings must be resolved (axes)
 and validated first (:func:`qlinear.graph.bridge.apply` does both).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -28,7 +34,7 @@ from qlinear.core.types import Kind, qtype
 from qlinear.encodings.model import Encoding, expand_block_scale
 from qlinear.errors import EncodingError, GraphError, UnsupportedError
 from qlinear.graph.ir import Names, add_initializer, make_node
-from qlinear.graph.storage import lpbq_names, param_names
+from qlinear.graph.storage import STORAGE, lpbq_names, param_names
 from qlinear.graph.storage import storage_type as param_storage_type
 
 #: element types that are quantized in float32 between Casts
@@ -43,17 +49,33 @@ def storage_type(e: Encoding) -> str:
     return param_storage_type(e.qtype.name) if e.role == "param" else e.qtype.name
 
 
+@dataclass(frozen=True)
+class ParamSource:
+    """The integers of a param computed elsewhere (weight-only quantization: GPTQ's, or round to nearest redone when
+    written): ``integers()`` returns them in the weight's layout and the stored type's range (signed values for
+    signed types); ``scale_type`` is the scale's (and the DequantizeLinear output's) element type, the weight's own
+    for float16 weights; ``zero_point``: whether the DequantizeLinear gets a zero-point input."""
+
+    integers: Callable[[], np.ndarray]
+    scale_type: int = TensorProto.FLOAT
+    zero_point: bool = True
+
+
 class InsertQDQ(ir.passes.InPlacePass):
     """Q/DQ for ``encodings`` (resolved, validated). ``elem_types``: element types of tensors known from shape
-    inference (the IR's own types are used otherwise) to find float16/bfloat16/float64 activations."""
+    inference (the IR's own types are used otherwise) to find float16/bfloat16/float64 activations. ``sources``:
+    params whose integers come from a :class:`ParamSource` instead of quantizing the weight here."""
 
-    def __init__(self, encodings: Sequence[Encoding], *, elem_types: Mapping[str, int] | None = None) -> None:
+    def __init__(self, encodings: Sequence[Encoding], *, elem_types: Mapping[str, int] | None = None,
+                 sources: Mapping[str, ParamSource] | None = None) -> None:
         super().__init__()
         self.encodings = tuple(encodings)
         self.elem_types = elem_types or {}
+        self.sources = sources or {}
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         w = _Writer(model.graph, self.elem_types)
+        w.sources = self.sources
         for e in self.encodings:
             if e.role == "param" or e.name in model.graph.initializers:
                 w.param(e)
@@ -73,6 +95,7 @@ class _Writer:
         for n in graph:
             self.values.update((o.name, o) for o in n.outputs if o.name)
         self.nodes: list[ir.Node] = []
+        self.sources: Mapping[str, ParamSource] = {}
 
     # ------------------------------------------------------------------ helpers
     def const(self, base: str, arr: np.ndarray, dtype: str | None = None) -> ir.Value:
@@ -104,12 +127,15 @@ class _Writer:
     # ------------------------------------------------------------------ params
     def param(self, e: Encoding) -> None:
         v = self.values[e.name]
-        w = v.const_value.numpy()
+        src = self.sources.get(e.name)
+        w = None if src is not None else v.const_value.numpy()
         self.graph.initializers.pop(e.name)
         if v in self.graph.inputs:  # IR < 4: initializers listed as graph inputs
             self.graph.inputs.remove(v)
         t = e.qtype
-        if t.kind is Kind.REAL:
+        if src is not None:
+            out = self.sourced(e, tuple(int(d) for d in v.shape), src)
+        elif t.kind is Kind.REAL:
             c = self.const(f"{e.name}_{t.name}", w.astype(t.storage))
             out = self.node("Cast", [c], e.name, self.names.new(f"{e.name}_Cast"),
                             to=helper.np_dtype_to_tensor_dtype(w.dtype))
@@ -194,6 +220,39 @@ class _Writer:
         if z is not None:
             ins.append(self.const(pn.zero_point, z, st))
         return self.dq(ins, e.name, self.names.new(pn.node), axis=axis, block_size=e.block_size, restore=restore)
+
+    def sourced(self, e: Encoding, shape: tuple[int, ...], src: ParamSource) -> ir.Value:
+        """The DequantizeLinear of a param whose integers ``src`` computes when the model is written."""
+        st = storage_type(e)
+        pn = param_names(e.name)
+        qn = self.lazy_const(pn.quantized, lambda: src.integers().astype(STORAGE[st]), st, shape)
+        sd = helper.tensor_dtype_to_np_dtype(src.scale_type)
+        if e.granularity == "lpbq":  # DQ(int scales uint8, per-channel float scale, axis=channel) -> scale
+            ln = lpbq_names(e.name)
+            ints = expand_block_scale(e.int_scale, shape, e.axis, e.block_size)
+            pcf = e.scale.reshape(-1).astype(np.float32)
+            ch = next((i for i in range(e.scale.ndim) if e.scale.shape[i] > 1), 1 - e.axis % 2)
+            isn, pcn = self.const(ln.int_scale, ints.astype(np.uint8)), self.const(ln.float_scale, pcf)
+            scale = self.dq([isn, pcn], self.names.new(ln.scale), self.names.new(ln.node), axis=ch)
+            ins = [qn, scale]
+            z = np.full(ints.shape, 0 if e.qtype.signed else 2 ** (e.qtype.bits - 1), np.int64)
+        else:
+            s, z, _ = onnx_params(e, shape)
+            ins = [qn, self.const(pn.scale, s.astype(sd))]
+        if src.zero_point:
+            ins.append(self.const(pn.zero_point, np.asarray(z).astype(STORAGE[st])))
+        axis = None if e.granularity == "per_tensor" else e.axis
+        return self.node("DequantizeLinear", ins, e.name, self.names.new(pn.node), axis=axis,
+                         block_size=e.block_size or None)
+
+    def lazy_const(self, base: str, fn: Callable[[], np.ndarray], dtype: str, shape: tuple[int, ...]) -> ir.Value:
+        """An initializer computed when the model is serialized (and dropped after)."""
+        name = self.names.new(base)
+        t = ir.LazyTensor(lambda: ir.Tensor(fn()), dtype=ir.DataType.from_numpy(STORAGE[dtype]), shape=ir.Shape(shape),
+                          name=name)
+        v = ir.Value(name=name, const_value=t, type=ir.TensorType(t.dtype), shape=ir.Shape(shape))
+        self.graph.register_initializer(v)
+        return v
 
     # ------------------------------------------------------------------ activations
     def activation(self, e: Encoding) -> None:

@@ -8,6 +8,7 @@ the version or above is left alone.
 from __future__ import annotations
 
 import onnx_ir as ir
+from onnx import helper
 
 from qlinear.errors import GraphError
 from qlinear.graph.ir import to_ir, to_proto
@@ -34,6 +35,9 @@ class RaiseOpset(ir.passes.InPlacePass):
         except Exception as e:  # noqa: BLE001 - the converter raises assorted errors
             raise GraphError(f"the encodings need opset {self.version} (the model has {have}) and onnx's version "
                              f"converter failed: {e}") from None
+        if self.version >= 28:  # float6 tensors exist from IR 14 on (onnx.proto); older opsets keep the model's IR
+            need_ir = helper.find_min_ir_version_for([helper.make_opsetid("", self.version)])
+            converted.ir_version = max(converted.ir_version, need_ir)
         new = to_ir(converted)
         model.graph = new.graph
         for f in _MODEL_FIELDS:

@@ -1,18 +1,20 @@
 """Weight-only quantization (``activation_type: "float"``): the MatMul/Gemm weights of a model become blocked (or
 per-channel, or LPBQ) integers, activations stay float — W4A16 / W8A16 for LLM decoders.
 
-Steps, one tensor at a time (peak memory: the largest weight plus, with GPTQ, ONNX Runtime's session of the float
-model and one ``K x K`` Hessian per distinct linear input):
+Steps, the full-integer pipeline's own where they are the same (peak memory: the largest weight plus, with GPTQ,
+ONNX Runtime's session of the float model and one ``K x K`` Hessian per distinct linear input):
 
-1. the model's graph is read without its external data (:mod:`.tensors`); :func:`.plan.find_linears` finds the
-   weights;
-2. ``minmax`` / ``mse``: round to nearest on each block's grid (:mod:`.grids`); ``gptq``: the Hessians of the
-   linears' inputs from one ONNX Runtime pass over the calibration samples (:mod:`.hessian`), then GPTQ per weight
-   (:mod:`qlinear.ptq.algorithms.gptq`), whose integers are kept (int8 storage, a quarter of the float weights);
-3. the result is a :class:`~qlinear.ptq.QuantizedModel` (:class:`WeightOnlyModel`, the same protocol as a
-   full-integer run's): :meth:`~WeightOnlyModel.save` writes ``model.qdq.onnx`` (or ``model.matmulnbits.onnx``) with
-   external data when the input had it or the tensors pass :func:`qlinear.graph.save.needs_external` (:mod:`.writer`,
-   tensor names and int2 storage by :mod:`qlinear.graph.storage`, as :func:`qlinear.graph.apply` writes them), the
+1. the model is read and checked by :func:`qlinear.graph.load.load_checked` without its external data (weights read
+   one at a time by :mod:`.tensors`); :func:`.plan.find_linears` finds the weights;
+2. ``minmax`` / ``mse``: round to nearest on each block's grid (:mod:`qlinear.ptq.algorithms.grids`; only the scales
+   are kept, the integers are redone when written); ``gptq``: the Hessians of the linears' inputs are
+   :class:`~qlinear.ptq.stats.Gram` accumulators of the one statistics pass (:mod:`qlinear.ptq.stats`), then GPTQ
+   per weight (:mod:`qlinear.ptq.algorithms.gptq`), whose integers are kept (int8 storage, a quarter of the float
+   weights);
+3. the result is a :class:`~qlinear.ptq.QuantizedModel` (:class:`WeightOnlyModel`: the float graph, the weights'
+   encodings and integer sources); its ``save`` (the full-integer one) writes ``model.qdq.onnx`` (or
+   ``model.matmulnbits.onnx``) built by :mod:`.writer` with the graph passes ``InsertQDQ`` and ``LowerMatMulNBits``,
+   with external data when the input had it or the tensors pass :func:`qlinear.graph.save.needs_external`, the
    AIMET encodings of the weights (LPBQ for ``lpbq``), and with data a report comparing the outputs with the float
    model on held-out samples (cosine, SQNR, top-1 agreement for classifiers).
 
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Callable
 
@@ -33,51 +36,22 @@ import onnx
 from qlinear.calibration.policies import lpbq as lpbq_decompose
 from qlinear.encodings import Encoding, EncodingSet
 from qlinear.errors import ConfigError, GraphError, OutputError, UnsupportedError
+from qlinear.graph.ir import to_proto
+from qlinear.graph.load import load_checked, model_dir
 from qlinear.graph.ops import WEIGHT_BEARING
 from qlinear.graph.save import needs_external
+from qlinear.ptq.algorithms.gptq import gptq
 from qlinear.ptq.algorithms.grids import BlockQuant, padded, quantize_blocks, quantize_rtn
 from qlinear.ptq.config import QuantizeConfig
 from qlinear.ptq.result import QuantizedModel, check_samples, is_binary, is_file, path_of
+from qlinear.ptq.session import Session
+from qlinear.ptq.stats import Gram, accumulate
+from qlinear.ptq.stats.stream import fetched
 from qlinear.ptq.weightonly.plan import Linear, find_linears
 from qlinear.ptq.weightonly.tensors import Tensors
-from qlinear.ptq.weightonly.writer import WeightResult, Writer
+from qlinear.ptq.weightonly.writer import WeightResult, build, write
 
 Progress = Callable[[str, int], Callable[[int], None]]
-
-
-def load_graph(model: Any, notes: list[str] | None = None,
-               upgraded_from: list[onnx.ModelProto] | None = None) -> tuple[onnx.ModelProto, Path | None, str]:
-    """The model's graph without external data, its folder, a label; checked with ``onnx.checker`` (opset 7..25)
-    and normalized (:func:`qlinear.graph.passes.normalize.normalize`: opset below 13 upgraded, Constant weights
-    made initializers); what normalizing changed is appended to ``notes``, the graph as given to ``upgraded_from``
-    when its opset was upgraded."""
-    from qlinear.graph.model import load_model, opset
-    from qlinear.graph.passes.normalize import normalize
-
-    if isinstance(model, (str, Path)):
-        p = Path(model)
-        m = load_model(p, load_external=False)
-        try:
-            onnx.checker.check_model(str(p))
-        except Exception as e:  # noqa: BLE001
-            raise GraphError(f"{p}: not a valid ONNX model: {str(e).splitlines()[0]}") from None
-        base, label = p.parent, str(p)
-    else:
-        m = load_model(model)
-        try:
-            onnx.checker.check_model(m)
-        except Exception as e:  # noqa: BLE001
-            raise GraphError(f"model: not a valid ONNX model: {str(e).splitlines()[0]}") from None
-        base, label = None, "model"
-    if not 7 <= opset(m) <= 25:
-        raise GraphError(f"{label}: opset {opset(m)} is outside the supported range 7..25; re-export the model at "
-                         "opset 13 or newer")
-    if upgraded_from is not None and opset(m) < 13:
-        upgraded_from.append(m)
-    m, changed = normalize(m, label, copy=False)
-    if notes is not None:
-        notes += changed
-    return m, base, label
 
 
 def grid_for(cfg: QuantizeConfig) -> str:
@@ -92,11 +66,10 @@ class WeightOnlyModel(QuantizedModel):
     (the Q/DQ or MatMulNBits model is never whole in memory). ``save_tflite`` is refused: activations stay float."""
 
     def __init__(self, graph: onnx.ModelProto, tensors: Tensors, results: list[WeightResult],
-                 found: dict[str, Encoding], config: QuantizeConfig, label: str, source: Any, dataset: Any = None,
+                 config: QuantizeConfig, label: str, source: Any, dataset: Any = None,
                  timings: dict[str, float] | None = None, notes: list[str] | None = None, *,
                  skipped: dict[str, str] | None = None) -> None:
         self.graph, self.tensors, self.results = graph, tensors, results
-        self.found = found  # weight -> encoding, filled as weights are quantized (lazily for round to nearest)
         self.config, self.label, self.source, self.dataset = config, label, source, dataset
         self.timings = {} if timings is None else timings
         self.notes = [] if notes is None else notes
@@ -114,13 +87,10 @@ class WeightOnlyModel(QuantizedModel):
 
     @property
     def encodings(self) -> EncodingSet:
-        """The encodings of every quantized weight (round to nearest computes the missing ones now)."""
-        for r in self.results:
-            if r.name not in self.found:
-                r.on_computed(r.compute())
+        """The encodings of every quantized weight."""
         from qlinear import __version__
 
-        return EncodingSet(tuple(self.found[r.name] for r in self.results),
+        return EncodingSet(tuple(r.encoding for r in self.results),
                            producer={"package": "qlinear", "version": __version__}, version="2.0.0")
 
     @property
@@ -144,16 +114,25 @@ class WeightOnlyModel(QuantizedModel):
             if external:
                 raise OutputError("save_onnx: external data needs a file path (the .data file is written beside "
                                   "it), not a file object")
-            with tempfile.TemporaryDirectory() as d:
-                names = self.save_onnx(Path(d) / self.model_file, output_format=output_format, external=False)
-                path.write((Path(d) / names[0]).read_bytes())
+            path.write(self.model_bytes(output_format))
             return []
         p = path_of(path, "save_onnx")
         if external is None:
             total = sum(self.tensors.nbytes(t.name) for t in self.graph.graph.initializer)
             external = self.tensors.external or needs_external(total)
-        w = Writer(self.graph, self.tensors, self.results, output_format or self.config.output_format)
-        return w.write(p, external=external)
+        return write(self.build(output_format), p, external=external)
+
+    def build(self, output_format: str | None = None) -> Any:
+        """The quantized model as an ``onnx_ir`` model whose tensors are computed when it is serialized."""
+        return build(self.graph, self.tensors, self.results, output_format or self.config.output_format)
+
+    def model_bytes(self, output_format: str | None = None) -> bytes:
+        """The serialized quantized model without external data (small models)."""
+        try:
+            return to_proto(self.build(output_format)).SerializeToString()
+        except ValueError as e:
+            raise GraphError(f"{self.label}: the quantized model is over 2 GB ({e}); save it to a file path (written "
+                             "with external data)") from None
 
     write_onnx = save_onnx  #: the former name of :meth:`save_onnx`
 
@@ -165,10 +144,7 @@ class WeightOnlyModel(QuantizedModel):
     @property
     def model(self) -> onnx.ModelProto:
         """The quantized model in memory (small models; large ones: :meth:`save_onnx`)."""
-        with tempfile.TemporaryDirectory() as d:
-            p = Path(d) / "m.onnx"
-            self.save_onnx(p, external=False)
-            return onnx.load(str(p))
+        return onnx.load_from_string(self.model_bytes())
 
     @property
     def fitted(self) -> bool:
@@ -190,31 +166,8 @@ class WeightOnlyModel(QuantizedModel):
                 self._report = _evaluate(self, model_path, samples, progress)
         return self._report
 
-    def save(self, outdir: Any, *, encodings_version: str = "2.0.0", report: bool = True,
-             progress: Callable[[int], None] | None = None) -> list[str]:
-        """Write ``model.qdq.onnx`` (or ``model.matmulnbits.onnx``, with ``.data`` when external), ``model.encodings``
-        and, with ``report`` and data, ``report.json``/``report.html``, as one transaction."""
-        from qlinear.encodings import VERSIONS
-        from qlinear.outdir import OutputFolder
-
-        if encodings_version not in VERSIONS:
-            raise ConfigError(f"encodings version {encodings_version!r}: expected one of {', '.join(VERSIONS)}")
-        folder = outdir if isinstance(outdir, OutputFolder) else OutputFolder(outdir)
-        folder.check()
-        with folder.transaction() as stage:
-            t0 = time.perf_counter()
-            self.save_onnx(stage / self.model_file)
-            self.timings["write"] = time.perf_counter() - t0
-            self.save_encodings(stage / "model.encodings", version=encodings_version)
-            if report and self.dataset is not None and self.config.evaluation_samples:
-                rep = self.report(progress=progress, model_path=stage / self.model_file)
-                from qlinear._atomic import write_text
-                from qlinear.ptq.report import to_html, to_json
-
-                write_text(stage / "report.json", to_json(self, rep))
-                write_text(stage / "report.html", to_html(self, rep))
-            written = sorted(p.name for p in stage.iterdir())
-        return written
+    def reportable(self, report: bool) -> bool:
+        return report and self.dataset is not None and bool(self.config.evaluation_samples)
 
 
 def _evaluate(wm: WeightOnlyModel, path: Path, samples: int | None, progress: Any) -> Any:
@@ -292,26 +245,26 @@ def _as_nk(w: np.ndarray, lin: Linear) -> np.ndarray:
     return np.ascontiguousarray(w.T if lin.k_first else w, np.float32)
 
 
-def _encoding(r: WeightResult, bq: BlockQuant) -> Encoding:
+def _encoding(g: _Grid, bq: BlockQuant) -> Encoding:
     """The AIMET encoding of the weight in its initializer's layout."""
-    lin = r.lin
-    off = 2 ** (r.bits - 1) if r.unsigned else 0
+    lin = g.lin
+    off = 2 ** (g.bits - 1) if g.unsigned else 0
     z = None if bq.zero_point is None else bq.zero_point.astype(np.int64) + off
     if z is None and off:
         z = np.full(bq.scale.shape, off, np.int64)
-    if r.per_channel:
-        return Encoding(r.name, r.dtype, scale=bq.scale[:, 0].astype(np.float64),
+    if g.per_channel:
+        return Encoding(lin.weight, g.dtype, scale=bq.scale[:, 0].astype(np.float64),
                         zero_point=None if z is None else z[:, 0], axis=lin.channel_axis, role="param")
-    if r.lpbq:
-        pc = r.pc_scale.astype(np.float64)
+    if g.lpbq:
+        pc = g.pc_scale.astype(np.float64)
         shape = (1, -1) if lin.k_first else (-1, 1)
-        ints = r.int_scale.T if lin.k_first else r.int_scale
-        return Encoding(r.name, r.dtype, scale=pc.reshape(shape), int_scale=ints, axis=lin.block_axis,
-                        block_size=r.block, role="param", decompressed_bits=8)
+        ints = g.int_scale.T if lin.k_first else g.int_scale
+        return Encoding(lin.weight, g.dtype, scale=pc.reshape(shape), int_scale=ints, axis=lin.block_axis,
+                        block_size=g.block, role="param", decompressed_bits=8)
     s = bq.scale.T if lin.k_first else bq.scale
     zz = None if z is None else (z.T if lin.k_first else z)
-    return Encoding(r.name, r.dtype, scale=s.astype(np.float64), zero_point=zz, axis=lin.block_axis,
-                    block_size=r.block, role="param")
+    return Encoding(lin.weight, g.dtype, scale=s.astype(np.float64), zero_point=zz, axis=lin.block_axis,
+                    block_size=g.block, role="param")
 
 
 def quantize_weights(model: Any, data: Any, cfg: QuantizeConfig, *, progress: Progress | None = None,
@@ -321,7 +274,8 @@ def quantize_weights(model: Any, data: Any, cfg: QuantizeConfig, *, progress: Pr
     t_all = time.perf_counter()
     notes = list(notes or [])
     given: list[onnx.ModelProto] = []
-    m, base, label = load_graph(model, notes, given)
+    m, label = load_checked(model, notes, load_external=False, given=given)
+    base = model_dir(model)
     tensors = Tensors(m, base, label)
     linears, skipped = find_linears(m, exclude_nodes=cfg.exclude_nodes, exclude_op_types=cfg.exclude_op_types)
     by_weight = group_by_weight(linears, skipped, label)
@@ -331,14 +285,13 @@ def quantize_weights(model: Any, data: Any, cfg: QuantizeConfig, *, progress: Pr
     hess = _hessians(m, base, by_weight, ds, cfg, label, progress, timings, notes)
     t0 = time.perf_counter()
     adv = progress("quantizing weights", len(by_weight)) if progress else None
-    found: dict[str, Encoding] = {}
     shared = _other_readers(m, by_weight)
-    results = [_quantize_weight(name, lins, tensors, cfg, hess, found, shared, notes, adv)
+    results = [_quantize_weight(name, lins, tensors, cfg, hess, shared, notes, adv)
                for name, lins in by_weight.items()]
     timings["quantize"] = time.perf_counter() - t0
     timings["total"] = time.perf_counter() - t_all
     notes.append(coverage_note(m, set(by_weight), skipped))
-    return WeightOnlyModel(m, tensors, results, found, cfg, label, model, ds, timings, notes, skipped=skipped)
+    return WeightOnlyModel(m, tensors, results, cfg, label, model, ds, timings, notes, skipped=skipped)
 
 
 def group_by_weight(linears: list[Linear], skipped: dict[str, str], label: str) -> dict[str, list[Linear]]:
@@ -379,17 +332,30 @@ def _hessians(m: onnx.ModelProto, base: Path | None, by_weight: dict[str, list[L
     if ds is None:
         raise ConfigError("weight_method gptq needs calibration data (--data); round to nearest (minmax, mse) "
                           "needs none")
-    from qlinear.ptq.weightonly.hessian import collect_hessians
-
     n_cal = min(cfg.calibration_samples, len(ds))
     t0 = time.perf_counter()
     adv = progress("collecting Hessians", n_cal) if progress else None
-    inputs = [ls[0].input for ls in by_weight.values()]
-    hess = collect_hessians(m, base, inputs, ds, n_cal, cfg.batch_size, label=label, progress=adv)
+    hess = _gram_matrices(m, base, [ls[0].input for ls in by_weight.values()], ds, n_cal, cfg.batch_size, label,
+                          adv)
     timings["calibration"] = time.perf_counter() - t0
     notes.append(f"GPTQ on {n_cal} calibration samples ({len(hess)} distinct linear inputs), damp "
                  f"{cfg.gptq_damp}, act_order {cfg.gptq_act_order}")
     return hess
+
+
+def _gram_matrices(m: onnx.ModelProto, base: Path | None, inputs: list[str], ds: Any, n: int, batch_size: int,
+                   label: str, progress: Callable[[int], None] | None) -> dict[str, tuple[np.ndarray, int]]:
+    """``{input: (X^T X, tokens)}`` of the linears' inputs over samples ``[0, n)``: GPTQ's Hessians, from the one
+    statistics pass (linears that share an input share one matrix); ONNX Runtime's memory arena off (the fetched
+    activations of one batch are returned after each run)."""
+    names = list(dict.fromkeys(inputs))
+    graph_inputs = [i.name for i in m.graph.input]
+    sess = Session(m, fetched(graph_inputs, names), level="basic", label=label,
+                   external_dir=str(base) if base else None, arena=False)
+    grams = {t: Gram() for t in names}
+    accumulate(sess, ds, 0, n, batch_size, {t: [g] for t, g in grams.items()}, inputs=graph_inputs,
+               progress=progress)
+    return {t: (g.matrix, g.rows) for t, g in grams.items() if g.matrix is not None}
 
 
 def _other_readers(m: onnx.ModelProto, by_weight: dict[str, list[Linear]]) -> dict[str, set[str]]:
@@ -405,10 +371,10 @@ def _other_readers(m: onnx.ModelProto, by_weight: dict[str, list[Linear]]) -> di
 
 
 def _quantize_weight(name: str, lins: list[Linear], tensors: Tensors, cfg: QuantizeConfig,
-                     hess: dict[str, tuple[np.ndarray, int]], found: dict[str, Encoding],
-                     shared: dict[str, set[str]], notes: list[str], adv: Callable[[int], None] | None
-                     ) -> WeightResult:
-    """One weight's result: GPTQ's integers now (kept), or round to nearest computed when written."""
+                     hess: dict[str, tuple[np.ndarray, int]], shared: dict[str, set[str]], notes: list[str],
+                     adv: Callable[[int], None] | None) -> WeightResult:
+    """One weight's result: its encoding now; its integers GPTQ's (kept, int8) or round to nearest redone from the
+    weight when written (only the scales are kept: memory holds one weight at a time)."""
     lin, method, grid = lins[0], cfg.weight_method or "minmax", grid_for(cfg)
     bits = int(cfg.weight_type.lstrip("u").removeprefix("int"))
     wdt = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensors.by_name[name].data_type))
@@ -416,25 +382,67 @@ def _quantize_weight(name: str, lins: list[Linear], tensors: Tensors, cfg: Quant
         raise ConfigError(f"{name}: LPBQ of float16 weights is not supported (the effective scale "
                           "int_scale * float scale is float32); convert the model to float32 or use per-block")
     per_channel = cfg.weights == "per-channel"
-    block = lin.k if per_channel else int(cfg.block_size)
-    r = WeightResult(lins, cfg.weight_type, block, per_channel, compute=lambda: None, weight_dtype=wdt,
-                     has_zero_point=grid != "symmetric")
-    if cfg.weights == "lpbq":
-        r.lpbq, r.has_zero_point = True, r.unsigned
-    r.on_computed = (lambda bq, r=r: found.__setitem__(r.name, _encoding(r, bq)))
+    g = _Grid(lin, cfg.weight_type, bits, lin.k if per_channel else int(cfg.block_size), per_channel,
+              cfg.weights == "lpbq", wdt)
     if method == "gptq" and name in shared:
         notes.append(f"{name}: also read by {', '.join(sorted(shared[name]))} (a tied embedding): GPTQ's error "
                      "compensation would shift the lookup too, so this weight is rounded to nearest")
+    w = _as_nk(tensors.array(name), lin)
     if method == "gptq" and name not in shared:
-        w = _as_nk(tensors.array(name), lin)
-        bq = _quantize_one(w, r, bits, grid, method, cfg, hess.get(lin.input, (None, 0))[0])
-        r.on_computed(bq)
-        r.compute = (lambda b=bq: b)      # GPTQ's integers are the result: kept
-        if adv:
-            adv(1)
-    else:  # round to nearest: computed when written, one weight at a time (the encodings are recorded then)
-        r.compute = _recompute(tensors, r, bits, grid, "minmax" if method == "gptq" else method, adv)
-    return r
+        bq = _quantize_one(w, g, grid, method, cfg, hess.get(lin.input, (None, 0))[0])
+        kept = _stored(bq.q, g)
+        integers = (lambda: kept)      # GPTQ's integers are the result: kept
+    else:  # round to nearest: the integers are redone from the scales when the weight is written
+        bq = _quantize_one(w, g, grid, "minmax" if method == "gptq" else method, None, None)
+        integers = _requantize(tensors, name, g, bq.scale, bq.zero_point)
+    del w
+    if adv:
+        adv(1)
+    has_zp = (g.unsigned if g.lpbq else grid != "symmetric")
+    return WeightResult(lins, cfg.weight_type, g.block, per_channel, _encoding(g, bq), integers, weight_dtype=wdt,
+                        lpbq=g.lpbq, has_zero_point=has_zp)
+
+
+@dataclass
+class _Grid:
+    """One weight's quantization: its linear, type, block, granularity, float type; LPBQ's integer and
+    per-channel scales once computed."""
+
+    lin: Linear
+    dtype: str
+    bits: int
+    block: int
+    per_channel: bool
+    lpbq: bool
+    weight_dtype: np.dtype
+    int_scale: np.ndarray | None = None
+    pc_scale: np.ndarray | None = None
+
+    @property
+    def unsigned(self) -> bool:
+        return self.dtype.startswith("u")
+
+    @property
+    def scale_dtype(self) -> np.dtype:
+        return np.dtype(np.float16) if self.weight_dtype == np.float16 else np.dtype(np.float32)
+
+
+def _stored(q: np.ndarray, g: _Grid) -> np.ndarray:
+    """Integers ``[N, K]`` in the initializer's layout and the stored type's range (unsigned types shifted)."""
+    off = 2 ** (g.bits - 1) if g.unsigned else 0
+    q = q.astype(np.int16) + off if off else q
+    return np.ascontiguousarray(q.T) if g.lin.k_first else q
+
+
+def _requantize(tensors: Tensors, name: str, g: _Grid, scale: np.ndarray,
+                zero_point: np.ndarray | None) -> Callable[[], np.ndarray]:
+    """Round to nearest of the weight on its known grid, when written (the integers of :func:`quantize_rtn`)."""
+    def f() -> np.ndarray:
+        w = _as_nk(tensors.array(name), g.lin)
+        z = np.zeros(scale.shape, np.int64) if zero_point is None else zero_point.astype(np.int64)
+        q = quantize_blocks(padded(w, g.block), scale, z, g.bits).reshape(w.shape[0], -1)[:, :w.shape[1]]
+        return _stored(q, g)
+    return f
 
 
 def coverage_note(m: onnx.ModelProto, quantized: set[str], skipped: dict[str, str]) -> str:
@@ -458,7 +466,7 @@ def coverage_note(m: onnx.ModelProto, quantized: set[str], skipped: dict[str, st
 
 def _check_upgrade(given: list[onnx.ModelProto], m: onnx.ModelProto, tensors: Tensors, ds: Any, label: str,
                    notes: list[str]) -> None:
-    """When :func:`load_graph` upgraded the opset of the model as ``given`` (``[model]``, else ``[]``): ``m``
+    """When :func:`~qlinear.graph.load.load_checked` upgraded the opset of the model as ``given`` (``[model]``, else ``[]``): ``m``
     computes what it does on the first samples (models without external data, with data given; else a note says
     the upgrade was not checked)."""
     from qlinear.graph.passes.normalize import check_upgrade
@@ -472,48 +480,34 @@ def _check_upgrade(given: list[onnx.ModelProto], m: onnx.ModelProto, tensors: Te
     notes.append(check_upgrade(given[0], m, [ds.sample(i) for i in range(min(4, len(ds)))], label))
 
 
-def _recompute(tensors: Tensors, r: WeightResult, bits: int, grid: str, method: str,
-               adv: Callable[[int], None] | None) -> Callable[[], BlockQuant]:
-    def f() -> BlockQuant:
-        w = _as_nk(tensors.array(r.name), r.lin)
-        bq = _quantize_one(w, r, bits, grid, method, None, None)
-        if adv:
-            adv(1)
-        return bq
-    return f
-
-
-def _quantize_one(w: np.ndarray, r: WeightResult, bits: int, grid: str, method: str, cfg: QuantizeConfig | None,
+def _quantize_one(w: np.ndarray, g: _Grid, grid: str, method: str, cfg: QuantizeConfig | None,
                   h: np.ndarray | None) -> BlockQuant:
-    sd = np.dtype(np.float16) if r.weight_dtype == np.float16 else np.dtype(np.float32)
-    lpbq = r.lpbq
+    sd = g.scale_dtype
     if method == "gptq" and h is not None:
-        from qlinear.ptq.algorithms.gptq import gptq
-
         fixed = None
-        if lpbq:
-            rtn = quantize_rtn(w, bits, r.block, grid, scale_dtype=sd)
-            s, _ = _lpbq(r, rtn.scale)
+        if g.lpbq:
+            rtn = quantize_rtn(w, g.bits, g.block, grid, scale_dtype=sd)
+            s, _ = _lpbq(g, rtn.scale)
             fixed = (s, np.zeros(s.shape, np.int64))
-        return gptq(w, h, bits, r.block, grid, damp=cfg.gptq_damp, act_order=cfg.gptq_act_order, fixed=fixed,
+        return gptq(w, h, g.bits, g.block, grid, damp=cfg.gptq_damp, act_order=cfg.gptq_act_order, fixed=fixed,
                     scale_dtype=sd)
-    bq = quantize_rtn(w, bits, r.block, grid, method="mse" if method == "mse" else "minmax", scale_dtype=sd)
-    if lpbq:
-        s, _ = _lpbq(r, bq.scale)
-        wb = padded(w, r.block)
-        q = quantize_blocks(wb, s, np.zeros(s.shape, np.int64), bits).reshape(w.shape[0], -1)[:, :w.shape[1]]
-        bq = BlockQuant(np.ascontiguousarray(q), s, None, r.block)
+    bq = quantize_rtn(w, g.bits, g.block, grid, method="mse" if method == "mse" else "minmax", scale_dtype=sd)
+    if g.lpbq:
+        s, _ = _lpbq(g, bq.scale)
+        wb = padded(w, g.block)
+        q = quantize_blocks(wb, s, np.zeros(s.shape, np.int64), g.bits).reshape(w.shape[0], -1)[:, :w.shape[1]]
+        bq = BlockQuant(np.ascontiguousarray(q), s, None, g.block)
     return bq
 
 
-def _lpbq(r: WeightResult, block_scale: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _lpbq(g: _Grid, block_scale: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """LPBQ of ``[N, nb]`` block scales (spec §1.2, 4-bit integer scales): the effective float32 scales, recorded
-    on ``r`` (int scales and per-channel float scale)."""
-    if r.int_scale is None:
+    on ``g`` (int scales and per-channel float scale)."""
+    if g.int_scale is None:
         pc, ints = lpbq_decompose(block_scale, 1, scale_bits=4)
-        r.int_scale, r.pc_scale = ints.astype(np.int64), pc.reshape(-1).astype(np.float32)
-    eff = (r.int_scale.astype(np.float32) * r.pc_scale[:, None]).astype(np.float32)
-    return eff, r.int_scale
+        g.int_scale, g.pc_scale = ints.astype(np.int64), pc.reshape(-1).astype(np.float32)
+    eff = (g.int_scale.astype(np.float32) * g.pc_scale[:, None]).astype(np.float32)
+    return eff, g.int_scale
 
 
-__all__ = ["WeightOnlyModel", "grid_for", "load_graph", "quantize_weights"]
+__all__ = ["WeightOnlyModel", "grid_for", "quantize_weights"]

@@ -8,8 +8,9 @@ A *linear* is a ``MatMul`` or ``Gemm`` whose second operand is a constant 2-D we
 * ``Gemm(x, B, C)`` with ``transA=0``, ``alpha=beta=1``, ``B`` ``[K, N]`` (``transB=0``) or ``[N, K]``
   (``transB=1``), ``C`` an optional bias.
 
-Weights are float32 or float16. The block axis is K (the reduction), the channel axis N, as AIMET and ONNX Runtime
-quantize MatMul weights (``qlinear.graph.axes``).
+Weights are float32 or float16. The weight and bias inputs and the axes are the operator registry's
+(:data:`qlinear.graph.ops.REGISTRY`, :func:`qlinear.graph.ops.input_axes`, the rule the full-integer plan follows):
+the block axis is K (the reduction), the channel axis N, as AIMET and ONNX Runtime quantize MatMul weights.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import onnx
 from onnx import TensorProto
 
 from qlinear.graph.model import attr
+from qlinear.graph.ops import REGISTRY, input_axes
 
 FLOAT_TYPES = (TensorProto.FLOAT, TensorProto.FLOAT16)
 
@@ -77,7 +79,8 @@ def find_linears(m: onnx.ModelProto, *, exclude_nodes: tuple[str, ...] = (),
         if name in exclude_nodes or n.op_type in exclude_op_types:
             skipped[name] = "excluded"
             continue
-        w, tr, k_first = n.input[1], "", True
+        spec = REGISTRY.specs[n.op_type]
+        w, tr, k_first = n.input[spec.weight_input], "", input_axes(n, spec.weight_input, 2)[1] == 0
         p = producer.get(w)
         if w not in inits and p is not None and p.op_type == "Transpose" and n.op_type == "MatMul" \
                 and p.input[0] in inits and list(attr(p, "perm", [1, 0])) == [1, 0]:
@@ -89,13 +92,11 @@ def find_linears(m: onnx.ModelProto, *, exclude_nodes: tuple[str, ...] = (),
         if len(t.dims) != 2 or t.data_type not in FLOAT_TYPES:
             skipped[name] = f"weight {w} is not a 2-D float32/float16 initializer"
             continue
-        bias = ""
-        if n.op_type == "Gemm":
-            if attr(n, "transA", 0) or attr(n, "alpha", 1.0) != 1.0 or attr(n, "beta", 1.0) != 1.0:
-                skipped[name] = "Gemm with transA or alpha/beta != 1"
-                continue
-            k_first = not attr(n, "transB", 0)
-            bias = n.input[2] if len(n.input) > 2 else ""
+        if n.op_type == "Gemm" and (attr(n, "transA", 0) or attr(n, "alpha", 1.0) != 1.0
+                                    or attr(n, "beta", 1.0) != 1.0):
+            skipped[name] = "Gemm with transA or alpha/beta != 1"
+            continue
+        bias = n.input[spec.bias_input] if spec.bias_input is not None and len(n.input) > spec.bias_input else ""
         k, nn = (t.dims[0], t.dims[1]) if k_first else (t.dims[1], t.dims[0])
         out.append(Linear(w, name, n.op_type, n.input[0], n.output[0], k_first, tr, bias, int(nn), int(k)))
     return out, skipped

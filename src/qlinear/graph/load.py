@@ -1,0 +1,55 @@
+"""Loading a model to quantize, for every mode: read, check (opset 7..25, ``onnx.checker``), normalize."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import onnx
+
+from qlinear.errors import GraphError
+from qlinear.graph.model import check_model, load_model, opset
+from qlinear.graph.passes.normalize import normalize
+
+
+def load_checked(model: Any, notes: list[str] | None = None, *, load_external: bool = True,
+                 given: list[onnx.ModelProto] | None = None) -> tuple[onnx.ModelProto, str]:
+    """The model and a label naming it, after :func:`~qlinear.graph.model.check_model` and the opset check (7..25),
+    normalized (:func:`qlinear.graph.passes.normalize.normalize`: opset below 13 upgraded, Constant weights made
+    initializers...); what normalizing changed is appended to ``notes``. ``load_external=False`` reads a model file
+    without its external data (weight-only quantization reads the weights one at a time); ``given`` receives the
+    model as read when normalizing upgraded its opset."""
+    label = str(model) if isinstance(model, (str, Path)) else "model"
+    m = load_model(model, load_external=load_external)
+    ops = opset(m)
+    if ops and not 7 <= ops <= 25:  # before onnx.checker, whose complaints about an old opset would not say this
+        raise GraphError(f"{label}: opset {ops} is outside the supported range 7..25; re-export the model at "
+                         "opset 13 or newer")
+    if any(t.data_location == onnx.TensorProto.EXTERNAL for t in m.graph.initializer) and not load_external:
+        _check_file(Path(model), label)  # external data not loaded: onnx.checker resolves it beside the file
+    else:
+        check_model(m, label)
+    if given is not None and ops < 13:
+        given.append(m)
+    m, changed = normalize(m, label, copy=False)  # an upgrade makes a new model: ``given`` keeps the original
+    if notes is not None:
+        notes += changed
+    return m, label
+
+
+def _check_file(p: Path, label: str) -> None:
+    """``onnx.checker`` on the model file ``p`` (external data checked where it is), as a :class:`GraphError`
+    worded as :func:`~qlinear.graph.model.check_model`'s."""
+    try:
+        onnx.checker.check_model(str(p))
+    except Exception as e:  # noqa: BLE001 - ValidationError and protobuf errors
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise GraphError(f"{label}: invalid ONNX model: {first}") from None
+
+
+def model_dir(model: Any) -> Path | None:
+    """The folder of a model given as a path (where its external data is), else ``None``."""
+    return Path(model).parent if isinstance(model, (str, Path)) else None
+
+
+__all__ = ["load_checked", "model_dir"]

@@ -1,0 +1,598 @@
+"""``qlinear debug``: where does a quantized model go wrong? Two comparisons, tensor by tensor, in graph order.
+
+**Float against quantized** (:func:`compare_models`): a float model ``FLOAT`` and a Q/DQ model ``QUANT`` made from it
+(by qlinear or another tool, e.g. ONNX Runtime's ``quantize_static``) run side by side on the same samples (ONNX
+Runtime, every matched tensor fetched as an extra output, a batch at a time). A float tensor ``T`` of ``FLOAT``
+corresponds in ``QUANT`` to the output of the same node (matched by node name and output index, else by tensor name)
+and, when that output is quantized, to the ``DequantizeLinear`` after its ``QuantizeLinear`` (the value its
+consumers see); a weight ``W`` to the ``DequantizeLinear`` output the matched node reads in its place. For each
+tensor: ``sqnr_db = 10 log10(sum T^2 / sum (T - T')^2)`` over all samples (``T'`` its value in ``QUANT``: the error
+carried from every earlier layer plus its own), ``local_db`` the SQNR of its own quantization alone (the
+dequantized value against ``QUANT``'s value before its ``QuantizeLinear``), and ``drop_db``, how much worse it is
+than its inputs (the lowest SQNR of the nearest matched activations and the weights the node reads, capped at the
+SQNR a min-max grid of the tensor's bit width would give its values, :meth:`_Acc.grid_db`, or :func:`ideal_db` when
+it is not quantized; a graph input's drop is against that cap alone, a weight's against the median SQNR of the
+model's weights of its bit width; an int32 bias has none), and ``excess_db``, its own quantization noise against the noise a min-max grid of its bit width
+would add to the same values (about 0 dB or less for any calibration). The **first jump** is the first tensor in
+graph order whose drop passes ``jump_db`` (15 dB) or whose excess passes ``excess_db`` (12 dB): a tensor whose quantization parameters are wrong shows there (a
+scale ten times too large: ~20 dB of excess, and a drop of 15-25 dB where the error carried in is still small; deep
+in a network, where the carried error dominates, the excess still shows it).
+
+**Integer kernels against a runtime** (:func:`compare_runtime`): the integers :func:`qlinear.kernels.run_integer`
+computes for every quantized tensor against the ones a runtime computes (a ``.tflite`` by LiteRT's interpreter with
+``experimental_preserve_all_tensors``, reference kernels; ``litert_xnnpack``: its default resolver, whose XNNPACK
+delegate keeps its tensors, so only the outputs are compared; or ``ort_fused``: ONNX Runtime's default session of the
+Q/DQ model, whose fused kernels keep their internal tensors, so only the outputs are compared), the first tensor that
+differs bit for bit, its operator, the largest difference in integer steps and, when another formula of the kernel
+registry (:data:`qlinear.kernels.PROFILES`) reproduces the runtime there, what that formula changes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import onnx
+
+from qlinear.errors import ConfigError, DataError, QlinearError
+from qlinear.graph import ops
+from qlinear.graph.model import load_model
+from qlinear.graph.qdq import ACTIVATIONS, QdqGraph, clip_bounds
+from qlinear.kernels.profiles import PROFILES
+from qlinear.kernels.run import IntegerModel
+from qlinear.kernels.steps import Env
+from qlinear.ptq.data import load_dataset, model_inputs
+from qlinear.ptq.session import Session
+
+JUMP_DB = 15.0       #: default drop (dB) against the inputs that marks a jump
+EXCESS_DB = 12.0     #: default excess (dB) over a min-max grid that marks a jump (a scale 10x too large: ~20 dB)
+_CONST = ("weight", "bias")
+
+
+@dataclass
+class TensorDiff:
+    """One matched tensor of :func:`compare_models`."""
+
+    tensor: str              # its name in the float model
+    role: str                # "activation", "weight", "bias" (an int32 one) or "input"
+    node: str                # the node that computes (activation) or reads (weight) it
+    op: str
+    quant_tensor: str        # the tensor of the quantized model it is compared with
+    quantized: bool          # whether a QuantizeLinear/DequantizeLinear stands between
+    sqnr_db: float
+    local_db: float | None = None
+    drop_db: float | None = None
+    excess_db: float | None = None   # own quantization noise against a min-max grid of its bits (:meth:`_Acc.excess_db`)
+    jump: bool = False
+
+
+@dataclass
+class ModelDiff:
+    """The result of :func:`compare_models`: tensors in graph order, the first jump (or None)."""
+
+    samples: int
+    jump_db: float
+    excess_db: float
+    tensors: list[TensorDiff] = field(default_factory=list)
+    first_jump: str | None = None
+    unmatched: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"samples": self.samples, "jump_db": self.jump_db, "excess_db": self.excess_db,
+                "first_jump": self.first_jump,
+                "tensors": [asdict(t) for t in self.tensors], "unmatched": self.unmatched}
+
+
+def ideal_db(bits: int) -> float:
+    """The SQNR of a full-scale sine on a uniform ``bits``-bit grid, ``6.02 bits + 1.76`` dB: the reference a tensor
+    whose inputs are exact is measured against (a well-calibrated 8-bit tensor loses a few dB to it; a float type,
+    ``bits`` 0, counts as 8 bits)."""
+    return 6.02 * (bits or 8) + 1.76
+
+
+def sqnr_db(sig: float, noise: float) -> float:
+    if noise <= 0:
+        return math.inf
+    if sig <= 0:
+        return -math.inf
+    return float(10 * np.log10(sig / noise))
+
+
+@dataclass
+class _Match:
+    tensor: str
+    role: str
+    node: str
+    op: str
+    post: str                 # the quantized model's tensor consumers see
+    pre: str | None = None    # its value before the QuantizeLinear (None: none, or a constant)
+    bits: int = 8             # bit width of its quantization (8 when not quantized)
+    quantized: bool = False   # whether a QuantizeLinear/DequantizeLinear stands between
+    fused: bool = False       # the quantizer's input is computed by another operator (a Relu/Clip fused away)
+    clip: tuple[float, float] | None = None  # then: the fused clamp, applied to ``pre`` to compare like with like
+
+
+def _producers(m: onnx.ModelProto) -> dict[str, onnx.NodeProto]:
+    return {o: n for n in m.graph.node for o in n.output if o}
+
+
+def _consumers(m: onnx.ModelProto) -> dict[str, list[onnx.NodeProto]]:
+    out: dict[str, list[onnx.NodeProto]] = {}
+    for n in m.graph.node:
+        for i in n.input:
+            if i:
+                out.setdefault(i, []).append(n)
+    return out
+
+
+def _dequantized(t: str, cons: dict[str, list[onnx.NodeProto]], types: dict[str, int]) -> tuple[str | None, int]:
+    """The output of ``DequantizeLinear(QuantizeLinear(t))`` in the quantized model, if ``t`` is quantized, and the
+    bit width of that quantization (8 when not quantized)."""
+    for q in cons.get(t, []):
+        if q.op_type == "QuantizeLinear" and q.input[0] == t:
+            for dq in cons.get(q.output[0], []):
+                if dq.op_type == "DequantizeLinear":
+                    return dq.output[0], _bits(q, types)
+    return None, 8
+
+
+def _bits(q: onnx.NodeProto, types: dict[str, int]) -> int:
+    """The bit width of a QuantizeLinear's (or DequantizeLinear's) integer type (its zero point's type, else
+    ``output_dtype``, else uint8), 0 for a float type (float8, float4)."""
+    et = types.get(q.input[2], 0) if len(q.input) > 2 and q.input[2] else 0
+    if not et:
+        et = next((a.i for a in q.attribute if a.name == "output_dtype"), 0)
+    if not et:
+        return 8
+    ints = {onnx.TensorProto.INT4: 4, onnx.TensorProto.UINT4: 4, onnx.TensorProto.INT8: 8, onnx.TensorProto.UINT8: 8,
+            onnx.TensorProto.INT16: 16, onnx.TensorProto.UINT16: 16, onnx.TensorProto.INT32: 32}
+    return ints.get(et, {22: 2, 23: 2}.get(et, 0))  # 22/23: int2/uint2 (opset 25)
+
+
+def match_tensors(fm: onnx.ModelProto, qm: onnx.ModelProto) -> tuple[list[_Match], list[str]]:
+    """The float model's tensors (graph inputs, node outputs, weights) matched to the quantized model's, in graph
+    order (module docstring); and the float node outputs that have no counterpart."""
+    qnodes = {n.name: n for n in qm.graph.node if n.name}
+    qprod, qcons = _producers(qm), _consumers(qm)
+    qnames = set(qprod) | {v.name for v in qm.graph.input}
+    types = {t.name: t.data_type for t in qm.graph.initializer}
+    finits = {t.name for t in fm.graph.initializer}
+    ftensors = {o for n in fm.graph.node for o in n.output}
+    fconsts = {t.name: onnx.numpy_helper.to_array(t) for t in fm.graph.initializer if t.name in
+               {i for n in fm.graph.node if n.op_type in ACTIVATIONS for i in n.input[1:]}}
+    fconsts.update({n.output[0]: onnx.numpy_helper.to_array(n.attribute[0].t) for n in fm.graph.node
+                    if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value"})
+    out: list[_Match] = []
+    seen: set[str] = set()
+    for v in fm.graph.input:
+        if v.name in finits or v.name not in qnames:
+            continue
+        dq, bits = _dequantized(v.name, qcons, types)
+        out.append(_Match(v.name, "input", "", "", dq or v.name, v.name if dq else None, bits, bool(dq)))
+        seen.add(v.name)
+    unmatched = []
+    for n in fm.graph.node:
+        qn = qnodes.get(n.name) if n.name else None
+        if qn is not None and qn.op_type != n.op_type:
+            qn = None
+        for k, t in enumerate(n.input):
+            if t in finits and t not in seen and qn is not None and k < len(qn.input):
+                u = qn.input[k]
+                p = qprod.get(u)
+                if p is not None and p.op_type == "DequantizeLinear":
+                    role = "bias" if types.get(p.input[0]) == onnx.TensorProto.INT32 else "weight"
+                    out.append(_Match(t, role, n.name, n.op_type, u, None, _bits(p, types), True))
+                    seen.add(t)
+        for k, t in enumerate(n.output):
+            if not t or t in seen:
+                continue
+            mt = _activation(t, n.op_type, qn.output[k] if qn is not None and k < len(qn.output) else None,
+                             ftensors, qnames, qprod, qcons, types)
+            if mt is None:
+                unmatched.append(t)
+                continue
+            mt.node, mt.op = n.name or t, n.op_type
+            if mt.fused:  # the value before quantization lacks the fused clamp: apply it, or do without
+                mt.clip = clip_bounds(n, fconsts) if n.op_type in ACTIVATIONS else None
+                mt.pre = mt.pre if mt.clip is not None else None
+            out.append(mt)
+            seen.add(t)
+    return out, unmatched
+
+
+def _activation(t: str, op: str, u: str | None, ftensors: set[str], qnames: set[str], qprod: dict[str, onnx.NodeProto],
+                qcons: dict[str, list[onnx.NodeProto]], types: dict[str, int]) -> _Match | None:
+    """The quantized model's counterpart of the float tensor ``t``: the tensor of the same name (when that is the
+    ``DequantizeLinear`` output of a ``QuantizeLinear``, the latter's input is its value before quantization), else
+    ``u``, the output of the node of the same name, unless ``u`` names another float tensor (the quantizer removed
+    the nodes between, e.g. a Relu fused into the quantization: ``t`` is not observable there). The value before
+    quantization is only kept when the same operator computes it (not when the quantizer fused a Relu into it)."""
+    if t in qnames:
+        p = qprod.get(t)
+        q = qprod.get(p.input[0]) if p is not None and p.op_type == "DequantizeLinear" else None
+        if q is not None and q.op_type == "QuantizeLinear":
+            src = qprod.get(q.input[0])
+            return _Match(t, "activation", "", "", t, q.input[0], _bits(q, types), True,
+                          fused=not (src is None or src.op_type == op))
+        pre = t
+    elif u is not None and u not in ftensors:
+        pre = u
+    else:
+        return None
+    dq, bits = _dequantized(pre, qcons, types)
+    src = qprod.get(pre)
+    return _Match(t, "activation", "", "", dq or pre, pre if dq else None, bits, bool(dq),
+                  fused=bool(dq) and not (src is None or src.op_type == op))
+
+
+class _Acc:
+    """Sums of squares of one tensor over batches: signal, total error, own quantization error."""
+
+    def __init__(self) -> None:
+        self.sig = self.noise = self.lsig = self.lnoise = 0.0
+        self.lo, self.hi, self.count = math.inf, -math.inf, 0
+
+    def grid_db(self, bits: int) -> float:
+        """The SQNR a min-max grid of ``bits`` gives these values (``sum x^2 / (count s^2 / 12)``): the best a
+        quantizer of that width can be expected to do on them (:func:`ideal_db` when not known)."""
+        if not bits or not self.count or not self.hi > self.lo or self.lsig <= 0:
+            return ideal_db(bits)
+        s = (self.hi - self.lo) / (2 ** bits - 1)
+        return float(10 * np.log10(self.lsig / (self.count * s * s / 12)))
+
+    def excess_db(self, bits: int) -> float | None:
+        """The own quantization noise against the noise of a min-max grid of ``bits`` over the values seen
+        (``s^2 / 12`` per value, ``s = (max - min) / (2^bits - 1)``): about 0 dB or less for any calibration (a
+        clipping method trades the same noise for a finer grid), +20 dB for a scale ten times too large."""
+        if not bits or not self.count or not self.hi > self.lo or self.lnoise <= 0:
+            return None
+        s = (self.hi - self.lo) / (2 ** bits - 1)
+        return float(10 * np.log10(self.lnoise / (self.count * s * s / 12)))
+
+    def add(self, f: np.ndarray, q: np.ndarray, pre: np.ndarray | None) -> None:
+        f64 = np.asarray(f, np.float64)
+        q64 = np.asarray(q, np.float64)
+        if f64.shape != q64.shape:
+            raise DataError(f"tensor shapes differ between the models: float {f64.shape}, quantized {q64.shape}")
+        self.sig += float(np.sum(f64 * f64))
+        self.noise += float(np.sum((f64 - q64) ** 2))
+        if pre is not None:
+            p64 = np.asarray(pre, np.float64)
+            self.lsig += float(np.sum(p64 * p64))
+            self.lnoise += float(np.sum((p64 - q64) ** 2))
+            if p64.size:
+                self.lo, self.hi = min(self.lo, float(p64.min())), max(self.hi, float(p64.max()))
+                self.count += p64.size
+
+
+def compare_models(float_model: Any, quant_model: Any, data: Any, *, samples: int = 16, batch_size: int = 8,
+                   jump_db: float = JUMP_DB, excess_db: float = EXCESS_DB,
+                   batch_axes: dict[str, int] | None = None) -> ModelDiff:
+    """Run ``float_model`` and ``quant_model`` side by side on the first ``samples`` of ``data`` and compare every
+    matched tensor (module docstring)."""
+    if samples < 1:
+        raise ConfigError(f"samples: expected a positive number of samples, got {samples}")
+    fm, qm = load_model(float_model), load_model(quant_model)
+    matches, unmatched = match_tensors(fm, qm)
+    if not any(mt.role != "input" for mt in matches):
+        raise DataError("the float and the quantized model share no tensor: is the quantized model made from this "
+                        "float model (for a qlinear run, its model.float.onnx)?")
+    ds = load_dataset(data, model_inputs(fm), batch_axes=batch_axes)
+    n = min(samples, len(ds))
+    if n < 1:
+        raise DataError(f"{ds.source}: no samples")
+    finits = {t.name: onnx.numpy_helper.to_array(t) for t in fm.graph.initializer}
+    f_fetch = [mt.tensor for mt in matches if mt.role not in _CONST]
+    q_fetch = list(dict.fromkeys([mt.post for mt in matches] + [mt.pre for mt in matches if mt.pre]))
+    fs = Session(fm, f_fetch, level="basic", label="the float model")
+    qs = Session(qm, q_fetch, level="basic", label="the quantized model", disable_qdq_fusion=True)
+    acc = {mt.tensor: _Acc() for mt in matches}
+    done = 0
+    for feed in ds.batches(0, n, batch_size):
+        where = f"{ds.source}, samples {done}..{done + ds.batch_len(feed) - 1}"
+        fv = dict(zip(f_fetch, fs.run(f_fetch, feed, where=where)))
+        qv = dict(zip(q_fetch, qs.run(q_fetch, feed, where=where)))
+        for mt in matches:
+            if mt.role in _CONST and done:
+                continue  # constants: once
+            f = finits[mt.tensor] if mt.role in _CONST else fv[mt.tensor]
+            try:
+                pre = qv[mt.pre] if mt.pre else None
+                if pre is not None and mt.clip is not None:
+                    pre = np.clip(pre, np.float32(mt.clip[0]), np.float32(mt.clip[1]))
+                acc[mt.tensor].add(f, qv[mt.post], pre)
+            except DataError as e:
+                raise DataError(f"{mt.tensor} (quantized model: {mt.post}): {e}") from None
+        done += ds.batch_len(feed)
+    return _diff(fm, matches, acc, done, (jump_db, excess_db), unmatched)
+
+
+def _diff(fm: onnx.ModelProto, matches: list[_Match], acc: dict[str, _Acc], n: int, limits: tuple[float, float],
+          unmatched: list[str]) -> ModelDiff:
+    jump_db, excess_db = limits
+    res = ModelDiff(n, jump_db, excess_db, unmatched=unmatched)
+    db = {mt.tensor: sqnr_db(acc[mt.tensor].sig, acc[mt.tensor].noise) for mt in matches}
+    prod = _producers(fm)
+    inits = {t.name for t in fm.graph.initializer}
+    weights = {mt.tensor: mt.role == "weight" for mt in matches}
+    typical = {b: float(np.median([db[mt.tensor] for mt in matches if mt.role == "weight" and mt.bits == b]))
+               for b in {mt.bits for mt in matches if mt.role == "weight"}}
+    memo: dict[str, float] = {}
+
+    quantized = {mt.tensor: mt.quantized for mt in matches}
+
+    def level(t: str, depth: int = 0) -> float:
+        """The SQNR a tensor reaches a node with: its own when it is quantized (or a weight, or a graph input), else
+        its nearest matched inputs', and no more than its own when matched (a float operator adds no quantization
+        noise: an SQNR above its inputs' comes from its signal, e.g. -3.4e38 added by an attention mask)."""
+        if t in db and (quantized[t] or t not in prod):
+            return db[t]
+        if t in memo:
+            return memo[t]
+        p = prod.get(t)
+        ins = [i for i in (p.input if p is not None else []) if i and (i not in inits or weights.get(i))]
+        memo[t] = min((level(i, depth + 1) for i in ins), default=math.inf) if depth < 200 else math.inf
+        memo[t] = min(memo[t], db.get(t, math.inf))
+        return memo[t]
+
+    for mt in matches:
+        a = acc[mt.tensor]
+        td = TensorDiff(mt.tensor, mt.role, mt.node, mt.op, mt.post, mt.quantized,
+                        db[mt.tensor], sqnr_db(a.lsig, a.lnoise) if mt.pre else None)
+        if mt.role == "activation":
+            p = prod[mt.tensor]
+            ref = min((level(i) for i in p.input if i and (i not in inits or weights.get(i))), default=math.inf)
+            td.drop_db = min(ref, a.grid_db(mt.bits) if mt.pre else ideal_db(mt.bits)) - td.sqnr_db
+        elif mt.role == "input":
+            td.drop_db = (a.grid_db(mt.bits) if mt.pre else ideal_db(mt.bits)) - td.sqnr_db
+        elif mt.role == "weight":
+            td.drop_db = typical[mt.bits] - td.sqnr_db
+        if mt.pre:
+            td.excess_db = a.excess_db(mt.bits)
+        if ((td.drop_db is not None and td.drop_db > jump_db) or (td.excess_db is not None and td.excess_db > excess_db))\
+                and res.first_jump is None:
+            td.jump = True
+            res.first_jump = mt.tensor
+        res.tensors.append(td)
+    return res
+
+
+# --------------------------------------------------------------------------------------------- integer vs runtime
+#: runtimes :func:`compare_runtime` reads, and the run_integer profile that models each
+RUNTIMES = {"litert": "litert_ref", "litert_xnnpack": "litert_xnnpack", "ort_fused": "ort_fused"}
+#: what each runtime lets :func:`compare_runtime` read when it keeps its internal tensors
+OUTPUTS_ONLY = {"litert_xnnpack": "litert_xnnpack: the XNNPACK delegate keeps the tensors of the subgraph it runs",
+                "ort_fused": "ort_fused: ONNX Runtime's fused kernels keep their internal tensors (fetching one as an "
+                             "output would change the fusion)"}
+#: what each formula of :mod:`qlinear.kernels.requant` and :class:`qlinear.kernels.Profile` computes
+FORMULAS = {"fixed_double": "int32 fixed-point multiplier, rounding twice (TFLite's MultiplyByQuantizedMultiplier)",
+            "fixed_single": "int32 fixed-point multiplier, rounding once", "ruy_x86": "ruy's x86 fixed-point path",
+            "f64_round_away": "acc * M in float64, rounded half away from zero",
+            "f32_rne": "acc * M in float32, rounded half to even",
+            "onednn": "oneDNN: zero point added in float before rounding", "away": "rounded half away from zero",
+            "even": "rounded half to even", "tflite": "round_half_away(x / scale) in float32",
+            "onnx": "ONNX QuantizeLinear (true division, ties to even)", "xnnpack": "XNNPACK's formula",
+            "mlas": "MLAS's AVX2 formula", "float": "in float (not fused)"}
+#: the profile fields (:class:`qlinear.kernels.Profile`) each kernel family reads
+FAMILY_FIELDS = {"linear": ("fc", "clamp"), "conv": ("conv", "clamp"), "binary": ("elementwise", "add", "clamp"),
+                 "pool": ("elementwise", "mean", "clamp"), "mean": ("mean", "clamp"), "concat": ("elementwise",),
+                 "clamp": ("elementwise", "clamp"), "activation": ("elementwise",), "move": (),
+                 "quantize": ("quantize",)}
+
+
+@dataclass
+class IntDiff:
+    """One integer tensor of :func:`compare_runtime`."""
+
+    tensor: str           # the integer tensor (a QuantizeLinear output of the Q/DQ model)
+    float_name: str       # the float tensor it stands for (the tensor's name in a .tflite)
+    node: str
+    op: str
+    dtype: str
+    size: int
+    differing: int
+    max_diff: int         # largest |difference| in integer steps
+    formula: str = ""     # what another formula of the kernel registry changes, when it reproduces the runtime
+
+
+@dataclass
+class RuntimeDiff:
+    """The result of :func:`compare_runtime`."""
+
+    runtime: str
+    mode: str
+    samples: int
+    tensors: list[IntDiff] = field(default_factory=list)
+    first_difference: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"runtime": self.runtime, "mode": self.mode, "samples": self.samples,
+                "first_difference": self.first_difference, "tensors": [asdict(t) for t in self.tensors],
+                "notes": self.notes}
+
+
+def integer_trace(im: IntegerModel, feed: dict[str, np.ndarray]) -> Env:
+    """Every value of one :class:`~qlinear.kernels.IntegerModel` run (``env.ints``: the integer tensors)."""
+    env = Env(im.qg, {k: np.asarray(v) for k, v in feed.items()})
+    for step in im.steps:
+        step(env)
+    return env
+
+
+def _graph_order(qg: QdqGraph) -> list[tuple[str, str, str]]:
+    """``(integer tensor, node, op)`` of every computed integer tensor, in graph order: a QuantizeLinear output,
+    named by the operator that a runtime fuses into it (or ``QuantizeLinear``)."""
+    by_out = {op.output.name: op for op in qg.ops.values() if op.output is not None}
+    out = []
+    for n in qg.model.graph.node:
+        if n.op_type != "QuantizeLinear" or n.output[0] not in qg.values:
+            continue
+        t = n.output[0]
+        op = by_out.get(t)
+        out.append((t, op.name, op.op) if op is not None else (t, n.name or t, "QuantizeLinear"))
+    return out
+
+
+def _int_diff(a: np.ndarray, b: np.ndarray) -> tuple[int, int]:
+    d = np.abs(np.asarray(a, np.int64) - np.asarray(b, np.int64))
+    return int(np.count_nonzero(d)), int(d.max()) if d.size else 0
+
+
+def compare_runtime(quant_model: Any, data: Any, *, runtime: str = "litert", tflite: Any = None, samples: int = 16,
+                    mode: str | None = None, batch_axes: dict[str, int] | None = None) -> RuntimeDiff:
+    """qlinear's integer kernels (``run_integer`` in ``mode``, default the runtime's profile, :data:`RUNTIMES`)
+    against ``runtime`` on the first ``samples`` of ``data``, integer tensor by integer tensor (module docstring)."""
+    if runtime not in RUNTIMES:
+        raise ConfigError(f"runtime {runtime!r}: expected one of {', '.join(RUNTIMES)}")
+    if samples < 1:
+        raise ConfigError(f"samples: expected a positive number of samples, got {samples}")
+    qm = load_model(quant_model)
+    mode = mode or RUNTIMES[runtime]
+    im = IntegerModel(qm, mode)
+    ds = load_dataset(data, model_inputs(qm), batch_axes=batch_axes)
+    n = min(samples, len(ds))
+    feed = next(iter(ds.batches(0, n, n)), None)
+    if feed is None:
+        raise DataError(f"{ds.source}: no samples")
+    env = integer_trace(im, feed)
+    res = RuntimeDiff(runtime, mode, ds.batch_len(feed))
+    if runtime.startswith("litert"):
+        if tflite is None:
+            raise ConfigError(f"runtime {runtime}: give the .tflite exported from the Q/DQ model")
+        got = _litert_tensors(tflite, im.qg, feed, reference=runtime == "litert")
+    else:
+        got = _as_ints(_ort_outputs(qm, feed), im.qg)
+    if runtime in OUTPUTS_ONLY:
+        res.notes.append(f"{OUTPUTS_ONLY[runtime]}, so only the graph outputs are compared")
+    for t, node, op in _graph_order(im.qg) + _output_ints(im.qg):
+        if t not in got or t not in env.ints or any(d.tensor == t for d in res.tensors):
+            continue
+        a, b = env.ints[t], got[t]
+        if a.shape != b.shape:
+            raise DataError(f"tensor {t}: run_integer gives shape {a.shape}, {runtime} {b.shape}")
+        k, mx = _int_diff(a, b)
+        v = im.qg.values[t]
+        res.tensors.append(IntDiff(t, v.float_name, node, op, v.params.dtype.name, int(a.size), k, mx))
+        if k and res.first_difference is None:
+            res.first_difference = t
+            res.tensors[-1].formula = _formula(qm, feed, im, t, b, op)
+    if runtime == "litert":  # every tensor is readable: say which the .tflite does not have
+        missing = [t for t, _, _ in _graph_order(im.qg) if t not in got]
+        if missing:
+            res.notes.append(f"not in the .tflite (fused or renamed): {', '.join(missing)}")
+    return res
+
+
+def _output_ints(qg: QdqGraph) -> list[tuple[str, str, str]]:
+    """``(integer tensor, node, op)`` of the integer tensors the graph outputs dequantize."""
+    out = []
+    for o in qg.model.graph.output:
+        src = qg.dq.get(o.name)
+        if src is not None:
+            out.append((src, o.name, "DequantizeLinear"))
+    return out
+
+
+def _litert_tensors(tflite: Any, qg: QdqGraph, feed: dict[str, np.ndarray], *,
+                    reference: bool = True) -> dict[str, np.ndarray]:
+    """The integer tensors of the ``.tflite`` after one run by LiteRT, by the Q/DQ model's integer tensor each stands
+    for (matched by the float name the exporter gives it), NCHW: every tensor under the reference kernels
+    (``experimental_preserve_all_tensors``), the outputs under the default resolver (XNNPACK delegate)."""
+    try:
+        from ai_edge_litert.interpreter import Interpreter, OpResolverType
+    except ModuleNotFoundError:
+        raise ConfigError("runtime litert: the ai-edge-litert package is not installed (pip install ai-edge-litert)") \
+            from None
+    raw = tflite if isinstance(tflite, (bytes, bytearray)) else open(tflite, "rb").read()  # noqa: SIM115
+    it = Interpreter(model_content=bytes(raw), num_threads=1, experimental_preserve_all_tensors=reference,
+                     experimental_op_resolver_type=OpResolverType.BUILTIN_REF if reference else OpResolverType.AUTO)
+    for d in it.get_input_details():
+        x = np.asarray(feed[d["name"]])
+        it.resize_tensor_input(d["index"], list(x.transpose(0, 2, 3, 1).shape if x.ndim == 4 else x.shape))
+    it.allocate_tensors()
+    for d in it.get_input_details():
+        x = np.asarray(feed[d["name"]])
+        it.set_tensor(d["index"], (x.transpose(0, 2, 3, 1) if x.ndim == 4 else x).astype(d["dtype"]))
+    it.invoke()
+
+    def nchw(y: np.ndarray) -> np.ndarray:
+        return y.transpose(0, 3, 1, 2) if y.ndim == 4 else y
+
+    if not reference:
+        return _as_ints({d["name"]: nchw(it.get_tensor(d["index"])) for d in it.get_output_details()}, qg)
+    by_float = {v.float_name: v.name for v in qg.values.values() if v.const is None}
+    out = {}
+    for d in it.get_tensor_details():
+        t = by_float.get(d["name"])
+        if t is not None and np.dtype(d["dtype"]).kind in "iu":
+            out[t] = nchw(it.get_tensor(d["index"]))
+    return out
+
+
+def _ort_outputs(qm: onnx.ModelProto, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The graph outputs of ONNX Runtime's default session (its fused int8 kernels)."""
+    outs = [o.name for o in qm.graph.output]
+    sess = Session(qm, level="all", label="the quantized model (ONNX Runtime's default session)")
+    return dict(zip(outs, sess.run(outs, feed)))
+
+
+def _as_ints(got: dict[str, np.ndarray], qg: QdqGraph) -> dict[str, np.ndarray]:
+    """Dequantized graph outputs back as the integer tensors they dequantize: ``round(y / scale) + zero point`` is
+    exact for a dequantized integer (per-tensor integer types; integer outputs as they are)."""
+    res = {}
+    for o, y in got.items():
+        src = qg.dq.get(o)
+        v = qg.values.get(src) if src else None
+        if v is None or not v.params.per_tensor or not v.params.dtype.is_int:
+            continue
+        y = np.asarray(y)
+        q = y if y.dtype.kind in "iu" else np.round(np.asarray(y, np.float64) / np.float64(np.float32(v.params.s))) \
+            + v.params.z
+        res[src] = np.asarray(q).astype(np.int64)
+    return res
+
+
+def _formula(qm: onnx.ModelProto, feed: dict[str, np.ndarray], im: IntegerModel, t: str, want: np.ndarray,
+             op: str) -> str:
+    """What another formula of the kernel registry changes at ``t``, when one reproduces the runtime there."""
+    family = "quantize" if op == "QuantizeLinear" else ("conv" if op in ("Conv", "ConvTranspose")
+                                                         else (ops.kernel_of(op) or ""))
+    fields = FAMILY_FIELDS.get(family, ())
+    base = PROFILES[im.mode] if im.mode in PROFILES else None
+    for name, prof in PROFILES.items():
+        if name == im.mode or base is None:
+            continue
+        changed = [f for f in fields if getattr(prof, f) != getattr(base, f)]
+        if not changed:
+            continue
+        try:
+            got = integer_trace(IntegerModel(qm, name), feed).ints.get(t)
+        except (QlinearError, ValueError, FloatingPointError):
+            continue
+        if got is not None and got.shape == want.shape and np.array_equal(got.astype(np.int64), want):
+            what = "; ".join(f"{f} {_desc(getattr(prof, f))} instead of {_desc(getattr(base, f))}" for f in changed)
+            return f"the runtime computes {op} as profile {name!r} does: {what}"
+    return ""
+
+
+def _desc(mode: str) -> str:
+    return f"{mode} ({FORMULAS[mode]})" if mode in FORMULAS else (mode or "(default)")
+
+
+def to_json(result: ModelDiff | RuntimeDiff) -> str:
+    """A result as strict JSON (infinite SQNRs, an exactly reproduced tensor's, become null)."""
+    import json
+
+    def fin(v: Any) -> Any:
+        if isinstance(v, float):
+            return v if math.isfinite(v) else None
+        if isinstance(v, dict):
+            return {k: fin(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [fin(x) for x in v]
+        return v
+
+    return json.dumps(fin(result.to_dict()), indent=2, allow_nan=False)

@@ -1,0 +1,40 @@
+"""The one statistics pass: the float model in ONNX Runtime over samples ``[start, stop)``, batch by batch."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Callable
+
+from qlinear.ptq.data import Dataset
+from qlinear.ptq.stats.accumulators import Accumulator
+
+
+def fetched(inputs: Sequence[str], tensors: Sequence[str]) -> list[str]:
+    """The tensors a session must expose for ``tensors`` (graph inputs come from the data)."""
+    have = set(inputs)
+    return [t for t in dict.fromkeys(tensors) if t not in have]
+
+
+def accumulate(session: Any, ds: Dataset, start: int, stop: int, batch_size: int,
+               accumulators: Mapping[str, Sequence[Accumulator]], *, inputs: Sequence[str] = (),
+               progress: Callable[[int], None] | None = None) -> list[str]:
+    """Update every tensor's ``accumulators`` with its values on samples ``[start, stop)`` of ``ds``, one batch
+    at a time (each batch dropped after its updates). ``session``: a :class:`qlinear.ptq.session.Session` of the float
+    model exposing the watched tensors that are not graph ``inputs`` (those are read from the data). Returns the
+    tensors fetched from the session."""
+    fetch = fetched(inputs, list(accumulators))
+    done = start
+    for feed in ds.batches(start, stop, batch_size):
+        n = len(next(iter(feed.values())))
+        vals = dict(zip(fetch, session.run(fetch, feed, where=f"{ds.source}, samples {done}..{done + n - 1}")))
+        done += n
+        vals.update({k: v for k, v in feed.items() if k in accumulators})
+        for t, accs in accumulators.items():
+            for a in accs:
+                a.update(vals[t])
+        if progress:
+            progress(n)
+    return fetch
+
+
+__all__ = ["accumulate", "fetched"]

@@ -1,0 +1,204 @@
+"""``qlinear.ptq.debug``: float against quantized tensor by tensor (the first jump names a corrupted scale, on
+qlinear's and on ONNX Runtime's ``quantize_static`` models; SQNR against the ONNX reference evaluator), and
+``run_integer`` against LiteRT / ONNX Runtime's fused kernels integer tensor by integer tensor."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import numpy_helper
+from onnx.reference import ReferenceEvaluator
+
+import qlinear
+from qlinear.errors import ConfigError, DataError
+from qlinear.examples import DATA, MODEL
+from qlinear.ptq.debug import compare_models, compare_runtime, match_tensors, to_json
+from qlinear.ptq.evaluate import int8_kernels_exact
+
+CFG = dict(calibration_samples=20, evaluation_samples=20)
+
+
+@pytest.fixture(scope="module")
+def qlinear_pair(tmp_path_factory):
+    out = tmp_path_factory.mktemp("q") / "out"
+    qlinear.quantize(MODEL, DATA, CFG).save(out, report=False)
+    return onnx.load(out / "model.float.onnx"), onnx.load(out / "model.qdq.onnx")
+
+
+@pytest.fixture(scope="module")
+def ort_pair(tmp_path_factory):
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
+
+    x = np.load(DATA)["input"]
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.it = iter([{"input": x[i:i + 1]} for i in range(20)])
+
+        def get_next(self):
+            return next(self.it, None)
+
+    p = tmp_path_factory.mktemp("ort") / "ort.onnx"
+    quantize_static(str(MODEL), str(p), Reader(), quant_format=QuantFormat.QDQ, per_channel=True)
+    return onnx.load(MODEL), onnx.load(p)
+
+
+def _scaled(m: onnx.ModelProto, name: str, factor: float = 10.0) -> onnx.ModelProto:
+    m2 = onnx.ModelProto()
+    m2.CopyFrom(m)
+    (t,) = [t for t in m2.graph.initializer if t.name == name]
+    t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t) * np.float32(factor), name))
+    return m2
+
+
+def test_qlinear_model_has_no_jump_and_matches_every_tensor(qlinear_pair):
+    fm, qm = qlinear_pair
+    r = compare_models(fm, qm, DATA)
+    assert r.first_jump is None and not r.unmatched
+    roles = {t.tensor: t.role for t in r.tensors}
+    assert roles["input"] == "input" and roles["stem.weight"] == "weight" and roles["fc.bias"] == "bias"
+    assert {t for t, ro in roles.items() if ro == "activation"} == {o for n in fm.graph.node for o in n.output}
+    order = [t.tensor for t in r.tensors]
+    assert order.index("relu_out") < order.index("relu6_out") < order.index("logits")  # graph order
+    assert all(10 < t.sqnr_db < 90 for t in r.tensors)
+
+
+def test_sqnr_agrees_with_the_onnx_reference_evaluator(qlinear_pair):
+    fm, qm = qlinear_pair
+    x = np.load(DATA)["input"][:16]
+    r = compare_models(fm, qm, DATA, samples=16)
+    d = {t.tensor: t for t in r.tensors}
+    for name, qname in (("relu6_out", "relu6_out_dequantized"), ("logits", "logits")):
+        f = ReferenceEvaluator(_exposing(fm, name)).run([name], {"input": x})[0].astype(np.float64)
+        q = ReferenceEvaluator(_exposing(qm, qname)).run([qname], {"input": x})[0].astype(np.float64)
+        want = 10 * np.log10(np.sum(f ** 2) / np.sum((f - q) ** 2))
+        assert d[name].sqnr_db == pytest.approx(want, abs=0.05)
+
+
+def _exposing(m: onnx.ModelProto, name: str) -> onnx.ModelProto:
+    m2 = onnx.ModelProto()
+    m2.CopyFrom(m)
+    if name not in {o.name for o in m2.graph.output}:
+        m2.graph.output.append(onnx.ValueInfoProto(name=name))
+    for o in m2.opset_import:  # the reference evaluator implements QuantizeLinear from opset 19 (same semantics)
+        if o.domain in ("", "ai.onnx"):
+            o.version = max(o.version, 21)
+    return m2
+
+
+@pytest.mark.parametrize("tensor", ["input", "relu_out", "relu6_out", "pw_out", "res_out", "gap_out", "logits",
+                                    "stem.weight", "pw.weight", "fc.weight"])
+def test_corrupted_scale_is_the_first_jump_qlinear(qlinear_pair, tensor):
+    fm, qm = qlinear_pair
+    r = compare_models(fm, _scaled(qm, f"{tensor}_scale"), DATA)
+    assert r.first_jump == tensor
+    (j,) = [t for t in r.tensors if t.jump]
+    if j.role == "weight":
+        assert j.drop_db > 15   # against the model's other weights
+    else:  # its own quantization is ~20 dB noisier than a min-max grid (gap_out: the drop alone would not show it)
+        assert j.excess_db > 15
+    clean = {t.tensor: t for t in compare_models(fm, qm, DATA).tensors}
+    assert all(t.excess_db is None or t.excess_db < 6 for t in clean.values())
+
+
+@pytest.mark.parametrize("tensor", ["stem_out", "relu_out", "relu6_out", "pw_out", "res_out"])
+def test_corrupted_scale_is_the_first_jump_ort_quantize_static(ort_pair, tensor):
+    fm, qm = ort_pair
+    assert compare_models(fm, qm, DATA).first_jump is None
+    r = compare_models(fm, _scaled(qm, f"{tensor}_scale"), DATA)
+    assert r.first_jump == tensor
+    (j,) = [t for t in r.tensors if t.jump]
+    assert j.excess_db > 15  # relu_out, relu6_out: quantize_static fused the Relu/Clip; its clamp is applied to compare
+
+
+def test_fused_relu_is_unmatched_not_misread(ort_pair):
+    fm, qm = ort_pair
+    matches, unmatched = match_tensors(fm, qm)
+    # quantize_static removed the Relu/Clip nodes: BatchNormalization writes relu_out directly
+    assert "bn_out" in unmatched and "dw_out" in unmatched
+    m = {x.tensor: x for x in matches}
+    assert m["relu_out"].post == "relu_out_DequantizeLinear_Output" and m["relu_out"].pre == "relu_out"
+    assert m["relu_out"].clip == (0.0, float("inf")) and m["relu6_out"].clip == (0.0, 6.0)
+    assert m["stem.weight"].post == "stem.weight_DequantizeLinear_Output"
+
+
+def test_json_is_strict_and_bad_input_is_named(qlinear_pair):
+    import json
+
+    fm, qm = qlinear_pair
+    doc = json.loads(to_json(compare_models(fm, qm, DATA, samples=4)))
+    assert doc["samples"] == 4 and doc["first_jump"] is None and doc["tensors"][0]["tensor"] == "input"
+    with pytest.raises(ConfigError, match="samples"):
+        compare_models(fm, qm, DATA, samples=0)
+    other = onnx.helper.make_model(onnx.helper.make_graph(
+        [onnx.helper.make_node("Relu", ["input"], ["zz"])], "g",
+        [onnx.helper.make_tensor_value_info("input", onnx.TensorProto.FLOAT, [None, 3, 24, 24])],
+        [onnx.helper.make_tensor_value_info("zz", onnx.TensorProto.FLOAT, None)]))
+    with pytest.raises(DataError, match="share no tensor"):
+        compare_models(other, qm, DATA)
+
+
+# ------------------------------------------------------------------------------------------- integer vs runtime
+@pytest.fixture(scope="module")
+def tflite_pair(tmp_path_factory):
+    out = tmp_path_factory.mktemp("t") / "out"
+    qlinear.quantize(MODEL, DATA, dict(CFG, target="tflite")).save(out, report=False)
+    return out / "model.qdq.onnx", out / "model.tflite"
+
+
+def test_litert_every_tensor_bit_exact(tflite_pair):
+    pytest.importorskip("ai_edge_litert")
+    q, t = tflite_pair
+    r = compare_runtime(q, DATA, tflite=t, samples=8)
+    assert r.first_difference is None and r.mode == "litert_ref"
+    names = [d.tensor for d in r.tensors]
+    assert names[0] == "input_quantized" and "relu6_out_quantized" in names and names[-1] == "logits_quantized"
+    assert all(d.size > 0 and d.differing == 0 for d in r.tensors)
+
+
+def test_litert_wrong_formula_names_first_tensor_and_formula(tflite_pair):
+    pytest.importorskip("ai_edge_litert")
+    q, t = tflite_pair
+    r = compare_runtime(q, DATA, tflite=t, samples=8, mode="f32_rne")
+    assert r.first_difference == "relu_out_quantized"   # the first Conv: TFLite's reference requantizes in fixed point
+    d = r.tensors[[x.tensor for x in r.tensors].index(r.first_difference)]
+    assert d.op == "Conv" and d.node == "stem" and d.max_diff == 1 and 0 < d.differing < d.size
+    assert "conv fixed_double" in d.formula and "instead of f32_rne" in d.formula
+    assert r.tensors[0].differing == 0  # the input QuantizeLinear agrees
+
+
+def test_litert_default_resolver_outputs(tflite_pair):
+    pytest.importorskip("ai_edge_litert")
+    q, t = tflite_pair
+    r = compare_runtime(q, DATA, runtime="litert_xnnpack", tflite=t, samples=8)
+    assert [d.tensor for d in r.tensors] == ["logits_quantized"] and "only the graph outputs" in r.notes[0]
+    assert r.first_difference is None and r.mode == "litert_xnnpack"
+    r = compare_runtime(q, DATA, runtime="litert_xnnpack", tflite=t, samples=8, mode="litert_ref")
+    assert r.first_difference == "logits_quantized"  # the reference formulas do not give XNNPACK's logits
+
+
+def test_ort_fused_outputs(qlinear_pair):
+    _, qm = qlinear_pair
+    r = compare_runtime(qm, DATA, runtime="ort_fused", samples=8)
+    assert [d.tensor for d in r.tensors] == ["logits_quantized"] and "only the graph outputs" in r.notes[0]
+    if int8_kernels_exact():  # README: run_integer(mode="ort_fused") reproduces ORT's int8 kernels there
+        assert r.first_difference is None
+    with pytest.raises(ConfigError, match="runtime"):
+        compare_runtime(qm, DATA, runtime="tvm")
+
+
+@pytest.mark.parametrize("tensor", ["h_smoothed", "probs", "gelu"])
+def test_transformer_encoder(tmp_path, tensor):
+    """A BERT-like encoder (smoothing, masked attention: scores_m holds -3.4e38 where masked, whose SQNR says nothing
+    about its error): no jump in qlinear's model; a corrupted scale is named (the first tensor after float
+    LayerNorm, the softmax output, the Gelu output)."""
+    from tiny_models import encoder_data, tiny_encoder
+
+    data = encoder_data()
+    qlinear.quantize(tiny_encoder(), data, dict(calibration_samples=32, evaluation_samples=32)).save(
+        tmp_path / "o", report=False)
+    fm, qm = onnx.load(tmp_path / "o" / "model.float.onnx"), onnx.load(tmp_path / "o" / "model.qdq.onnx")
+    clean = compare_models(fm, qm, data)
+    assert clean.first_jump is None and not clean.unmatched
+    assert compare_models(fm, _scaled(qm, f"{tensor}_scale"), data).first_jump == tensor
