@@ -31,8 +31,9 @@ from qlinear.encodings.model import Encoding, EncodingSet, Style
 from qlinear.errors import EncodingError, GraphError, UnsupportedError
 from qlinear.graph.axes import resolve_encoding
 from qlinear.graph.ir import to_ir, to_proto
-from qlinear.graph.model import GraphIndex, attr, load_model, opset, topological_sort
+from qlinear.graph.model import GraphIndex, attr, load_model, topological_sort
 from qlinear.graph.passes.insert_qdq import CAST_TYPES, FLOAT_TYPES, InsertQDQ, storage_type
+from qlinear.graph.passes.raise_opset import RaiseOpset
 
 META_KEY = "qlinear.encodings"
 
@@ -173,22 +174,6 @@ def _required_opset(es: EncodingSet) -> int:
     return need
 
 
-def _set_opset(m: onnx.ModelProto, need: int) -> onnx.ModelProto:
-    have = opset(m)
-    if have >= need:
-        return m
-    try:
-        from onnx import version_converter
-
-        m2 = version_converter.convert_version(m, need)
-    except Exception as e:  # noqa: BLE001 - the converter raises assorted errors
-        raise GraphError(f"the encodings need opset {need} (the model has {have}) and onnx's version converter "
-                         f"failed: {e}") from None
-    if need >= 28:  # float6 tensors exist from IR 14 on (onnx.proto); older opsets keep the model's IR as before
-        m2.ir_version = max(m2.ir_version, onnx.helper.find_min_ir_version_for([onnx.helper.make_opsetid("", need)]))
-    return m2
-
-
 def apply(es: EncodingSet, model: Any, *, opset_version: int | None = None, keep_metadata: bool = True) -> onnx.ModelProto:
     """The Q/DQ model for ``es`` on ``model`` (a new ``ModelProto``; the input is not changed).
 
@@ -211,8 +196,8 @@ def apply(es: EncodingSet, model: Any, *, opset_version: int | None = None, keep
         if e.shifted and e.role != "param":
             raise UnsupportedError(f"{e.name}: the shifted {e.dtype} grid on an activation has no ONNX "
                                    "QuantizeLinear equivalent (zero points are integers)")
-    m = _set_opset(m, max(opset_version or 0, _required_opset(es)))
     model = to_ir(m)
+    RaiseOpset(max(opset_version or 0, _required_opset(es)))(model)
     InsertQDQ(es.encodings, elem_types=g.elem_types)(model)
     m = to_proto(model)
     topological_sort(m.graph)

@@ -75,3 +75,13 @@ def make_node(op_type: str, inputs: list[ir.Value | None], output: str, name: st
     ``onnx.helper.make_node``)."""
     attributes = ir.convenience.convert_attributes({k: attrs[k] for k in sorted(attrs)})
     return ir.Node("", op_type, inputs, attributes, outputs=[ir.Value(name=output)], name=name)
+
+
+def set_initializer(v: ir.Value, arr: np.ndarray) -> None:
+    """Give the initializer ``v`` the data ``arr`` (its name kept; a new type or shape is set on ``v``)."""
+    arr = np.asarray(arr)
+    t = ir.Tensor(arr, name=v.name)
+    old = v.const_value
+    v.const_value = t
+    if old is None or old.dtype != t.dtype or tuple(old.shape) != arr.shape:
+        v.type, v.shape = ir.TensorType(t.dtype), ir.Shape(arr.shape)

@@ -3,7 +3,9 @@
 1. check the inputs before any work: the config, the model (``onnx.checker``, opset 7..25; normalized by
    :mod:`qlinear.graph.passes.normalize`: opset below 13 upgraded, Constant weights made initializers), the data
    against the model's inputs (:meth:`~qlinear.ptq.data.Dataset.validate`);
-2. fold BatchNorm into Conv; optional cross-layer equalization (:mod:`qlinear.ptq.equalize`);
+2. the exact float rewrites run as ``onnx_ir`` passes on one :class:`onnx_ir.Model` (:mod:`qlinear.graph.passes`):
+   fold BatchNorm into Conv, optional cross-layer equalization, smoothing of transformer MatMul inputs (its
+   statistics from one ONNX Runtime pass, :mod:`qlinear.ptq.smooth`); the model is a proto again only after them;
 3. plan the quantizers (:mod:`qlinear.graph.plan`);
 4. one streaming ONNX Runtime pass over the calibration samples feeds the activation observers (and the input means
    bias correction needs); weights are calibrated directly;
@@ -26,9 +28,11 @@ import onnx
 
 from qlinear.encodings import EncodingSet
 from qlinear.errors import CalibrationError, ConfigError, GraphError
-from qlinear.graph.fold import fold_batchnorm
+from qlinear.graph.ir import to_ir, to_proto
 from qlinear.graph.load import load_checked
 from qlinear.graph.model import GraphIndex, load_model, opset
+from qlinear.graph.passes.equalize import Equalize
+from qlinear.graph.passes.fold_batchnorm import FoldBatchNorm
 from qlinear.graph.passes.normalize import check_upgrade
 from qlinear.graph.passes.shapes import fix_input_shapes
 from qlinear.graph.plan import make_plan
@@ -39,6 +43,7 @@ from qlinear.ptq.encode import TensorConfigs, apply_encodings, build_encodings, 
 from qlinear.ptq.mixed import fill_ranges, keep_parts
 from qlinear.ptq.result import QuantizedModel
 from qlinear.ptq.settle import placement_for, settle
+from qlinear.ptq.smooth import smooth_model
 from qlinear.ptq.stats.distributed import connect as connect_ray
 from qlinear.ptq.weightonly import quantize_weights
 
@@ -125,36 +130,40 @@ class _Run:
 
 
 def _rewrite(run: _Run) -> tuple[onnx.ModelProto, str]:
-    """Exact float rewrites before calibration (BatchNorm folding, equalization, smoothing): returns the reference
-    model (a copy of the rewritten one) and the placement in effect."""
-    cfg, m, notes = run.cfg, run.m, run.notes
-    n_bn = fold_batchnorm(m)
-    if n_bn:
-        notes.append(f"folded {n_bn} BatchNormalization nodes into Conv")
+    """Exact float rewrites before calibration, as ``onnx_ir`` passes on one :class:`onnx_ir.Model` (BatchNorm
+    folding, equalization, smoothing; :mod:`qlinear.graph.passes`): ``run.m`` becomes the rewritten model (one proto,
+    made only when a pass changed something) and a copy of it is returned as the reference, with the placement."""
+    cfg, notes = run.cfg, run.notes
+    placement = placement_for(cfg, run.m)  # the op types it reads (Softmax, norms, MatMul) are not rewritten
+    model = to_ir(run.m)
+    fold = FoldBatchNorm()
+    modified = fold(model).modified
+    if fold.folded:
+        notes.append(f"folded {fold.folded} BatchNormalization nodes into Conv")
     if cfg.do_equalize:
-        from qlinear.ptq.equalize import equalize
-
         t0 = time.perf_counter()
-        pairs = equalize(m, clips=cfg.target != "tflite")  # TFLite fuses ReLU6: no per-channel clip bounds
+        eq = Equalize(clips=cfg.target != "tflite")  # TFLite fuses ReLU6: no per-channel clip bounds
+        modified = eq(model).modified or modified
         run.timings["equalize"] = time.perf_counter() - t0
-        notes.append(f"cross-layer equalization of {pairs} layer pairs"
+        notes.append(f"cross-layer equalization of {eq.pairs} layer pairs"
                      + (" (across ReLU only: target tflite)" if cfg.target == "tflite" else ""))
-    placement = placement_for(cfg, m)
     if placement == "matmul":
         notes.append("transformer placement: quantizers on MatMul/Gemm inputs only (LayerNorm, Softmax, Gelu and "
                      "residual adds stay float)")
     if cfg.smoothing or (cfg.smoothing is None and placement == "matmul"
                          and cfg.activation_qtype.bits <= 8):
-        from qlinear.ptq.smooth import smooth
-
         t0 = time.perf_counter()
-        k = smooth(m, run.ds, run.n_fit, cfg.batch_size, label=run.label)
+        k = smooth_model(model, run.ds, run.n_fit, cfg.batch_size, label=run.label,
+                         proto=None if modified else run.m)
         run.timings["smoothing"] = time.perf_counter() - t0
+        modified = modified or bool(k)
         if k:
             notes.append(f"smoothed {k} MatMul inputs (activation outliers moved into the weights, SmoothQuant "
                          "alpha 0.5)")
+    if modified:
+        run.m = to_proto(model)
     reference = onnx.ModelProto()  # the float model after exact rewrites (BN folding, CLE, smoothing): SQNR reference
-    reference.CopyFrom(m)
+    reference.CopyFrom(run.m)
     return reference, placement
 
 

@@ -1,0 +1,91 @@
+"""Fold ``Conv -> BatchNormalization`` into the Conv (when the Conv output feeds only the BatchNorm): one ``onnx_ir``
+pass, linear in the graph's size.
+
+``W' = W * g/sqrt(v+eps)``, ``b' = (b - mu) * g/sqrt(v+eps) + beta`` in float64, stored in the weight's type. The
+Conv's output takes the BatchNorm output's name and value info; a Conv without a bias gets ``{W}_bn_bias``; the
+initializers nothing reads any more (the BatchNorm parameters) are dropped.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+
+from qlinear.graph.ir import add_initializer, set_initializer
+
+
+class FoldBatchNorm(ir.passes.InPlacePass):
+    """Fold every foldable ``Conv -> BatchNormalization`` pair of the main graph; ``self.folded`` counts them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.folded = 0
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        graph = model.graph
+        self.folded = 0
+        for bn in list(graph):
+            conv = _foldable(bn, graph)
+            if conv is None:
+                continue
+            _fold(graph, conv, bn)
+            self.folded += 1
+        if self.folded:  # drop the initializers nothing uses any more (the BatchNorm parameters)
+            for name, v in list(graph.initializers.items()):
+                if not v.uses() and not v.is_graph_output():
+                    graph.initializers.pop(name)
+        return ir.passes.PassResult(model, modified=bool(self.folded))
+
+
+def _const(v: ir.Value | None, graph: ir.Graph) -> bool:
+    return v is not None and v.name in graph.initializers and graph.initializers[v.name] is v \
+        and v.const_value is not None
+
+
+def _foldable(bn: ir.Node, graph: ir.Graph) -> ir.Node | None:
+    """The Conv ``bn`` folds into, or None."""
+    if bn.op_type != "BatchNormalization" or bn.domain not in ("", "ai.onnx") or len(bn.inputs) < 5:
+        return None
+    if len(bn.outputs) != 1 and any(o.name for o in bn.outputs[1:]):
+        return None
+    x = bn.inputs[0]
+    conv = x.producer() if x is not None else None
+    if conv is None or conv.op_type != "Conv" or conv.domain not in ("", "ai.onnx") or len(x.uses()) != 1 \
+            or x.is_graph_output():
+        return None
+    if not all(_const(v, graph) for v in bn.inputs[1:5]) or not _const(conv.inputs[1], graph):
+        return None
+    if len(conv.inputs) > 2 and conv.inputs[2] is not None and not _const(conv.inputs[2], graph):
+        return None
+    return conv
+
+
+def _fold(graph: ir.Graph, conv: ir.Node, bn: ir.Node) -> None:
+    scale, beta, mean, var = (v.const_value.numpy().astype(np.float64) for v in bn.inputs[1:5])
+    attr = bn.attributes.get("epsilon")
+    eps = attr.value if attr is not None else 1e-5
+    wv = conv.inputs[1]
+    w = wv.const_value.numpy()
+    f = scale / np.sqrt(var + eps)
+    bv = conv.inputs[2] if len(conv.inputs) > 2 else None
+    b = bv.const_value.numpy().astype(np.float64) if bv is not None else np.zeros(w.shape[0])
+    w2 = (w.astype(np.float64) * f.reshape((-1,) + (1,) * (w.ndim - 1))).astype(w.dtype)
+    b2 = ((b - mean) * f + beta).astype(w.dtype)
+    set_initializer(wv, w2)
+    if bv is not None:
+        set_initializer(bv, b2)
+    else:
+        name = f"{wv.name}_bn_bias"
+        nb = graph.initializers[name] if name in graph.initializers else add_initializer(graph, name, b2)
+        set_initializer(nb, b2)
+        if len(conv.inputs) < 3:
+            conv.resize_inputs(3)
+        conv.replace_input_with(2, nb)
+    y, out = bn.outputs[0], conv.outputs[0]
+    name = y.name
+    y.name = None
+    out.name = name
+    out.type, out.shape, out.doc_string = y.type, y.shape, y.doc_string
+    out.metadata_props.update(y.metadata_props)
+    y.replace_all_uses_with(out, replace_graph_outputs=True)
+    graph.remove(bn, safe=True)
