@@ -38,6 +38,10 @@ def quantize(
     accuracy_target: Optional[str] = typer.Option(None, "--accuracy-target", help="METRIC>=VALUE, e.g. "
                                                   "top1_agreement>=0.99 or sqnr_db>=20: raise the precision of the "
                                                   "tensors that hurt most until it holds on calibration samples."),
+    size_budget: Optional[float] = typer.Option(None, "--size-budget", help="FRACTION of the float size: per-layer "
+                                                "int4/int8 weights chosen from their sensitivity to fit it."),
+    average_bits: Optional[float] = typer.Option(None, "--average-bits", help="B (4..8) bits per quantized weight: "
+                                                 "per-layer int4/int8 weights chosen from their sensitivity."),
     target: Optional[str] = typer.Option(None, "--target", help="ort (default), tflite or qnn."),
     config: Optional[Path] = typer.Option(None, "--config", help="JSON/TOML file of QuantizeConfig options; "
                                           "command-line options override it."),
@@ -75,7 +79,8 @@ def quantize(
     over = {"weights": weights, "weight_type": weight_type, "activation_type": activation_type,
             "block_size": block_size, "activation_method": calibration, "weight_method": weight_method,
             "target": target, "calibration_samples": calibration_samples, "evaluation_samples": evaluation_samples,
-            "accuracy_target": accuracy_target, "output_format": output_format,
+            "accuracy_target": accuracy_target, "output_format": output_format, "size_budget": size_budget,
+            "average_bits": average_bits,
             "batch_axes": _batch_axes(batch_axis)}
     cfg = settled_config(model, config, over)
     if data is None and not (cfg.weight_only and cfg.w_method != "gptq"):

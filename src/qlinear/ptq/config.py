@@ -79,6 +79,10 @@ class QuantizeConfig:
             precision repair raises the tensors that hurt most until it holds on the last ``repair_samples``
             calibration samples (at most half of them), which are then held back from fitting; see
             :mod:`qlinear.ptq.repair`.
+        size_budget / average_bits: mixed precision: per-layer int4/int8 weights, chosen from their sensitivity on
+            the held-back ``repair_samples``, so that the model is at most this fraction of the float size / this
+            many bits per quantized weight element (with ``accuracy_target``: the smallest such model meeting it);
+            see :mod:`qlinear.ptq.budget`.
     """
 
     weight_type: str = "int8"
@@ -106,6 +110,8 @@ class QuantizeConfig:
     overrides: tuple = ()
     accuracy_target: str | None = None
     repair_samples: int = 64
+    size_budget: float | None = None
+    average_bits: float | None = None
     output_format: str = "qdq"
     placement: str = "auto"
     smoothing: bool | None = None
@@ -184,6 +190,7 @@ class QuantizeConfig:
             if self.target == "tflite":
                 raise ConfigError("accuracy_target: precision repair is not available with target tflite (a "
                                   "full-integer TFLite model has one activation type); use target ort or qnn")
+        self._check_budget()
         if self.equalize is not None and not isinstance(self.equalize, bool):
             raise ConfigError(f"equalize: expected true, false or null, got {self.equalize!r}")
         ba = {} if self.batch_axes is None else self.batch_axes
@@ -192,6 +199,26 @@ class QuantizeConfig:
             raise ConfigError(f"batch_axes: expected a mapping of input name to axis such as {{\"state\": 1}}, got "
                               f"{self.batch_axes!r}")
         object.__setattr__(self, "batch_axes", dict(ba))
+
+    def _check_budget(self) -> None:
+        for name, ok, text in (("size_budget", lambda v: 0 < v <= 1, "in (0, 1] (a fraction of the float size)"),
+                               ("average_bits", lambda v: 4 <= v <= 8, "in [4, 8] (bits per quantized weight)")):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not ok(float(v))):
+                raise ConfigError(f"{name}: expected a number {text}, got {v!r}")
+        if self.size_budget is None and self.average_bits is None:
+            return
+        what = "size_budget" if self.size_budget is not None else "average_bits"
+        if self.size_budget is not None and self.average_bits is not None:
+            raise ConfigError("size_budget / average_bits: give one of them, not both")
+        if self.weight_only:
+            raise ConfigError(f"{what}: mixed int4/int8 precision applies to W8A8-style runs; not available with "
+                              "activation_type float (weight-only): set weight_type int4 or int8 instead")
+        if self.target == "tflite":
+            raise ConfigError(f"{what}: int4 weights are not available with target tflite; use target ort or qnn")
+        if self.weight_type != "int8" or self.weights == "lpbq":
+            raise ConfigError(f"{what}: picks int4 or int8 per layer from int8 weights; leave weight_type int8 "
+                              f"(got {self.weight_type}) and weights per-channel, per-tensor or per-block")
 
     def _check_overrides(self) -> None:
         from qlinear.ptq.overrides import Override, validate

@@ -84,9 +84,10 @@ def quantize(model: Any, data: Any, config: QuantizeConfig | dict | None = None,
     if n_cal < cfg.calibration_samples:
         notes.append(f"only {len(ds)} samples: calibrating on {n_cal}")
     n_fit = n_cal  # with an accuracy target, the last calibration samples judge the repair and are not fitted on
-    if cfg.accuracy_target:
+    if cfg.accuracy_target or cfg.size_budget is not None or cfg.average_bits is not None:
         if n_cal < 2:
-            raise ConfigError(f"accuracy_target: needs at least 2 calibration samples, the data has {n_cal}")
+            what = "accuracy_target" if cfg.accuracy_target else "size_budget / average_bits"
+            raise ConfigError(f"{what}: needs at least 2 calibration samples, the data has {n_cal}")
         n_fit = n_cal - min(cfg.repair_samples, n_cal // 2)
     run = _Run(cfg, m, ds, label, notes, {}, progress, n_fit, n_cal)
     reference, placement = _rewrite(run)
@@ -194,7 +195,17 @@ def _calibrate(run: _Run, reference: onnx.ModelProto, placement: str) -> Quantiz
 
         correct_biases(m, plan, {e.name: e for e in es.params}, means, skip=done)
     decisions: list[dict] = []
-    if cfg.accuracy_target:
+    curve: list[dict] = []
+    if cfg.size_budget is not None or cfg.average_bits is not None:  # with accuracy_target too: qlinear.ptq.budget
+        from qlinear.ptq.budget import run_budget
+        from qlinear.ptq.repair import RepairInputs
+
+        t1 = time.perf_counter()
+        es, m, decisions, curve = run_budget(RepairInputs(es, m, reference, plan, obs, means, tcfg, run.ds,
+                                                          (run.n_fit, run.n_cal), keep, run.label),
+                                             progress=progress, notes=notes)
+        timings["repair"] = time.perf_counter() - t1
+    elif cfg.accuracy_target:
         from qlinear.ptq.repair import RepairInputs, run_repair
 
         t1 = time.perf_counter()
@@ -207,6 +218,7 @@ def _calibrate(run: _Run, reference: onnx.ModelProto, placement: str) -> Quantiz
     timings["quantize"] += time.perf_counter() - t0 - timings.get("repair", 0.0)
     out = QuantizedModel(qm, m, reference, es, cfg, plan, run.ds, timings, notes, None, m, decisions)
     out.integer_check = _integer_check(qm, notes)
+    out.budget = curve  # the size-vs-metric points measured under size_budget / average_bits
     out._float_session = keep.get("session"), keep.get("outputs", [])
     return out
 
