@@ -256,10 +256,30 @@ def plan_sizes(inp: RepairInputs) -> tuple[Sizes, _Builder]:
 
 def encoding_at(builder: _Builder, t: str, dtype: str) -> Any:
     """The encoding of weight ``t`` at ``dtype`` from its float values (as precision repair computes it)."""
-    c = builder.inp.tcfg.weight(t)
+    return _encode(builder.inp.tcfg, t, builder.g_ref.array(t), builder.specs[t], dtype)
+
+
+def _encode(tcfg: Any, t: str, w: np.ndarray, spec: Any, dtype: str) -> Any:
+    c = tcfg.weight(t)
     c = c.replace(weight_type=dtype, size_budget=None, average_bits=None,
                   weight_method="minmax" if c.w_method in DATA_WEIGHT_METHODS else c.weight_method)
-    return weight_encoding(t, builder.g_ref.array(t), builder.specs[t], c)
+    return weight_encoding(t, w, spec, c)
+
+
+def check_before(m: onnx.ModelProto, plan: Any, tcfg: Any, label: str) -> None:
+    """Before calibration: refuse a budget that even all-int4 weights miss (:meth:`Budget.check_reachable`)."""
+    budget = Budget.of(tcfg.cfg)
+    if budget is None:
+        return
+    g = GraphIndex.build(m, infer_shapes=False)
+    specs = {s.name: s for s in plan.weights}
+
+    def encode(t: str, dtype: str) -> Any:
+        if t not in specs or not tcfg.weight(t).weight_qtype.is_int:
+            return None
+        return _encode(tcfg, t, g.array(t), specs[t], dtype)
+
+    budget.check_reachable(sizes(m, encode), label)
 
 
 def run_budget(inp: RepairInputs, *, progress: Callable[[str, int], Callable[[int], None]] | None = None,

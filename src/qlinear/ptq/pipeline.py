@@ -168,6 +168,10 @@ def _calibrate(run: _Run, reference: onnx.ModelProto, placement: str) -> Quantiz
             notes.append(f"MSE ranges for the {len(implicit)} Gelu/SiLU outputs feeding MatMuls (heavy-tailed), "
                          "min-max elsewhere")
     tcfg = TensorConfigs(cfg, m, plan, implicit)
+    if cfg.size_budget is not None or cfg.average_bits is not None:  # refused before calibration if out of reach
+        from qlinear.ptq.budget import check_before
+
+        check_before(m, plan, tcfg, run.label)
     t0 = time.perf_counter()
     means_for = [b.input for b in plan.biases] if cfg.bias_correction else []
     adv = progress("calibrating", run.n_fit) if progress else None
