@@ -68,20 +68,15 @@ def quantize(
 
     con = Console(stderr=True)
     if model is None:
-        from qlinear.examples import DATA, MODEL
-
-        model, data = MODEL, data or DATA
-        if calibration_samples is None and evaluation_samples is None:
-            calibration_samples, evaluation_samples = 20, 20  # the example has 40 samples: half held out
-        con.print(f"[dim]no model given: quantizing the bundled example {MODEL.name} on {DATA.name}[/]")
+        model, data, calibration_samples, evaluation_samples = _example(data, calibration_samples, evaluation_samples,
+                                                                       con)
     if encodings_version not in VERSIONS:
         raise ConfigError(f"--encodings-version {encodings_version!r}: expected one of {', '.join(VERSIONS)}")
     over = {"weights": weights, "weight_type": weight_type, "activation_type": activation_type,
             "block_size": block_size, "activation_method": calibration, "weight_method": weight_method,
             "target": target, "calibration_samples": calibration_samples, "evaluation_samples": evaluation_samples,
             "accuracy_target": accuracy_target, "output_format": output_format, "size_budget": size_budget,
-            "average_bits": average_bits,
-            "batch_axes": _batch_axes(batch_axis)}
+            "average_bits": average_bits, "batch_axes": _batch_axes(batch_axis)}
     cfg = settled_config(model, config, over)
     if data is None and not (cfg.weight_only and cfg.w_method != "gptq"):
         raise ConfigError("--data is required with a model (an .npz file or a folder of samples); only weight-only "
@@ -95,6 +90,16 @@ def quantize(
     _print_result(qm, Path(model).name, files, output, report)
     if any(n.startswith("WARNING: accuracy target") for n in qm.notes):
         raise typer.Exit(1)  # EXIT_PROBLEMS: written, but the asked accuracy is not reached
+
+
+def _example(data: Optional[Path], calibration_samples: Optional[int], evaluation_samples: Optional[int], con):
+    """No model given: the bundled example CNN and its data (half of its 40 samples held out unless told)."""
+    from qlinear.examples import DATA, MODEL
+
+    if calibration_samples is None and evaluation_samples is None:
+        calibration_samples, evaluation_samples = 20, 20
+    con.print(f"[dim]no model given: quantizing the bundled example {MODEL.name} on {DATA.name}[/]")
+    return MODEL, data or DATA, calibration_samples, evaluation_samples
 
 
 def settled_config(model: Path, config: Optional[Path], over: dict):
