@@ -151,3 +151,16 @@ def test_cli_size_budget_report_curve(tmp_path):
     assert rep["config"]["size_budget"] == 0.3
     html = (out / "report.html").read_text()
     assert "Mixed precision: size against metric" in html and "<circle" in html
+
+
+def test_weight_type_overrides_are_kept_and_counted():
+    """A weight whose type an override sets is not moved; its bytes count at its width."""
+    qm = qlinear.quantize(MODEL, DATA, dict(BASE, size_budget=0.35, overrides=[{"name": "pw.weight", "type": "int16"}]))
+    es = {e.name: e.dtype for e in qm.encodings}
+    assert es["pw.weight"] == "int16" and "pw.weight" not in {d["tensor"] for d in qm.decisions}
+    BITS["int16"] = 16
+    try:
+        assert _size_fraction(qm) <= 0.35
+    finally:
+        del BITS["int16"]
+    assert "int4" in es.values()

@@ -44,23 +44,29 @@ LOW, HIGH = "int4", "int8"
 
 @dataclass
 class Sizes:
-    """Bytes of each quantized weight at int4 and int8, the rest of the model, and the float size."""
+    """Bytes of each movable weight at int4 and int8, the rest of the model, and the float size. Weights whose type
+    the configuration fixes otherwise (an override) are not moved: ``fixed`` bytes at their width, ``fixed_bits``
+    their bits times elements."""
 
     low: dict[str, float]
     high: dict[str, float]
     elements: dict[str, int]
     other: float
     float_bytes: float
+    fixed: float = 0.0
+    fixed_bits: float = 0.0
+    fixed_elements: int = 0
 
     def fraction(self, assign: dict[str, str]) -> float:
         """The model's size with the weights of ``assign`` (name -> ``int4``) at int4, the rest int8, as a fraction
         of the float size."""
-        total = self.other + sum(self.low[t] if assign.get(t) == LOW else self.high[t] for t in self.high)
+        total = self.other + self.fixed + sum(self.low[t] if assign.get(t) == LOW else self.high[t] for t in self.high)
         return total / self.float_bytes
 
     def average_bits(self, assign: dict[str, str]) -> float:
-        n = sum(self.elements.values())
-        return sum(self.elements[t] * (4 if assign.get(t) == LOW else 8) for t in self.elements) / max(n, 1)
+        n = sum(self.elements.values()) + self.fixed_elements
+        bits = sum(self.elements[t] * (4 if assign.get(t) == LOW else 8) for t in self.elements) + self.fixed_bits
+        return bits / max(n, 1)
 
 
 def _bytes(e: Any, bits: int, n: int) -> float:
@@ -69,25 +75,31 @@ def _bytes(e: Any, bits: int, n: int) -> float:
     return n * bits / 8 + 4 * k + zp
 
 
-def sizes(m: onnx.ModelProto, encode: Callable[[str, str], Any]) -> Sizes:
-    """The size model of ``m`` (module docstring); ``encode(weight, type)`` gives a quantized weight's encoding
-    (its scales count); the quantized weights are those ``encode`` accepts (returns not None for)."""
+def sizes(m: onnx.ModelProto, encode: Callable[[str, str | None], Any]) -> Sizes:
+    """The size model of ``m`` (module docstring); ``encode(weight, type)`` gives a quantized weight's encoding at
+    ``type`` (None: as configured; its scales count), None for a tensor that is not a quantized weight. A weight
+    configured as int8 can move to int4; any other stays as configured."""
     g = GraphIndex.build(m, infer_shapes=False)
-    low, high, elements = {}, {}, {}
-    other = float_bytes = 0.0
+    s = Sizes({}, {}, {}, 0.0, 0.0)
     for t in m.graph.initializer:
         a = g.array(t.name)
         nbytes = float(a.nbytes)
         if a.dtype.kind == "f":
-            float_bytes += nbytes
-        e8 = encode(t.name, HIGH)
-        if e8 is None:
-            other += nbytes
-            continue
-        elements[t.name] = int(a.size)
-        high[t.name] = _bytes(e8, 8, a.size)
-        low[t.name] = _bytes(encode(t.name, LOW), 4, a.size)
-    return Sizes(low, high, elements, other, max(float_bytes, 1.0))
+            s.float_bytes += nbytes
+        e = encode(t.name, None)
+        if e is None:
+            s.other += nbytes
+        elif e.dtype != HIGH:
+            bits = e.qtype.bits
+            s.fixed += _bytes(e, bits, a.size)
+            s.fixed_bits += bits * a.size
+            s.fixed_elements += int(a.size)
+        else:
+            s.elements[t.name] = int(a.size)
+            s.high[t.name] = _bytes(e, 8, a.size)
+            s.low[t.name] = _bytes(encode(t.name, LOW), 4, a.size)
+    s.float_bytes = max(s.float_bytes, 1.0)
+    return s
 
 
 @dataclass
@@ -245,11 +257,11 @@ def plan_sizes(inp: RepairInputs) -> tuple[Sizes, _Builder]:
     """The size model of the run (quantized weights: the plan's integer weights)."""
     builder = _Builder(inp)
 
-    def encode(t: str, dtype: str) -> Any:
+    def encode(t: str, dtype: str | None) -> Any:
         e = builder.encs.get(t)
         if t not in builder.specs or e is None or not e.qtype.is_int:
             return None
-        return e if dtype == e.dtype else encoding_at(builder, t, dtype)
+        return e if dtype is None or dtype == e.dtype else encoding_at(builder, t, dtype)
 
     return sizes(inp.model, encode), builder
 
@@ -261,7 +273,7 @@ def encoding_at(builder: _Builder, t: str, dtype: str) -> Any:
 
 def _encode(tcfg: Any, t: str, w: np.ndarray, spec: Any, dtype: str) -> Any:
     c = tcfg.weight(t)
-    c = c.replace(weight_type=dtype, size_budget=None, average_bits=None,
+    c = c.replace(weight_type=dtype,
                   weight_method="minmax" if c.w_method in DATA_WEIGHT_METHODS else c.weight_method)
     return weight_encoding(t, w, spec, c)
 
@@ -274,10 +286,10 @@ def check_before(m: onnx.ModelProto, plan: Any, tcfg: Any, label: str) -> None:
     g = GraphIndex.build(m, infer_shapes=False)
     specs = {s.name: s for s in plan.weights}
 
-    def encode(t: str, dtype: str) -> Any:
+    def encode(t: str, dtype: str | None) -> Any:
         if t not in specs or not tcfg.weight(t).weight_qtype.is_int:
             return None
-        return _encode(tcfg, t, g.array(t), specs[t], dtype)
+        return _encode(tcfg, t, g.array(t), specs[t], dtype or tcfg.weight(t).weight_type)
 
     budget.check_reachable(sizes(m, encode), label)
 

@@ -208,17 +208,8 @@ class QuantizeConfig:
                 raise ConfigError(f"{name}: expected a number {text}, got {v!r}")
         if self.size_budget is None and self.average_bits is None:
             return
-        what = "size_budget" if self.size_budget is not None else "average_bits"
         if self.size_budget is not None and self.average_bits is not None:
             raise ConfigError("size_budget / average_bits: give one of them, not both")
-        if self.weight_only:
-            raise ConfigError(f"{what}: mixed int4/int8 precision applies to W8A8-style runs; not available with "
-                              "activation_type float (weight-only): set weight_type int4 or int8 instead")
-        if self.target == "tflite":
-            raise ConfigError(f"{what}: int4 weights are not available with target tflite; use target ort or qnn")
-        if self.weight_type != "int8" or self.weights == "lpbq":
-            raise ConfigError(f"{what}: picks int4 or int8 per layer from int8 weights; leave weight_type int8 "
-                              f"(got {self.weight_type}) and weights per-channel, per-tensor or per-block")
 
     def _check_overrides(self) -> None:
         from qlinear.ptq.overrides import Override, validate

@@ -237,8 +237,8 @@ class _Builder:
             e2.pop(t, None)
             return
         c = self.inp.tcfg.weight(t)
-        c = c.replace(weight_type=new, size_budget=None, average_bits=None,
-                      weight_method="minmax" if c.w_method in DATA_WEIGHT_METHODS else c.weight_method)
+        c = c.replace(weight_type=new, weight_method="minmax" if c.w_method in DATA_WEIGHT_METHODS
+                      else c.weight_method)
         e2[t] = weight_encoding(t, self.g_ref.array(t), spec, c)
 
 
