@@ -164,3 +164,12 @@ def test_weight_type_overrides_are_kept_and_counted():
     finally:
         del BITS["int16"]
     assert "int4" in es.values()
+
+
+def test_accuracy_target_gives_the_smallest_model_meeting_it():
+    easy = qlinear.quantize(MODEL, DATA, dict(BASE, size_budget=0.35, accuracy_target="top1_agreement>=0.5"))
+    assert _size_fraction(easy) < 0.24  # every weight int4 still meets it: the smallest model
+    assert not any(n.startswith("WARNING") for n in easy.notes)
+    hard = qlinear.quantize(MODEL, DATA, dict(BASE, size_budget=0.35, accuracy_target="sqnr_db>=200"))
+    assert _size_fraction(hard) <= 0.35
+    assert any(n.startswith("WARNING: accuracy target sqnr_db>=200 not met") for n in hard.notes)
