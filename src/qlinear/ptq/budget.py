@@ -311,9 +311,8 @@ def run_budget(inp: RepairInputs, *, progress: Callable[[str, int], Callable[[in
     noise = weight_noise(inp.reference, list(s.high), lambda t: low[t].fake_quantize(g_ref.array(t)),
                          batches[:2], inp.label)
     target = Target.parse(cfg.accuracy_target) if cfg.accuracy_target else None
-    metric = target.metric if target else ("top1_agreement" if any(
-        "top1_agreement" in d for d in _measure(inp, builder.build({}), batches[:1],
-                                                {o: v[:1] for o, v in float_out.items()}).values()) else "sqnr_db")
+    classifier = any(v and v[0].ndim == 2 and v[0].shape[1] > 1 for v in float_out.values())  # has top-1
+    metric = target.metric if target else ("top1_agreement" if classifier else "sqnr_db")
     adv = progress("size budget", 3) if progress else None
 
     def measure(assign: dict[str, str]) -> dict:
