@@ -37,6 +37,8 @@ _HELP = {  # the help text of each option
                         'of the tensors that hurt most until it holds on calibration samples.'),
     "lm_head_type": ("Weight-only: the tied embedding / lm_head (the MatMul producing the logits): int8 per-channel "
                      "(default with 4-bit weights), int4 (follow the weights) or float."),
+    "size_budget": "FRACTION of the float size: per-layer int4/int8 weights chosen from their sensitivity to fit it.",
+    "average_bits": "B (4..8) bits per quantized weight: per-layer int4/int8 weights chosen from their sensitivity.",
     "target": 'ort (default), tflite or qnn.',
     "config": 'JSON/TOML file of QuantizeConfig options; command-line options override it.',
     "calibration_samples": 'Default 100.',
@@ -67,6 +69,8 @@ def quantize(
     output_format: Optional[str] = typer.Option(None, '--format', help=_HELP["output_format"]),
     lm_head_type: Optional[str] = typer.Option(None, '--lm-head-type', help=_HELP["lm_head_type"]),
     accuracy_target: Optional[str] = typer.Option(None, '--accuracy-target', help=_HELP["accuracy_target"]),
+    size_budget: Optional[float] = typer.Option(None, '--size-budget', help=_HELP["size_budget"]),
+    average_bits: Optional[float] = typer.Option(None, '--average-bits', help=_HELP["average_bits"]),
     target: Optional[str] = typer.Option(None, '--target', help=_HELP["target"]),
     config: Optional[Path] = typer.Option(None, '--config', help=_HELP["config"]),
     calibration_samples: Optional[int] = typer.Option(None, '--calibration-samples', help=_HELP["calibration_samples"]),
@@ -100,6 +104,7 @@ def quantize(
             "block_size": block_size, "activation_method": calibration, "weight_method": weight_method,
             "target": target, "calibration_samples": calibration_samples, "evaluation_samples": evaluation_samples,
             "accuracy_target": accuracy_target, "output_format": output_format, "lm_head_type": lm_head_type,
+            "size_budget": size_budget, "average_bits": average_bits,
             "batch_axes": _batch_axes(batch_axis), "input_shapes": _input_shapes(input_shape),
             "full_integer": full_integer or None, "workers": workers, "ray_address": ray_address}
     cfg = settled_config(model, config, over)

@@ -93,6 +93,10 @@ class QuantizeConfig:
             precision repair raises the tensors that hurt most until it holds on the last ``repair_samples``
             calibration samples (at most half of them), which are then held back from fitting; see
             :mod:`qlinear.ptq.repair`.
+        size_budget / average_bits: mixed precision: per-layer int4/int8 weights, chosen from their sensitivity on
+            the held-back ``repair_samples``, so that the model is at most this fraction of the float size / this
+            many bits per quantized weight element (with ``accuracy_target``: the smallest such model meeting it);
+            see :mod:`qlinear.ptq.budget`.
     """
 
     weight_type: str = "int8"
@@ -120,6 +124,8 @@ class QuantizeConfig:
     overrides: tuple = ()
     accuracy_target: str | None = None
     repair_samples: int = 64
+    size_budget: float | None = None
+    average_bits: float | None = None
     output_format: str = "qdq"
     placement: str = "auto"
     smoothing: bool | None = None
@@ -185,6 +191,7 @@ class QuantizeConfig:
             if self.target == "tflite":
                 raise ConfigError("accuracy_target: precision repair is not available with target tflite (a "
                                   "full-integer TFLite model has one activation type); use target ort or qnn")
+        self._check_budget()
         if self.equalize is not None and not isinstance(self.equalize, bool):
             raise ConfigError(f"equalize: expected true, false or null, got {self.equalize!r}")
         ba = {} if self.batch_axes is None else self.batch_axes
@@ -240,6 +247,17 @@ class QuantizeConfig:
                                                  and RAY_ADDRESS.match(self.ray_address)):
             raise ConfigError(f"ray_address: {self.ray_address!r} is not a Ray address; expected HOST:PORT of a head "
                               "node (ray start --head prints it), ray://HOST:10001 or auto")
+
+    def _check_budget(self) -> None:
+        for name, ok, text in (("size_budget", lambda v: 0 < v <= 1, "in (0, 1] (a fraction of the float size)"),
+                               ("average_bits", lambda v: 4 <= v <= 8, "in [4, 8] (bits per quantized weight)")):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not ok(float(v))):
+                raise ConfigError(f"{name}: expected a number {text}, got {v!r}")
+        if self.size_budget is None and self.average_bits is None:
+            return
+        if self.size_budget is not None and self.average_bits is not None:
+            raise ConfigError("size_budget / average_bits: give one of them, not both")
 
     def _check_overrides(self) -> None:
         from qlinear.ptq.overrides import Override, validate

@@ -95,9 +95,10 @@ def quantize(model: Any, data: Any, config: QuantizeConfig | dict | None = None,
     if n_cal < cfg.calibration_samples:
         notes.append(f"only {len(ds)} samples: calibrating on {n_cal}")
     n_fit = n_cal  # with an accuracy target, the last calibration samples judge the repair and are not fitted on
-    if cfg.accuracy_target:
+    if cfg.accuracy_target or cfg.size_budget is not None or cfg.average_bits is not None:
         if n_cal < 2:
-            raise ConfigError(f"accuracy_target: needs at least 2 calibration samples, the data has {n_cal}")
+            what = "accuracy_target" if cfg.accuracy_target else "size_budget / average_bits"
+            raise ConfigError(f"{what}: needs at least 2 calibration samples, the data has {n_cal}")
         n_fit = n_cal - min(cfg.repair_samples, n_cal // 2)
     run = _Run(cfg, m, ds, label, notes, {}, progress, n_fit, n_cal)
     reference, placement = _rewrite(run)
@@ -182,6 +183,10 @@ def _calibrate(run: _Run, reference: onnx.ModelProto, placement: str) -> Quantiz
             notes.append(f"MSE ranges for the {len(implicit)} Gelu/SiLU outputs feeding MatMuls (heavy-tailed), "
                          "min-max elsewhere")
     tcfg = TensorConfigs(cfg, m, plan, implicit)
+    if cfg.size_budget is not None or cfg.average_bits is not None:  # refused before calibration if out of reach
+        from qlinear.ptq.budget import check_before
+
+        check_before(m, plan, tcfg, run.label)
     t0 = time.perf_counter()
     means_for = [b.input for b in plan.biases] if cfg.bias_correction else []
     adv = progress("calibrating", run.n_fit) if progress else None
@@ -211,7 +216,17 @@ def _calibrate(run: _Run, reference: onnx.ModelProto, placement: str) -> Quantiz
 
         correct_biases(m, plan, {e.name: e for e in es.params}, means, skip=done)
     decisions: list[dict] = []
-    if cfg.accuracy_target:
+    curve: list[dict] = []
+    if cfg.size_budget is not None or cfg.average_bits is not None:  # with accuracy_target too: qlinear.ptq.budget
+        from qlinear.ptq.budget import run_budget
+        from qlinear.ptq.repair import RepairInputs
+
+        t1 = time.perf_counter()
+        es, m, decisions, curve = run_budget(RepairInputs(es, m, reference, plan, obs, means, tcfg, run.ds,
+                                                          (run.n_fit, run.n_cal), keep, run.label),
+                                             progress=progress, notes=notes)
+        timings["repair"] = time.perf_counter() - t1
+    elif cfg.accuracy_target:
         from qlinear.ptq.repair import RepairInputs, run_repair
 
         t1 = time.perf_counter()
@@ -224,6 +239,7 @@ def _calibrate(run: _Run, reference: onnx.ModelProto, placement: str) -> Quantiz
     timings["quantize"] += time.perf_counter() - t0 - timings.get("repair", 0.0)
     out = QuantizedModel(qm, m, reference, es, cfg, plan, run.ds, timings, notes, None, m, decisions)
     out.integer_check = _integer_check(qm, notes)
+    out.budget = curve  # the size-vs-metric points measured under size_budget / average_bits
     out._float_session = keep.get("session"), keep.get("outputs", [])
     return out
 

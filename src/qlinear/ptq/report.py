@@ -8,6 +8,7 @@ import json
 import math
 from typing import Any
 
+from qlinear.ptq.budget import chart as budget_chart
 from qlinear.ptq.evaluate import Report
 from qlinear.ptq.sensitivity import chart
 
@@ -34,6 +35,7 @@ def to_json(qm: Any, rep: Report) -> str:
     doc = {"config": qm.config.to_dict(), "requested": sorted(getattr(qm.config, "requested", ())), "notes": qm.notes, "timings": qm.timings,
            "encodings": len(qm.encodings), "report": rep.to_dict(), "decisions": list(qm.decisions),
            **({"sensitivity": rep.sensitivity} if getattr(rep, "sensitivity", None) else {}),
+           **({"budget": qm.budget} if getattr(qm, "budget", None) else {}),
            "integer_check": None if qm.integer_check is None else {
                "ok": qm.integer_check.ok, "layers": [lc.as_dict() for lc in qm.integer_check.layers]}}
     return json.dumps(_finite(doc), indent=2, allow_nan=False)
@@ -119,6 +121,21 @@ def _mixed_html(rows: list[dict]) -> str:
             + "".join(body) + "</table>")
 
 
+def _budget(qm: Any) -> str:
+    curve = getattr(qm, "budget", None) or []
+    if not curve:
+        return ""
+    red = ' style="color:#c0392b"'
+    rows = "".join(f"<tr{red if c.get('chosen') else ''}><td>{html.escape(c['candidate'])}"
+                   f"</td><td>{c['int4_weights']}</td><td>{c['size_fraction']:.4f}</td><td>{c['average_bits']:.2f}"
+                   f"</td><td>{'yes' if c['within_budget'] else 'no'}</td><td>{c['metric']:.4f}</td>"
+                   f"<td>{c['sqnr_db']:.2f}</td></tr>" for c in curve)
+    return ("<h2>Mixed precision: size against metric of the measured candidates (held-back calibration samples; "
+            f"chosen in red)</h2>{budget_chart(curve)}<table><tr><th>candidate</th><th>int4 weights</th>"
+            "<th>size (of float)</th><th>bits per weight</th><th>within budget</th><th>metric</th><th>SQNR dB</th>"
+            f"</tr>{rows}</table>")
+
+
 def to_html(qm: Any, rep: Report) -> str:
     cfg = qm.config
     if cfg.weight_only:
@@ -166,6 +183,7 @@ td,th{{border:1px solid #ccc;padding:2px 6px}}h2{{margin-top:1.5em}}</style></he
 <table><tr><th>output</th><th>kind</th><th colspan="6">metrics</th></tr>{outs}</table>{mixed}
 <h2>Per-tensor SQNR of its own quantization (lowest first)</h2>{_bars(worst)}
 {_sensitivity(rep)}
+{_budget(qm)}
 <h2>Precision decisions</h2><table><tr><th>#</th><th>tensor</th><th>change</th><th>why</th>
 <th>output metric after (calibration samples)</th></tr>{srows}
 </table>

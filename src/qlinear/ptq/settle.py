@@ -39,6 +39,7 @@ def settle(cfg: QuantizeConfig, model: Any = None) -> tuple[QuantizeConfig, list
     if not isinstance(cfg, QuantizeConfig):
         raise ConfigError(f"config: expected a QuantizeConfig, got {type(cfg).__name__}")
     notes: list[str] = []
+    _budget(cfg)
     cfg = _lpbq(cfg)
     if cfg.target == "tflite":
         cfg = _tflite(cfg, notes)
@@ -56,6 +57,21 @@ def settle(cfg: QuantizeConfig, model: Any = None) -> tuple[QuantizeConfig, list
                          f"instead (ONNX Runtime runs 8-bit {'/'.join(kinds)} with 8-bit activations as "
                          "QLinearConv/MatMulInteger, which take no blocked scales)")
     return cfg, notes
+
+
+def _budget(cfg: QuantizeConfig) -> None:
+    """``size_budget`` / ``average_bits`` move int8 weights to int4 on targets that run int4 weights."""
+    if cfg.size_budget is None and cfg.average_bits is None:
+        return
+    what = "size_budget" if cfg.size_budget is not None else "average_bits"
+    if cfg.weight_only:
+        raise ConfigError(f"{what}: mixed int4/int8 precision applies to W8A8-style runs; not available with "
+                          "activation_type float (weight-only): set weight_type int4 or int8 instead")
+    if cfg.target == "tflite":
+        raise ConfigError(f"{what}: int4 weights are not available with target tflite; use target ort or qnn")
+    if cfg.weight_type != "int8" or cfg.weights == "lpbq":
+        raise ConfigError(f"{what}: picks int4 or int8 per layer from int8 weights; leave weight_type int8 "
+                          f"(got {cfg.weight_type}) and weights per-channel, per-tensor or per-block")
 
 
 def per_channel_instead(cfg: QuantizeConfig, op: str) -> bool:

@@ -1,0 +1,375 @@
+"""Mixed precision under a size budget: per-layer int4/int8 weights chosen from their sensitivity so that the model
+fits ``size_budget`` (a fraction of the float size) or ``average_bits`` (bits per quantized weight element).
+
+Size model (:func:`sizes`): a quantized weight takes ``bits * elements / 8`` bytes plus 4 bytes per float32 scale
+(plus its zero points at the weight's width when asymmetric); every other initializer (biases, which become int32,
+and what stays float) keeps its float bytes. The float size is the bytes of all float initializers of the model.
+``average_bits`` counts only the quantized weights' elements (no scales). This is the deployed weight storage, not
+the ``.qdq.onnx`` file: Q/DQ also stores per-channel zero points that are zero, an int32 bias's scale and zero point
+per channel (derivable from the input and weight scales), and qlinear embeds the encodings JSON as metadata; on
+EfficientNet-Lite0 at a budget of 0.2 the file's initializers come to 0.211 of the float ones.
+
+Choice (:func:`choose`), judged on the held-back calibration samples (``repair_samples``, which nothing is fitted
+on; the report's held-out samples are never used for choices):
+
+1. sensitivity: the output SQNR of the *float* model with only that weight at int4 (one ONNX Runtime session, the
+   weights fed as inputs), turned into a relative output noise ``10^(-SQNR/10)``;
+2. candidates: weights go to int4 in order of least noise per byte saved (and, as a second candidate, of least
+   noise) until the size fits; then the most harmful int4 weights go back to int8 while the budget still allows;
+3. each candidate is built and measured (the real quantized model) on the held-back samples; without an accuracy
+   target the best metric within the budget is kept (``top1_agreement`` when the output is a classifier, else
+   ``sqnr_db``; ties broken by SQNR). With an ``accuracy_target`` the smallest model within the budget that meets it
+   is kept (the int4 prefix of the per-byte order, bisected), else the best one with a warning.
+
+Every measured candidate is a point of the size-vs-metric curve in ``report.json["budget"]`` and ``report.html``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from qlinear.errors import ConfigError
+from qlinear.graph.model import GraphIndex
+from qlinear.ptq.config import DATA_WEIGHT_METHODS
+from qlinear.ptq.encode import weight_encoding
+from qlinear.ptq.metrics import Target
+from qlinear.ptq.repair import RepairInputs, _Builder, _measure
+from qlinear.ptq.session import Session
+
+LOW, HIGH = "int4", "int8"
+
+
+@dataclass
+class Sizes:
+    """Bytes of each movable weight at int4 and int8, the rest of the model, and the float size. Weights whose type
+    the configuration fixes otherwise (an override) are not moved: ``fixed`` bytes at their width, ``fixed_bits``
+    their bits times elements."""
+
+    low: dict[str, float]
+    high: dict[str, float]
+    elements: dict[str, int]
+    other: float
+    float_bytes: float
+    fixed: float = 0.0
+    fixed_bits: float = 0.0
+    fixed_elements: int = 0
+
+    def fraction(self, assign: dict[str, str]) -> float:
+        """The model's size with the weights of ``assign`` (name -> ``int4``) at int4, the rest int8, as a fraction
+        of the float size."""
+        total = self.other + self.fixed + sum(self.low[t] if assign.get(t) == LOW else self.high[t] for t in self.high)
+        return total / self.float_bytes
+
+    def average_bits(self, assign: dict[str, str]) -> float:
+        n = sum(self.elements.values()) + self.fixed_elements
+        bits = sum(self.elements[t] * (4 if assign.get(t) == LOW else 8) for t in self.elements) + self.fixed_bits
+        return bits / max(n, 1)
+
+
+def _bytes(e: Any, bits: int, n: int) -> float:
+    k = int(np.size(e.scale)) if e.scale is not None else 1
+    zp = 0.0 if e.zero_point is None or not np.any(np.asarray(e.zero_point)) else k * bits / 8
+    return n * bits / 8 + 4 * k + zp
+
+
+def sizes(m: onnx.ModelProto, encode: Callable[[str, str | None], Any]) -> Sizes:
+    """The size model of ``m`` (module docstring); ``encode(weight, type)`` gives a quantized weight's encoding at
+    ``type`` (None: as configured; its scales count), None for a tensor that is not a quantized weight. A weight
+    configured as int8 can move to int4; any other stays as configured."""
+    g = GraphIndex.build(m, infer_shapes=False)
+    s = Sizes({}, {}, {}, 0.0, 0.0)
+    for t in m.graph.initializer:
+        a = g.array(t.name)
+        nbytes = float(a.nbytes)
+        if a.dtype.kind == "f":
+            s.float_bytes += nbytes
+        e = encode(t.name, None)
+        if e is None:
+            s.other += nbytes
+        elif e.dtype != HIGH:
+            bits = e.qtype.bits
+            s.fixed += _bytes(e, bits, a.size)
+            s.fixed_bits += bits * a.size
+            s.fixed_elements += int(a.size)
+        else:
+            s.elements[t.name] = int(a.size)
+            s.high[t.name] = _bytes(e, 8, a.size)
+            s.low[t.name] = _bytes(encode(t.name, LOW), 4, a.size)
+    s.float_bytes = max(s.float_bytes, 1.0)
+    return s
+
+
+@dataclass
+class Budget:
+    """``size_budget`` (fraction of the float size) or ``average_bits``."""
+
+    kind: str      # "size_budget" or "average_bits"
+    value: float
+
+    @classmethod
+    def of(cls, cfg: Any) -> "Budget | None":
+        if cfg.size_budget is not None:
+            return cls("size_budget", float(cfg.size_budget))
+        if cfg.average_bits is not None:
+            return cls("average_bits", float(cfg.average_bits))
+        return None
+
+    def measure(self, s: Sizes, assign: dict[str, str]) -> float:
+        return s.fraction(assign) if self.kind == "size_budget" else s.average_bits(assign)
+
+    def fits(self, s: Sizes, assign: dict[str, str]) -> bool:
+        return self.measure(s, assign) <= self.value + 1e-12
+
+    def check_reachable(self, s: Sizes, label: str) -> None:
+        """Refuse a budget that even all-int4 weights miss, naming the smallest reachable value."""
+        every = {t: LOW for t in s.high}
+        if not self.fits(s, every):
+            best = self.measure(s, every)
+            what = f"{best:.4f} of the float size" if self.kind == "size_budget" else f"{best:.2f} bits"
+            raise ConfigError(f"{self.kind}: {self.value:g} is below what {label} reaches with every quantized "
+                              f"weight at int4 ({what}); raise {self.kind} to at least {math.ceil(best * 1e4) / 1e4:g}")
+
+
+@dataclass
+class Outcome:
+    assign: dict[str, str]
+    metrics: dict
+    curve: list[dict] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def fill(order: list[str], noise: dict[str, float], fits: Callable[[dict[str, str]], bool]) -> dict[str, str]:
+    """Weights of ``order`` to int4 one by one until ``fits``; then the most harmful (``noise``) back to int8 while
+    it still fits."""
+    assign: dict[str, str] = {}
+    for t in order:
+        if fits(assign):
+            break
+        assign[t] = LOW
+    for t in sorted(assign, key=lambda x: -noise[x]):
+        trial = {k: v for k, v in assign.items() if k != t}
+        if fits(trial):
+            assign = trial
+    return assign
+
+
+def orders(s: Sizes, noise: dict[str, float]) -> list[list[str]]:
+    """Weights in order of least output noise per byte int4 saves, and of least output noise."""
+    ts = list(s.high)
+    per_byte = sorted(ts, key=lambda t: noise[t] / max(s.high[t] - s.low[t], 1e-9))
+    return [per_byte, sorted(ts, key=lambda t: noise[t])]
+
+
+def choose(budget: Budget, s: Sizes, noise: dict[str, float], measure: Callable[[dict[str, str]], dict],
+           target: Target | None, metric: str) -> Outcome:
+    """The assignment kept (module docstring, step 3) and every measured candidate."""
+    fits = lambda a: budget.fits(s, a)  # noqa: E731
+    seen: dict[tuple, dict] = {}
+    curve: list[dict] = []
+
+    def evaluate(a: dict[str, str], how: str) -> dict:
+        key = tuple(sorted(a))
+        if key not in seen:
+            seen[key] = measure(a)
+            curve.append({"candidate": how, "int4_weights": len(a), "size_fraction": s.fraction(a),
+                          "average_bits": s.average_bits(a), "within_budget": fits(a),
+                          "metric": _value(seen[key], metric), "sqnr_db": _value(seen[key], "sqnr_db")})
+        return seen[key]
+
+    evaluate({}, "all int8")
+    cands = [fill(o, noise, fits) for o in orders(s, noise)]
+    for a, how in zip(cands, ("least noise per byte", "least noise")):
+        evaluate(a, how)
+    chosen = None
+    if target is not None:
+        chosen = _smallest_meeting(budget, s, orders(s, noise)[0], target, evaluate)
+    if chosen is None:
+        chosen = max(cands, key=lambda a: (_value(seen[tuple(sorted(a))], metric),
+                                           _value(seen[tuple(sorted(a))], "sqnr_db")))
+    key = tuple(sorted(chosen))
+    for c in curve:
+        c["chosen"] = False
+    for c, k in zip(curve, seen):
+        c["chosen"] = k == key
+    return Outcome(chosen, seen[key], curve)
+
+
+def _smallest_meeting(budget: Budget, s: Sizes, order: list[str], target: Target,
+                      evaluate: Callable[[dict[str, str], str], dict]) -> dict[str, str] | None:
+    """The longest int4 prefix of ``order`` that meets ``target`` among those within the budget (bisected), or
+    None when even the shortest one within the budget misses it."""
+    def prefix(k: int) -> dict[str, str]:
+        return {t: LOW for t in order[:k]}
+
+    lo = next(k for k in range(len(order) + 1) if budget.fits(s, prefix(k)))
+    if target.value_of(evaluate(prefix(lo), f"int4 prefix {lo}")) < target.value:
+        return None
+    hi = len(order) + 1  # prefix(lo) meets the target; prefix(hi) is taken to miss it
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if target.value_of(evaluate(prefix(mid), f"int4 prefix {mid}")) >= target.value:
+            lo = mid
+        else:
+            hi = mid
+    return prefix(lo)
+
+
+def _value(metrics: dict, metric: str) -> float:
+    vals = [d[metric] for d in metrics.values() if metric in d]
+    return min(vals) if vals else -math.inf
+
+
+# --------------------------------------------------------------------------------------------- in the pipeline
+def weight_noise(reference: onnx.ModelProto, weights: list[str], low: Callable[[str], np.ndarray],
+                 batches: list[dict], label: str) -> dict[str, float]:
+    """Per weight, the relative output noise ``10^(-SQNR/10)`` of the float ``reference`` with only that weight
+    replaced by ``low(weight)`` (its int4 values), on ``batches``: one session, the weights fed as inputs."""
+    m = onnx.ModelProto()
+    m.CopyFrom(reference)
+    g = GraphIndex.build(reference, infer_shapes=False)
+    floats = {t: g.array(t) for t in weights}
+    keep = [i for i in m.graph.initializer if i.name not in floats]
+    del m.graph.initializer[:]
+    m.graph.initializer.extend(keep)
+    for t, a in floats.items():
+        m.graph.input.append(helper.make_tensor_value_info(t, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape))
+    outs = [o.name for o in m.graph.output]
+    sess = Session(m, outs, level="basic", label=f"the float {label}")
+    batches = [{**b, **floats} for b in batches]
+    ref = [sess.run(outs, b) for b in batches]
+    noise = {}
+    for t in weights:
+        sig = err = 0.0
+        for b, r in zip(batches, ref):
+            got = sess.run(outs, {**b, t: low(t).astype(floats[t].dtype)})
+            for x, y in zip(r, got):
+                x64 = np.asarray(x, np.float64)
+                sig += float(np.sum(x64 ** 2))
+                err += float(np.sum((x64 - np.asarray(y, np.float64)) ** 2))
+        noise[t] = err / max(sig, 1e-300)
+    return noise
+
+
+def plan_sizes(inp: RepairInputs) -> tuple[Sizes, _Builder]:
+    """The size model of the run (quantized weights: the plan's integer weights)."""
+    builder = _Builder(inp)
+
+    def encode(t: str, dtype: str | None) -> Any:
+        e = builder.encs.get(t)
+        if t not in builder.specs or e is None or not e.qtype.is_int:
+            return None
+        return e if dtype is None or dtype == e.dtype else encoding_at(builder, t, dtype)
+
+    return sizes(inp.model, encode), builder
+
+
+def encoding_at(builder: _Builder, t: str, dtype: str) -> Any:
+    """The encoding of weight ``t`` at ``dtype`` from its float values (as precision repair computes it)."""
+    return _encode(builder.inp.tcfg, t, builder.g_ref.array(t), builder.specs[t], dtype)
+
+
+def _encode(tcfg: Any, t: str, w: np.ndarray, spec: Any, dtype: str) -> Any:
+    c = tcfg.weight(t)
+    c = c.replace(weight_type=dtype,
+                  weight_method="minmax" if c.w_method in DATA_WEIGHT_METHODS else c.weight_method)
+    return weight_encoding(t, w, spec, c)
+
+
+def check_before(m: onnx.ModelProto, plan: Any, tcfg: Any, label: str) -> None:
+    """Before calibration: refuse a budget that even all-int4 weights miss (:meth:`Budget.check_reachable`)."""
+    budget = Budget.of(tcfg.cfg)
+    if budget is None:
+        return
+    g = GraphIndex.build(m, infer_shapes=False)
+    specs = {s.name: s for s in plan.weights}
+
+    def encode(t: str, dtype: str | None) -> Any:
+        if t not in specs or not tcfg.weight(t).weight_qtype.is_int:
+            return None
+        return _encode(tcfg, t, g.array(t), specs[t], dtype or tcfg.weight(t).weight_type)
+
+    budget.check_reachable(sizes(m, encode), label)
+
+
+def run_budget(inp: RepairInputs, *, progress: Callable[[str, int], Callable[[int], None]] | None = None,
+               notes: list[str] | None = None) -> tuple[Any, onnx.ModelProto, list[dict], list[dict]]:
+    """Mixed precision inside :func:`qlinear.quantize`: returns the encodings (before the int32 biases), the float
+    model they apply to, the decisions and the size-vs-metric curve."""
+    cfg = inp.tcfg.cfg
+    budget = Budget.of(cfg)
+    s, builder = plan_sizes(inp)
+    budget.check_reachable(s, inp.label)
+    outputs = [o.name for o in inp.model.graph.output]
+    fsess = inp.keep.get("session") or Session(inp.reference, outputs, level="all", label=f"the float {inp.label}")
+    batches = list(inp.dataset.batches(inp.samples[0], inp.samples[1], cfg.batch_size))
+    float_out = {o: [fsess.run([o], b)[0] for b in batches] for o in outputs}
+    low = {t: encoding_at(builder, t, LOW) for t in s.high}
+    g_ref = builder.g_ref
+    noise = weight_noise(inp.reference, list(s.high), lambda t: low[t].fake_quantize(g_ref.array(t)),
+                         batches[:2], inp.label)
+    target = Target.parse(cfg.accuracy_target) if cfg.accuracy_target else None
+    classifier = any(v and v[0].ndim == 2 and v[0].shape[1] > 1 for v in float_out.values())  # has top-1
+    metric = target.metric if target else ("top1_agreement" if classifier else "sqnr_db")
+    adv = progress("size budget", 3) if progress else None
+
+    def measure(assign: dict[str, str]) -> dict:
+        r = _measure(inp, builder.build(assign), batches, float_out)
+        if adv:
+            adv(1)
+        return r
+
+    res = choose(budget, s, noise, measure, target, metric)
+    es2, m2 = builder.build(res.assign)
+    rank = {t: i + 1 for i, t in enumerate(sorted(s.high, key=lambda t: noise[t]))}
+    decisions = [{"tensor": t, "change": f"weight {HIGH} -> {LOW}",
+                  "reason": f"size budget: output SQNR {-10 * math.log10(max(noise[t], 1e-30)):.1f} dB with only it "
+                            f"int4 (rank {rank[t]} of {len(rank)}, least sensitive first), saves "
+                            f"{s.high[t] - s.low[t]:.0f} bytes", "metric": _value(res.metrics, metric)}
+                 for t in sorted(res.assign, key=lambda t: rank[t])]
+    if notes is not None:
+        notes += _notes(budget, s, res, inp.samples, metric, target)
+    return es2, m2, decisions, res.curve
+
+
+def _notes(budget: Budget, s: Sizes, res: Outcome, samples: tuple[int, int], metric: str,
+           target: Target | None) -> list[str]:
+    v = _value(res.metrics, metric)
+    out = [f"{budget.kind} {budget.value:g}: {len(res.assign)} of {len(s.high)} weights int4, the rest int8: "
+           f"{s.fraction(res.assign):.4f} of the float size, {s.average_bits(res.assign):.2f} bits per weight; "
+           f"{metric} {v:.4f} on calibration samples {samples[0]}..{samples[1] - 1} (held back from fitting; "
+           f"{len(res.curve)} candidates measured)"]
+    if target is not None and target.value_of(res.metrics) < target.value:
+        out.append(f"WARNING: accuracy target {target} not met within {budget.kind} {budget.value:g} (best "
+                   f"{target.value_of(res.metrics):.4f}); raise the budget or relax the target")
+    return out
+
+
+def chart(curve: list[dict], width: int = 520, height: int = 260) -> str:
+    """An inline SVG of the measured candidates: size (fraction of float) against the metric, the chosen one red."""
+    pts = [c for c in curve if math.isfinite(c["metric"])]
+    if not pts:
+        return ""
+    xs, ys = [c["size_fraction"] for c in pts], [c["metric"] for c in pts]
+    x0, x1 = min(xs), max(xs) if max(xs) > min(xs) else min(xs) + 1e-3
+    y0, y1 = min(ys), max(ys) if max(ys) > min(ys) else min(ys) + 1e-3
+    p = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-size="9" '
+         'font-family="sans-serif"><text x="40" y="12">metric (calibration samples held back) against size '
+         '(fraction of float)</text>']
+    for c in sorted(pts, key=lambda c: c["size_fraction"]):
+        x = 40 + (c["size_fraction"] - x0) / (x1 - x0) * (width - 80)
+        y = height - 30 - (c["metric"] - y0) / (y1 - y0) * (height - 60)
+        col = "#c0392b" if c.get("chosen") else "#2e86c1"
+        p.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="4" fill="{col}"/><text x="{x + 6:.1f}" y="{y + 3:.1f}">'
+                 f'{c["size_fraction"]:.3f}, {c["metric"]:.4f}</text>')
+    p.append(f'<text x="40" y="{height - 8}">size {x0:.3f} .. {x1:.3f}; metric {y0:.4f} .. {y1:.4f}</text></svg>')
+    return "".join(p)
+
+
+__all__ = ["Budget", "Outcome", "Sizes", "chart", "choose", "fill", "orders", "run_budget", "sizes",
+           "weight_noise"]
