@@ -40,9 +40,15 @@ from qlinear.graph.ir import to_proto
 from qlinear.graph.load import load_checked, model_dir
 from qlinear.graph.ops import WEIGHT_BEARING
 from qlinear.graph.save import needs_external
-from qlinear.ptq.algorithms.gptq import gptq
 from qlinear.ptq.algorithms.awq import apply_awq, rtn_quantizer
-from qlinear.ptq.algorithms.grids import BlockQuant, activation_aware_grid, padded, quantize_blocks, quantize_rtn
+from qlinear.ptq.algorithms.gptq import gptq
+from qlinear.ptq.algorithms.grids import (
+    BlockQuant,
+    activation_aware_grid,
+    padded,
+    quantize_blocks,
+    quantize_rtn,
+)
 from qlinear.ptq.config import WEIGHT_ONLY_DATA_METHODS, QuantizeConfig
 from qlinear.ptq.result import QuantizedModel, check_samples, is_binary, is_file, path_of
 from qlinear.ptq.session import Session
