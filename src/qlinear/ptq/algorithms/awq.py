@@ -45,9 +45,9 @@ def awq_scales(x_mag: np.ndarray, alpha: float) -> np.ndarray:
 
 
 def output_error(w: np.ndarray, wq: np.ndarray, h: np.ndarray) -> float:
-    """``tr((W - W_q) G (W - W_q)^T) = ||X W^T - X W_q^T||^2`` for ``G = X^T X``."""
-    d = np.asarray(w, np.float64) - np.asarray(wq, np.float64)
-    return float(np.einsum("nk,nk->", d @ np.asarray(h, np.float64), d))
+    """``tr((W - W_q) G (W - W_q)^T) = ||X W^T - X W_q^T||^2`` for ``G = X^T X`` (float32 product, float64 sum)."""
+    d = np.asarray(w, np.float32) - np.asarray(wq, np.float32)
+    return float(np.einsum("nk,nk->", d @ np.asarray(h, np.float32), d, dtype=np.float64))
 
 
 Quantizer = Callable[[np.ndarray], np.ndarray]
