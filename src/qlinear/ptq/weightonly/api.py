@@ -155,7 +155,7 @@ class WeightOnlyModel(QuantizedModel):
 
     @property
     def fitted(self) -> bool:
-        return self.config.w_method in WEIGHT_ONLY_DATA_METHODS  # round to nearest never sees the data: every sample is held out
+        return self.config.w_method in WEIGHT_ONLY_DATA_METHODS  # round to nearest never sees the data
 
     def report(self, *, samples: int | None = None, progress: Callable[[int], None] | None = None,
                model_path: Path | None = None):  # noqa: ANN201
@@ -518,7 +518,8 @@ def _quantize_one(w: np.ndarray, g: _Grid, grid: str, method: str, cfg: Quantize
 
 
 def _awq_quantizer(cfg: QuantizeConfig) -> Callable[[np.ndarray], np.ndarray]:
-    """AWQ's search quantizer: round to nearest on the run's grid (per channel: one block of K; LPBQ: its blocks)."""
+    """AWQ's search quantizer: round to nearest on the run's grid (per channel: one block of K; LPBQ: its blocks,
+    float scales before the LPBQ decomposition)."""
     bits = int(cfg.weight_type.lstrip("u").removeprefix("int"))
     per_block = rtn_quantizer(bits, int(cfg.block_size), grid_for(cfg))
     return (lambda w: rtn_quantizer(bits, w.shape[1], grid_for(cfg))(w)) if cfg.weights == "per-channel" else per_block
