@@ -255,3 +255,16 @@ def test_weight_only_methods_end_to_end(tmp_path, method):
         out = run_ort(qm.model, {"x": x[300:]})[0]
         errs[meth] = float(np.square(out - ref).sum())
     assert errs[method] < errs["minmax"]
+
+
+def test_config_refusals(tmp_path):
+    from qlinear.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="aag.*LPBQ"):
+        QuantizeConfig(activation_type="float", weight_type="int4", weights="lpbq", weight_method="aag")
+    with pytest.raises(ConfigError, match="weight_method"):
+        QuantizeConfig(activation_type="float", weight_type="int4", weight_method="gptq+awq")
+    p = tmp_path / "m.onnx"
+    onnx.save(_block_model("rms"), p)
+    with pytest.raises(ConfigError, match="awq needs calibration data"):
+        quantize(str(p), None, QuantizeConfig(activation_type="float", weight_type="int4", weight_method="awq"))
