@@ -293,6 +293,7 @@ def quantize_weights(model: Any, data: Any, cfg: QuantizeConfig, *, progress: Pr
     shared = _other_readers(m, by_weight)
     if "awq" in (cfg.weight_method or ""):
         hess, awq_notes = apply_awq(m, tensors.array, by_weight, hess, _awq_quantizer(cfg), skip=set(shared))
+        tensors.by_name = {t.name: t for t in m.graph.initializer}  # the inserted Mul's 1/s too
         notes += awq_notes
     t0 = time.perf_counter()
     adv = progress("quantizing weights", len(by_weight)) if progress else None
