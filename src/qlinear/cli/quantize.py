@@ -29,7 +29,8 @@ _HELP = {  # the help text of each option
     "calibration": 'Activation method: minmax (default), sqnr, mse, percentile, entropy or moving_average.',
     "weight_method": ('Weight method: minmax (default), sqnr, mse, percentile, seqmse (ranges by the '
                       "layer's output error) or adaround (learned rounding; uses the calibration "
-                      'data); weight-only: minmax (round to nearest), mse or gptq (needs data).'),
+                      'data); weight-only: minmax (round to nearest), mse, or with data gptq, awq, aag '
+                      '(activation-aware grid) and their + combinations (awq+gptq).'),
     "output_format": ('Weight-only output: qdq (default: blocked DequantizeLinear, which ONNX Runtime '
                       'fuses into MatMulNBits) or matmulnbits (com.microsoft.MatMulNBits written '
                       'directly).'),
@@ -108,7 +109,7 @@ def quantize(
             "batch_axes": _batch_axes(batch_axis), "input_shapes": _input_shapes(input_shape),
             "full_integer": full_integer or None, "workers": workers, "ray_address": ray_address}
     cfg = settled_config(model, config, over)
-    if data is None and not (cfg.weight_only and cfg.w_method != "gptq"):
+    if data is None and not (cfg.weight_only and cfg.w_method in ("minmax", "mse")):
         raise ConfigError("--data is required with a model (an .npz file or a folder of samples); only weight-only "
                           "round to nearest (--activation-type float, --weight-method minmax or mse) runs without it")
     report = report and data is not None  # a weight-only run without data has nothing to evaluate on

@@ -33,6 +33,10 @@ DATA_WEIGHT_METHODS = ("seqmse", "adaround")
 #: weight-only methods (:mod:`qlinear.ptq.weightonly`): round to nearest (``minmax``), per-block clipping search
 #: (``mse``), GPTQ (needs data)
 WEIGHT_ONLY_METHODS = ("minmax", "mse", "gptq")
+#: weight-only methods on the calibration data's Gram matrices (:mod:`qlinear.ptq.algorithms.awq`, ``aag``:
+#: :func:`qlinear.ptq.algorithms.grids.activation_aware_grid`), alone or before GPTQ
+WEIGHT_ONLY_DATA_METHODS = ("gptq", "awq", "aag", "awq+gptq", "aag+gptq", "awq+aag", "awq+aag+gptq")
+WEIGHT_ONLY_METHODS += WEIGHT_ONLY_DATA_METHODS[1:]
 OUTPUT_FORMATS = ("qdq", "matmulnbits")
 LM_HEAD_TYPES = ("int8", "int4", "float")  #: weight-only lm_head: int8 per-channel, follow the weights, or float
 TARGETS = ("ort", "tflite", "qnn")
@@ -222,6 +226,9 @@ class QuantizeConfig:
             if self.weight_type not in ("int8", "uint8", "int4", "uint4", "int2"):
                 raise ConfigError(f"weight_type: {self.weight_type!r} with activation_type float (weight-only): "
                                   "expected int8, uint8, int4, uint4 or int2")
+            if "aag" in (self.weight_method or "") and self.weights == "lpbq":
+                raise ConfigError(f"weight_method: {self.weight_method} chooses per-block scales, which LPBQ "
+                                  "replaces by its own; use weights per-block, or weight_method gptq/awq with lpbq")
             if self.weights == "per-tensor":
                 raise ConfigError("weights: per-tensor weight-only quantization is not offered (it loses too much); "
                                   "use per-channel, per-block or lpbq")

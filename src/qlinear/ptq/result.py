@@ -21,7 +21,7 @@ from qlinear.encodings import EncodingSet
 from qlinear.errors import ConfigError, GraphError, OutputError, UnsupportedError
 from qlinear.graph.plan import Plan
 from qlinear.ptq import targets
-from qlinear.ptq.config import QuantizeConfig
+from qlinear.ptq.config import WEIGHT_ONLY_DATA_METHODS, QuantizeConfig
 from qlinear.ptq.data import Dataset
 
 
@@ -156,7 +156,7 @@ class QuantizedModel:
     def fitted(self) -> bool:
         """Whether the run fitted anything on the data (its calibration samples are then not held out; weight-only
         round to nearest never sees the data)."""
-        return self.streamed is None or self.config.w_method == "gptq"
+        return self.streamed is None or self.config.w_method in WEIGHT_ONLY_DATA_METHODS
 
     def held_out(self) -> tuple[int, int]:
         """``(start, stop)`` of the samples the report evaluates: the ones after the calibration samples (all of them
@@ -227,8 +227,9 @@ class QuantizedModel:
         keep = set(WEIGHT_ONLY_OPTIONS)
         if self.config.weights != "per-channel":
             keep.add("block_size")
-        if self.config.w_method == "gptq":
-            keep |= {"calibration_samples", "gptq_act_order", "gptq_damp"}
+        if self.config.w_method in WEIGHT_ONLY_DATA_METHODS:
+            keep |= {"calibration_samples"} | ({"gptq_act_order", "gptq_damp"} if "gptq" in self.config.w_method
+                                              else set())
         d["weight_method"] = self.config.w_method
         return {k: v for k, v in d.items() if k in keep}
 

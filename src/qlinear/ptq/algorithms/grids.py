@@ -163,3 +163,92 @@ def _representable(s: np.ndarray, dtype: np.dtype) -> np.ndarray:
 def bits_of(type_name: str) -> int:
     t = qtype(type_name)
     return int(t.bits)
+
+
+# --- activation-aware grid ("aag"): clipping and scales chosen by the layer's output error --------------------------
+
+
+def block_grams(h: np.ndarray, k: int, block: int) -> np.ndarray:
+    """The diagonal blocks ``G_bb`` ``[nb, block, block]`` (float32) of a ``[K, K]`` Gram matrix ``X^T X``, the
+    partial last block padded with zeros (padded weights are zero and stay zero: they add no error)."""
+    nb = n_blocks(k, block)
+    out = np.zeros((nb, block, block), np.float32)
+    for b in range(nb):
+        lo, hi = b * block, min((b + 1) * block, k)
+        out[b, :hi - lo, :hi - lo] = h[lo:hi, lo:hi]
+    return out
+
+
+def block_output_error(wb: np.ndarray, wq: np.ndarray, gbb: np.ndarray) -> np.ndarray:
+    """``||X_b (w_b - w^_b)||^2 = d^T G_bb d`` of every block ``[N, nb]`` (``d = w_b - w^_b``): the output error of
+    each block on its own input columns (the cross-block terms of ``tr(dW G dW^T)`` left out, as AWQ's clipping
+    search does, so that every block is chosen independently)."""
+    d = (wb - wq).astype(np.float32)
+    return np.einsum("nbi,bij,nbj->nb", d, gbb, d, optimize=True)
+
+
+def _dq(wb: np.ndarray, s: np.ndarray, z: np.ndarray, bits: int) -> np.ndarray:
+    q = quantize_blocks(wb, s, z, bits)
+    return (q.astype(np.float32) - z[..., None]) * s[..., None]
+
+
+def search_clip_output(wb: np.ndarray, gbb: np.ndarray, bits: int, grid: str,
+                       clips: np.ndarray = CLIPS) -> tuple[np.ndarray, np.ndarray]:
+    """Per block, the clipping ratio of ``clips`` with the least output error (:func:`block_output_error`) instead
+    of the weight error of :func:`search_clip`; returns the ratios and their errors ``[N, nb]``."""
+    best = np.full(wb.shape[:-1], np.inf, np.float32)
+    arg = np.ones(wb.shape[:-1], np.float32)
+    for c in clips:
+        s, z = params(wb, bits, grid, c)
+        err = block_output_error(wb, _dq(wb, s, z, bits), gbb)
+        better = err < best
+        best = np.where(better, err, best)
+        arg = np.where(better, np.float32(c), arg)
+    return arg, best
+
+
+def refine_scales(wb: np.ndarray, gbb: np.ndarray, s: np.ndarray, z: np.ndarray, bits: int, *, iters: int = 4,
+                  scale_dtype: np.dtype = FLOAT32) -> tuple[np.ndarray, np.ndarray]:
+    """HQQ-like alternating refinement of the block scales under the output error: with the integers ``q`` fixed,
+    the scale minimising ``(w - s q')^T G_bb (w - s q')`` (``q' = q - z``) is ``s = q'^T G_bb w / q'^T G_bb q'`` in
+    closed form; the integers are then rounded again on the new scale, ``iters`` times. A block keeps a new scale only
+    where its output error went down, so the result is never worse than the given grid; the zero points stay
+    (integers, as ONNX stores them). Returns the scales and each block's output error."""
+    best_s = s.astype(np.float32)
+    best = block_output_error(wb, _dq(wb, best_s, z, bits), gbb)
+    cur = best_s
+    zf = z[..., None].astype(np.float32)
+    for _ in range(iters):
+        qp = quantize_blocks(wb, cur, z, bits).astype(np.float32) - zf
+        gq = np.einsum("bij,nbj->nbi", gbb, qp, optimize=True)
+        num, den = (gq * wb).sum(-1), (gq * qp).sum(-1)
+        ok = den > 0
+        cur = np.where(ok & (num > 0), num / np.where(ok, den, 1), cur).astype(np.float32)
+        if scale_dtype != np.float32:
+            cur = _representable(cur, scale_dtype)
+        err = block_output_error(wb, _dq(wb, cur, z, bits), gbb)
+        better = err < best
+        best = np.where(better, err, best)
+        best_s = np.where(better, cur, best_s)
+    return best_s, best
+
+
+def activation_aware_grid(w: np.ndarray, h: np.ndarray, bits: int, block: int, grid: str, *, iters: int = 4,
+                          clips: np.ndarray = CLIPS, scale_dtype: np.dtype = FLOAT32) -> BlockQuant:
+    """The ``aag`` weight-only method: round to nearest of ``W[N, K]`` on per-block grids chosen by the layer's
+    output error with Gram matrix ``h = X^T X`` ``[K, K]`` rather than by the weight error: the clipping ratio of
+    ``clips`` per block (:func:`search_clip_output`, the full range is one of the candidates), then ``iters``
+    closed-form scale refinements (:func:`refine_scales`). Each block's output error
+    (:func:`block_output_error`) is never above round to nearest's on the full range. The integers are
+    ``quantize_blocks`` of the weight on the returned scales (rounding again from the scales gives them back)."""
+    n, k = w.shape
+    wb = padded(w, block)
+    gbb = block_grams(np.asarray(h, np.float32), k, block)
+    clip, _ = search_clip_output(wb, gbb, bits, grid, clips)
+    s, z = params(wb, bits, grid, clip)
+    if scale_dtype != np.float32:
+        s = _representable(s, scale_dtype)
+    if iters:
+        s, _ = refine_scales(wb, gbb, s, z, bits, iters=iters, scale_dtype=scale_dtype)
+    q = quantize_blocks(wb, s, z, bits).reshape(n, -1)[:, :k]
+    return BlockQuant(np.ascontiguousarray(q), s.astype(np.float32), z.astype(np.int8) if z.any() else None, block)

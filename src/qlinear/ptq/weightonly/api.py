@@ -40,9 +40,16 @@ from qlinear.graph.ir import to_proto
 from qlinear.graph.load import load_checked, model_dir
 from qlinear.graph.ops import WEIGHT_BEARING
 from qlinear.graph.save import needs_external
+from qlinear.ptq.algorithms.awq import apply_awq, rtn_quantizer
 from qlinear.ptq.algorithms.gptq import gptq
-from qlinear.ptq.algorithms.grids import BlockQuant, padded, quantize_blocks, quantize_rtn
-from qlinear.ptq.config import QuantizeConfig
+from qlinear.ptq.algorithms.grids import (
+    BlockQuant,
+    activation_aware_grid,
+    padded,
+    quantize_blocks,
+    quantize_rtn,
+)
+from qlinear.ptq.config import WEIGHT_ONLY_DATA_METHODS, QuantizeConfig
 from qlinear.ptq.result import QuantizedModel
 from qlinear.ptq.stats import Gram
 from qlinear.ptq.stats.stream import accumulate_model
@@ -158,9 +165,13 @@ def quantize_weights(model: Any, data: Any, cfg: QuantizeConfig, *, progress: Pr
     _check_upgrade(given, m, tensors, ds, label, notes)
     timings: dict[str, float] = {}
     hess = _hessians(m, base, by_weight, ds, cfg, label, progress, timings, notes)
+    shared = _other_readers(m, by_weight)
+    if "awq" in (cfg.weight_method or ""):
+        hess, awq_notes = apply_awq(m, tensors.array, by_weight, hess, _awq_quantizer(cfg), skip=set(shared))
+        tensors.by_name = {t.name: t for t in m.graph.initializer}  # the inserted Mul's 1/s too
+        notes += awq_notes
     t0 = time.perf_counter()
     adv = progress("quantizing weights", len(by_weight)) if progress else None
-    shared = _other_readers(m, by_weight)
     results = [_quantize_weight(name, lins, tensors, cfg, hess, shared, notes, adv,
                                 role=heads.get(name, ""))
                for name, lins in by_weight.items()]
@@ -242,18 +253,18 @@ def _hessians(m: onnx.ModelProto, base: Path | None, by_weight: dict[str, list[L
               cfg: QuantizeConfig, label: str, progress: Progress | None, timings: dict[str, float],
               notes: list[str]) -> dict[str, tuple[np.ndarray, int]]:
     """GPTQ's Hessians of the linears' inputs (one ONNX Runtime pass); none for round to nearest."""
-    if (cfg.weight_method or "minmax") != "gptq":
+    if (cfg.weight_method or "minmax") not in WEIGHT_ONLY_DATA_METHODS:
         return {}
     if ds is None:
-        raise ConfigError("weight_method gptq needs calibration data (--data); round to nearest (minmax, mse) "
-                          "needs none")
+        raise ConfigError(f"weight_method {cfg.weight_method} needs calibration data (--data); round to nearest "
+                          "(minmax, mse) needs none")
     n_cal = min(cfg.calibration_samples, len(ds))
     t0 = time.perf_counter()
     adv = progress("collecting Hessians", n_cal) if progress else None
     hess = _gram_matrices(m, base, [ls[0].input for ls in by_weight.values()], ds, n_cal, cfg.batch_size, label,
                           adv, workers=cfg.workers, ray_address=cfg.ray_address)
     timings["calibration"] = time.perf_counter() - t0
-    notes.append(f"GPTQ on {n_cal} calibration samples ({len(hess)} distinct linear inputs), damp "
+    notes.append(f"{cfg.weight_method} on {n_cal} calibration samples ({len(hess)} distinct linear inputs), damp "
                  f"{cfg.gptq_damp}, act_order {cfg.gptq_act_order}")
     return hess
 
@@ -291,7 +302,8 @@ def _quantize_weight(name: str, lins: list[Linear], tensors: Tensors, cfg: Quant
     """One weight's result: its encoding now; its integers GPTQ's (kept, int8) or round to nearest redone from the
     weight when written (only the scales are kept: memory holds one weight at a time). ``role``: why an lm_head
     is quantized 8-bit per-channel (:func:`lm_head_plan`), empty for the other weights."""
-    lin, method, grid = lins[0], cfg.weight_method or "minmax", grid_for(cfg)
+    lin, grid = lins[0], grid_for(cfg)
+    method = (cfg.weight_method or "minmax").removeprefix("awq+").replace("awq", "minmax")  # AWQ: weights scaled
     wtype = ("uint8" if cfg.weight_type.startswith("u") else "int8") if role else cfg.weight_type
     lpbq, per_channel = cfg.weights == "lpbq" and not role, bool(role) or cfg.weights == "per-channel"
     wdt = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensors.by_name[name].data_type))
@@ -299,17 +311,18 @@ def _quantize_weight(name: str, lins: list[Linear], tensors: Tensors, cfg: Quant
         raise ConfigError(f"{name}: LPBQ of float16 weights is not supported (the effective scale "
                           "int_scale * float scale is float32); convert the model to float32 or use per-block")
     g = _Grid(lin, wtype, weight_bits(wtype), lin.k if per_channel else int(cfg.block_size), per_channel, lpbq, wdt)
-    if method == "gptq" and name in shared:
+    if method.endswith("gptq") and name in shared:
         notes.append(f"{name}: also read by {', '.join(sorted(shared[name]))} (a tied embedding): GPTQ's error "
                      "compensation would shift the lookup too, so this weight is rounded to nearest")
     w = _as_nk(tensors.array(name), lin)
-    if method == "gptq" and name not in shared:
-        bq = _quantize_one(w, g, grid, method, cfg, hess.get(lin.input, (None, 0))[0])
+    h = hess.get(lin.input, (None, 0))[0]
+    if method.endswith("gptq") and name not in shared:
+        bq = _quantize_one(w, g, grid, method, cfg, h)
         kept = _stored(bq.q, g)
         integers = (lambda: kept)      # GPTQ's integers are the result: kept
     else:  # round to nearest: the integers are redone from the scales when the weight is written
-        method = "minmax" if method == "gptq" else method
-        bq = _quantize_one(w, g, grid, method, None, None)
+        method = method.removesuffix("gptq").rstrip("+") or "minmax"
+        bq = _quantize_one(w, g, grid, method, None, h)
         integers = _requantize(tensors, name, g, bq.scale, bq.zero_point)
     sqnr = weight_sqnr(w, bq.dequantize())
     rtn = sqnr if method == "minmax" else weight_sqnr(
@@ -407,14 +420,19 @@ def _check_upgrade(given: list[onnx.ModelProto], m: onnx.ModelProto, tensors: Te
 def _quantize_one(w: np.ndarray, g: _Grid, grid: str, method: str, cfg: QuantizeConfig | None,
                   h: np.ndarray | None) -> BlockQuant:
     sd = g.scale_dtype
-    if method == "gptq" and h is not None:
+    if method.endswith("gptq") and h is not None:
         fixed = None
         if g.lpbq:
             rtn = quantize_rtn(w, g.bits, g.block, grid, scale_dtype=sd)
             s, _ = _lpbq(g, rtn.scale)
             fixed = (s, np.zeros(s.shape, np.int64))
+        elif method == "aag+gptq":  # GPTQ on the activation-aware grids (static groups)
+            a = activation_aware_grid(w, h, g.bits, g.block, grid, scale_dtype=sd)
+            fixed = (a.scale, np.zeros(a.scale.shape, np.int64) if a.zero_point is None else a.zero_point)
         return gptq(w, h, g.bits, g.block, grid, damp=cfg.gptq_damp, act_order=cfg.gptq_act_order, fixed=fixed,
                     scale_dtype=sd)
+    if method == "aag" and h is not None:
+        return activation_aware_grid(w, h, g.bits, g.block, grid, scale_dtype=sd)
     bq = quantize_rtn(w, g.bits, g.block, grid, method="mse" if method == "mse" else "minmax", scale_dtype=sd)
     if g.lpbq:
         s, _ = _lpbq(g, bq.scale)
@@ -422,6 +440,14 @@ def _quantize_one(w: np.ndarray, g: _Grid, grid: str, method: str, cfg: Quantize
         q = quantize_blocks(wb, s, np.zeros(s.shape, np.int64), g.bits).reshape(w.shape[0], -1)[:, :w.shape[1]]
         bq = BlockQuant(np.ascontiguousarray(q), s, None, g.block)
     return bq
+
+
+def _awq_quantizer(cfg: QuantizeConfig) -> Callable[[np.ndarray], np.ndarray]:
+    """AWQ's search quantizer: round to nearest on the run's grid (per channel: one block of K; LPBQ: its blocks,
+    float scales before the LPBQ decomposition)."""
+    bits = int(cfg.weight_type.lstrip("u").removeprefix("int"))
+    per_block = rtn_quantizer(bits, int(cfg.block_size), grid_for(cfg))
+    return (lambda w: rtn_quantizer(bits, w.shape[1], grid_for(cfg))(w)) if cfg.weights == "per-channel" else per_block
 
 
 def _lpbq(g: _Grid, block_scale: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
