@@ -23,8 +23,6 @@ OPS_DIR = SRC / "graph" / "ops"
 
 #: literals of >= 3 op types that stay outside the registry, with the reason
 ALLOWED = {
-    ("graph/passes/smooth.py", frozenset({"LayerNormalization", "SimplifiedLayerNormalization", "RMSNormalization"})):
-        "SmoothQuant's foldable normalizations: graph/passes/smooth.py belongs to another change (to become a registry role)",
     ("ptq/targets.py", frozenset({"Conv", "Gemm", "MatMul"})):
         "check_tflite's bias rule: only the FIXED/SAME_SCALE tables of ptq/targets.py moved in this change",
 }

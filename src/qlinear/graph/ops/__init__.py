@@ -41,6 +41,7 @@ NON_FLOAT_OPS = with_role("non_float")
 ACTIVATION_FNS = with_role("smooth_activation")
 MLP_BOUNDARY = with_role("mlp_boundary")
 TRANSFORMER_NORMS = with_role("transformer_norm")
+AFFINE_NORMS = with_role("affine_norm")
 LOOKUPS = with_role("lookup")
 QDQ_STRUCTURE = with_role("qdq_structure")
 CONSTANT_CLAMPS = with_role("constant_clamp")
@@ -94,6 +95,7 @@ def bias_input(op_type: str) -> int | None:
 
 __all__ = [
     "ACTIVATION_FNS",
+    "AFFINE_NORMS",
     "CONSTANT_CLAMPS",
     "DATA_MOVEMENT",
     "FAMILIES",

@@ -14,8 +14,9 @@ for _t, _b in (("Equal", "EQUAL"), ("Less", "LESS"), ("Greater", "GREATER")):
     REGISTRY.add(FAMILY, _t, ("non_float",), tflite_island="compare", tflite_float_builtin=_b)
 REGISTRY.add(FAMILY, ("Not", "And", "Or"), ("non_float",))
 REGISTRY.add(FAMILY, "Cast", ("non_float",), tflite_island="cast")
-REGISTRY.add(FAMILY, "LayerNormalization", ("transformer_norm", "mlp_boundary"))
-REGISTRY.add(FAMILY, "SimplifiedLayerNormalization", ("transformer_norm",))
+REGISTRY.add(FAMILY, "LayerNormalization", ("transformer_norm", "mlp_boundary", "affine_norm"))
+REGISTRY.add(FAMILY, "SimplifiedLayerNormalization", ("transformer_norm", "affine_norm"))
+REGISTRY.add(FAMILY, "RMSNormalization", ("affine_norm",))
 REGISTRY.add(FAMILY, ("QuantizeLinear", "DequantizeLinear"), ("qdq_structure",))
 # a BatchNormalization that did not fold into a Conv (after a ConvTranspose, say): a TFLite float island
 REGISTRY.add(FAMILY, "BatchNormalization", tflite_island="batch_norm")

@@ -24,6 +24,8 @@ ROLES = {
     "non_float": "its outputs are not float data to quantize (shapes, indices, booleans, casts)",
     "smooth_activation": "a smooth activation function (Gelu and its forms, Sigmoid...): heavy-tailed MatMul inputs",
     "mlp_boundary": "the search for a smooth activation above a MatMul input stops here",
+    "affine_norm": "a normalization ending in x_hat * scale (+ bias), scale on input 1, bias on input 2: per-input-"
+                   "channel factors fold into them (SmoothQuant, AWQ)",
     "transformer_norm": "with Softmax and a constant-weight MatMul, marks a transformer graph",
     "lookup": "an embedding lookup when its data input is a float initializer",
     "constant_clamp": "a clamp when its second input is a constant (Max/Min): fused like a Relu/Clip",

@@ -23,9 +23,10 @@ import numpy as np
 import onnx_ir as ir
 
 from qlinear.graph.ir import Names, add_initializer, make_node, set_initializer
+from qlinear.graph.ops import AFFINE_NORMS
 
 ALPHA = 0.5
-NORMS = ("LayerNormalization", "SimplifiedLayerNormalization", "RMSNormalization")
+NORMS = AFFINE_NORMS  # the normalizations a per-channel factor folds into (the registry's role)
 
 
 def _const(v: ir.Value | None) -> np.ndarray | None:

@@ -31,10 +31,11 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from qlinear.graph.ops import AFFINE_NORMS
 from qlinear.ptq.algorithms.grids import FLOAT32, BlockQuant, quantize_rtn
 
 ALPHAS = np.arange(20) / 20  #: the reference implementation's grid of 20 exponents in [0, 1)
-NORMS = {"LayerNormalization": (1, 2), "SimplifiedLayerNormalization": (1,), "RMSNormalization": (1,)}
+AFFINE = (1, 2)  #: scale and (where present) bias inputs of an AFFINE_NORMS normalization (the registry's role)
 
 
 def awq_scales(x_mag: np.ndarray, alpha: float) -> np.ndarray:
@@ -99,8 +100,8 @@ def fold_input_scale(m: onnx.ModelProto, x: str, linears: set[str], inv_s: np.nd
     k = inv_s.size
     if prod is not None and only:
         idx: tuple[int, ...] = ()
-        if prod.op_type in NORMS and prod.output[0] == x:
-            idx = tuple(i for i in NORMS[prod.op_type] if i < len(prod.input) and prod.input[i])
+        if prod.op_type in AFFINE_NORMS and prod.output[0] == x:
+            idx = tuple(i for i in AFFINE if i < len(prod.input) and prod.input[i])
         elif prod.op_type == "Mul":
             idx = tuple(i for i in (0, 1) if prod.input[i] in inits
                         and int(np.prod(inits[prod.input[i]].dims)) == k and inits[prod.input[i]].dims[-1] == k)[:1]
