@@ -242,14 +242,20 @@ def fold_constant_chains(graph: onnx.GraphProto) -> int:
     _rename_in_subgraphs(graph, rename)
     for o in graph.output:  # an Identity's output is never a graph output here; kept for safety
         o.name = rename.get(o.name, o.name)
+    prune_initializers(graph)
+    return folded
+
+
+def prune_initializers(graph: onnx.GraphProto) -> None:
+    """Drop the initializers (and their graph-input entries) that nothing reads any more, subgraphs included."""
     used = _used_names(graph)
+    inits = {t.name for t in graph.initializer}
     kept = [t for t in graph.initializer if t.name in used]
     del graph.initializer[:]
     graph.initializer.extend(kept)
     inputs = [v for v in graph.input if v.name in used or v.name not in inits]
     del graph.input[:]
     graph.input.extend(inputs)
-    return folded
 
 
 def _fold_key(n: onnx.NodeProto) -> bytes:

@@ -26,6 +26,7 @@ from onnx import helper, numpy_helper
 
 from qlinear.errors import GraphError
 from qlinear.graph.ops import QDQ_STRUCTURE, QUANTIZE_OPS
+from qlinear.graph.passes.normalize import prune_initializers
 
 #: the largest constant (elements) a fold may create
 FOLD_LIMIT = 1 << 20
@@ -123,7 +124,7 @@ def _fold_once(model: onnx.ModelProto) -> int:
     if folded:
         del g.node[:]
         g.node.extend(keep)
-        _prune(g)
+        prune_initializers(g)
     return folded
 
 
@@ -165,21 +166,6 @@ def _eval(node: onnx.NodeProto, args: list[np.ndarray | None], model: onnx.Model
     m = helper.make_model(gr, opset_imports=[o for o in model.opset_import if o.domain in ("", "ai.onnx")])
     return np.asarray(ReferenceEvaluator(m).run(None, {nm: a for nm, a in zip(names, args) if a is not None})[0])
 
-
-def _prune(g: onnx.GraphProto) -> None:
-    """Drop the initializers (and their graph-input entries) that nothing reads any more."""
-    used = {x for n in g.node for x in n.input} | {o.name for o in g.output}
-    for n in g.node:  # names read inside subgraphs
-        for a in n.attribute:
-            for sg in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
-                used |= {x for sn in sg.node for x in sn.input}
-    inits = {t.name for t in g.initializer}
-    kept = [t for t in g.initializer if t.name in used]
-    del g.initializer[:]
-    g.initializer.extend(kept)
-    ins = [v for v in g.input if v.name in used or v.name not in inits]
-    del g.input[:]
-    g.input.extend(ins)
 
 
 __all__ = ["FOLD_LIMIT", "fix_input_shapes", "fold_static_shapes"]
