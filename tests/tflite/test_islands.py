@@ -1,6 +1,7 @@
 """TFLite export for real models (issue 21, Deliver 4): data movement on integers (TRANSPOSE, STRIDED_SLICE, SPLIT_V,
 GATHER, RESIZE_NEAREST_NEIGHBOR), float islands (DEQUANTIZE -> float builtin -> QUANTIZE) for operators outside the
-integer set and for constant operands, each run by LiteRT 2.3.0 and compared bit for bit with run_integer in the
+integer set and for constant operands also read by such an operator (the others are quantized int8 symmetric
+per-tensor, as the converter does), each run by LiteRT 2.3.0 and compared bit for bit with run_integer in the
 matching profile; ``--full-integer`` refuses islands, naming the node."""
 
 from __future__ import annotations
@@ -70,11 +71,13 @@ CASES = {
     "hard_sigmoid": ([_n("HardSigmoid", ["x"], ["y"], alpha=0.2, beta=0.5)], {}, {"DEQUANTIZE", "MINIMUM"}, True),
     "div_const": ([_n("Div", ["x", "c"], ["y"])], {"c": np.float32(6.0)}, {"DIV"}, True),
     "add_const_channel": ([_n("Add", ["x", "c"], ["y"])], {"c": RNG.normal(0, 1, (1, 4, 1, 1)).astype(np.float32)},
-                          {"ADD"}, True),
+                          {"ADD"}, False),
     "mul_const_relu": ([_n("Mul", ["x", "c"], ["m"]), _n("Relu", ["m"], ["y"])], {"c": np.float32(0.37)},
-                       {"MUL", "RELU"}, True),
+                       {"MUL"}, False),
     "sub_const_row": ([_n("Sub", ["c", "x"], ["y"])], {"c": RNG.normal(0, 1, (8,)).astype(np.float32)}, {"SUB"},
-                      True),
+                      False),
+    "shared_const_add_mul": ([_n("Add", ["x", "c"], ["a"]), _n("Mul", ["a", "c"], ["y"])],
+                             {"c": np.float32(-0.75)}, {"ADD", "MUL"}, False),
     "hardswish_decomposed": ([_n("Add", ["x", "three"], ["a"]), _n("Clip", ["a", "lo", "hi"], ["c"]),
                               _n("Mul", ["x", "c"], ["m"]), _n("Div", ["m", "six"], ["y"])],
                              {"three": np.float32(3), "lo": np.float32(0), "hi": np.float32(6), "six": np.float32(6)},
@@ -165,8 +168,12 @@ def test_islands_are_named_in_a_note_and_full_integer_refuses_them(tmp_path):
                                            full_integer=True))
     with pytest.raises(UnsupportedError, match=r"node \S+ \(HardSigmoid\).*float island"):
         convert(qm.model, full_integer=True)
-    m = _model(*CASES["add_const_channel"][:2])
-    with pytest.raises(ConfigError, match=r"node y \(Add\) has a constant operand"):
+    m = _model(*CASES["add_const_channel"][:2])  # a constant operand is quantized (int8 symmetric per-tensor)
+    qm = qlinear.quantize(m, {"x": X}, dict(calibration_samples=8, evaluation_samples=0, target="tflite",
+                                            full_integer=True))
+    assert convert(qm.model, full_integer=True).islands == []
+    m = _model([_n("Add", ["x", "c"], ["a"]), _n("Div", ["a", "c"], ["y"])], {"c": np.float32(0.5)})
+    with pytest.raises(ConfigError, match=r"node a \(Add\) has a constant operand"):  # also read by a Div: float
         qlinear.quantize(m, {"x": X}, dict(calibration_samples=8, evaluation_samples=0, target="tflite",
                                            full_integer=True))
     m = _model(*CASES["transpose"][:2])  # data movement is integer: allowed with full_integer

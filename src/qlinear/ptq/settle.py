@@ -27,6 +27,7 @@ from qlinear.core.granularity import LPBQ, PerBlock
 from qlinear.core.types import QType, int_type
 from qlinear.errors import ConfigError
 from qlinear.graph import ops
+from qlinear.ptq import targets
 from qlinear.ptq.config import QuantizeConfig
 
 CONV_OPS = ("Conv", "ConvTranspose")
@@ -173,8 +174,11 @@ def _tflite_model(model: Any, cfg: QuantizeConfig) -> None:
                           + (f"; {', '.join(shapes)} of static shapes fold to constants: fix the input shapes with "
                              "--input-shape NAME=D0,D1,..." if shapes else "") + "; or use target ort or qnn")
     if cfg.full_integer:
+        consts, readers = targets.constants_of(model)
+        wide = cfg.activation_qtype.bits == 16  # 16x8: constant operands stay float islands
         for n in model.graph.node:
-            const_operand = ops.tflite_writer_of(n.op_type) == "binary" and any(i in inits for i in n.input)
+            const_operand = ops.tflite_writer_of(n.op_type) == "binary" and any(
+                i in inits and (wide or targets.island_constant(n, i, consts, readers)) for i in n.input)
             if n.op_type not in integer | set(ops.TFLITE_MOVED) or const_operand:
                 what = "has a constant operand" if const_operand else "is outside the TFLite integer set"
                 raise ConfigError(f"full_integer: node {n.name or n.output[0]} ({n.op_type}) {what} and would "

@@ -45,7 +45,52 @@ def finalize(es: EncodingSet, m: onnx.ModelProto, plan: Any, cfg: QuantizeConfig
     for n in m.graph.node:  # same-scale operators: output takes the input's parameters
         if n.op_type in SAME_SCALE_TFLITE and n.output[0] in encs and n.input and n.input[0] in encs:
             encs[n.output[0]] = encs[n.input[0]].replace(name=n.output[0])
+    if not wide:
+        encs.update(constant_operands(m, encs))
     return es.with_encodings(encs.values())  # the int32 biases follow (pipeline.int32_biases)
+
+
+def constant_operands(m: onnx.ModelProto, encs: dict[str, Encoding]) -> dict[str, Encoding]:
+    """Int8 encodings for the float constant operands of the quantized elementwise operators (Add, Sub, Mul: the
+    registry's ``constant_operand`` role), as the TFLite converter quantizes them: symmetric per-tensor,
+    ``scale = max|c| / 127``, zero point 0 (``QuantizeWeight`` on a per-layer input). Without one the operator
+    would run as a float island (:func:`island_constant` says which constants stay float)."""
+    inits, readers = constants_of(m)
+    out: dict[str, Encoding] = {}
+    for n in m.graph.node:
+        if n.op_type not in ops.CONSTANT_OPERAND_OPS or not n.output or n.output[0] not in encs:
+            continue
+        others = [x for x in n.input if x and x not in inits]
+        if len(others) != 1 or others[0] not in encs:
+            continue
+        for c in n.input:
+            if c in inits and c not in encs and not island_constant(n, c, inits, readers):
+                peak = float(np.max(np.abs(onnx.numpy_helper.to_array(inits[c]))))
+                out[c] = Encoding(c, "int8", scale=np.float64(np.float32(peak / 127.0)), zero_point=0, role="param")
+    return out
+
+
+def constants_of(m: onnx.ModelProto) -> tuple[dict[str, onnx.TensorProto], dict[str, list[onnx.NodeProto]]]:
+    """The initializers of ``m`` by name, and the nodes reading each tensor."""
+    inits = {t.name: t for t in m.graph.initializer}
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for n in m.graph.node:
+        for x in set(n.input):
+            readers.setdefault(x, []).append(n)
+    return inits, readers
+
+
+def island_constant(n: onnx.NodeProto, c: str, inits: dict[str, onnx.TensorProto],
+                    readers: dict[str, list[onnx.NodeProto]]) -> bool:
+    """The constant operand ``c`` of ``n`` keeps ``n`` a float island in the TFLite export: a reader of ``c`` is not
+    an Add/Sub/Mul with one data input, or ``c`` is not float, or is all zeros."""
+    t = inits[c]
+    if t.data_type != onnx.TensorProto.FLOAT or any(
+            r.op_type not in ops.CONSTANT_OPERAND_OPS or sum(x not in inits for x in r.input if x) != 1
+            for r in readers.get(c, [n])):
+        return True
+    v = onnx.numpy_helper.to_array(t)
+    return v.size == 0 or not np.all(np.isfinite(v)) or not np.any(v)
 
 
 @dataclass

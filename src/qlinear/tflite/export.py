@@ -304,8 +304,23 @@ class _Writer:
         self.op("FULLY_CONNECTED", op.output, [x.index, wi, bias], [out.index], "FullyConnectedOptions",
                 fused_activation_function=self.fused(op), **keep)
 
+    def operand(self, op: QOp, i: int, other: int) -> _T:
+        """Input ``i`` of an elementwise ``op``: an integer tensor, or its quantized constant operand written as a
+        constant tensor broadcast to the rank of the other input (NHWC when that input is)."""
+        if not _constant_operand(op, i):
+            return self.input_of(op, i)
+        v, ref = op.inputs[i], self.input_of(op, other)
+        rank = len(ref.onnx_shape)
+        q = np.asarray(v.const)
+        q = q.reshape((1,) * (rank - q.ndim) + q.shape) if q.ndim < rank else q
+        data = np.transpose(q, (0, 2, 3, 1)) if ref.nhwc and q.ndim == 4 else q
+        idx = self.tensor(v.float_name or v.name, list(data.shape), v.params.dtype.name, self.quant(v),
+                          np.ascontiguousarray(data))
+        return _T(idx, tuple(q.shape), ref.nhwc and q.ndim == 4)
+
     def binary(self, op: QOp) -> None:
-        a, b = self.input_of(op, 0), self.input_of(op, 1)
+        a = self.operand(op, 0, 1) if _constant_operand(op, 0) else self.input_of(op, 0)
+        b = self.operand(op, 1, 0)
         nhwc = a.nhwc or b.nhwc
         if a.nhwc != b.nhwc and (len(a.onnx_shape) == 4) == (len(b.onnx_shape) == 4):
             raise UnsupportedError(f"node {op.name}: inputs in different layouts")
@@ -553,7 +568,9 @@ class _Writer:
         data = range(len(op.inputs)) if kind in ("binary", "concat") else (0,)
         if op.op == "MatMul" and len(op.inputs) > 1 and (op.inputs[1] is None or op.inputs[1].const is None):
             data = (0, 1)  # BATCH_MATMUL of two integer activations
-        if not all(i < len(op.inputs) and op.inputs[i] is not None and op.inputs[i].name in self.t for i in data):
+        if not all(i < len(op.inputs) and op.inputs[i] is not None
+                   and (op.inputs[i].name in self.t or (kind == "binary" and _constant_operand(op, i)))
+                   for i in data):
             return False
         # RESHAPE, PAD and CONCATENATION move the integers: with other parameters the values must be requantized
         # (in float: a float island, as run_integer's LiteRT profiles do)
@@ -567,6 +584,12 @@ WRITERS = {"conv": _Writer.conv, "transpose_conv": _Writer.transpose_conv, "full
            "pool": _Writer.pool, "reduce_mean": _Writer.reduce_mean, "reshape": _Writer.reshape,
            "identity": _Writer.identity, "concat": _Writer.concat, "pad": _Writer.pad, "softmax": _Writer.softmax,
            "clamp": _Writer.clamp, "unary": _Writer.unary}
+
+
+def _constant_operand(op: QOp, i: int) -> bool:
+    """Input ``i`` of ``op`` is a quantized per-tensor constant (an elementwise operator's constant operand)."""
+    v = op.inputs[i] if i < len(op.inputs) else None
+    return v is not None and v.const is not None and v.params.per_tensor and op.op in ops.CONSTANT_OPERAND_OPS
 
 
 def _same_params(a: QValue, b: QValue) -> bool:

@@ -45,6 +45,7 @@ AFFINE_NORMS = with_role("affine_norm")
 LOOKUPS = with_role("lookup")
 QDQ_STRUCTURE = with_role("qdq_structure")
 CONSTANT_CLAMPS = with_role("constant_clamp")
+CONSTANT_OPERAND_OPS = with_role("constant_operand")
 SAME_SCALE_TFLITE = with_role("same_scale_tflite")
 FIXED_TFLITE = {t: s.fixed_tflite for t, s in REGISTRY.specs.items() if s.fixed_tflite is not None}
 FIXED_TFLITE16 = {t: s.fixed_tflite16 for t, s in REGISTRY.specs.items() if s.fixed_tflite16 is not None}
@@ -97,6 +98,7 @@ __all__ = [
     "ACTIVATION_FNS",
     "AFFINE_NORMS",
     "CONSTANT_CLAMPS",
+    "CONSTANT_OPERAND_OPS",
     "DATA_MOVEMENT",
     "FAMILIES",
     "FIXED_TFLITE",

@@ -28,6 +28,8 @@ ROLES = {
                    "channel factors fold into them (SmoothQuant, AWQ)",
     "transformer_norm": "with Softmax and a constant-weight MatMul, marks a transformer graph",
     "lookup": "an embedding lookup when its data input is a float initializer",
+    "constant_operand": "an elementwise operator whose float constant operand TFLite quantizes (int8 symmetric "
+                        "per-tensor) instead of running it as a float island",
     "constant_clamp": "a clamp when its second input is a constant (Max/Min): fused like a Relu/Clip",
     "qdq_structure": "part of the Q/DQ encoding itself (QuantizeLinear, DequantizeLinear, Constant), not an operator",
 }
