@@ -187,12 +187,13 @@ def _score_data() -> np.ndarray:
     return x
 
 
-def test_ort_scores_above_the_calibration_maximum_are_kept():
+@pytest.mark.parametrize("target", ["ort", "qnn"])
+def test_scores_above_the_calibration_maximum_are_kept(target):
     """A Sigmoid part of a mixed output left in float is quantized over [0, 1] at 16 bits: held-out scores up to
     ~0.5 where the calibration scores stay below ~0.2 (min-max uint8 clipped them there); the part's
     SQNR of ONNX Runtime running the written model against the float model (onnx.reference) is >= 15 dB."""
     m, x = score_head(), _score_data()
-    qm = qlinear.quantize(m, {"x": x}, dict(CFG, target="ort"))
+    qm = qlinear.quantize(m, {"x": x}, dict(CFG, target=target))
     e = qm.encodings["cls"]
     assert e.dtype == "uint16" and _scales(qm, "cls") == pytest.approx(1 / 65535)
     assert any(n.startswith("cls (Sigmoid") and "uint16 over the Sigmoid range [0, 1]" in n for n in qm.notes)
