@@ -17,6 +17,7 @@ from onnx_peers import run_reference
 
 import qlinear
 from qlinear.graph.plan import make_plan
+from qlinear.ptq.metrics import Target
 from qlinear.ptq.report import to_html, to_json
 
 N_BOX, N_CLS = 4, 6
@@ -218,3 +219,19 @@ def test_ort_sigmoid_part_read_elsewhere_keeps_its_grid():
     qm = qlinear.quantize(score_head(), {"x": x}, dict(CFG, target="ort",
                                                        overrides=[{"name": "cls", "type": "uint8"}]))
     assert qm.encodings["cls"].dtype == "uint8" and _scales(qm, "cls") < 1 / 255
+
+
+def test_accuracy_target_sqnr_judges_a_mixed_output_by_its_worst_part():
+    """``accuracy_target: sqnr_db>=T`` holds for a mixed output when its worst part reaches T (the whole output's
+    SQNR is its widest part's): here the whole passes 42.5 dB and the scores do not until repair raises a tensor."""
+    assert Target.parse("sqnr_db>=20").value_of({"det": {"sqnr_db": 30.0, "sqnr_db_worst_part": 10.0},
+                                                 "y": {"sqnr_db": 25.0}}) == 10.0
+    m, x = detector(), _data()
+    r0 = qlinear.quantize(m, {"x": x}, dict(CFG, target="ort")).report().outputs["det"]
+    assert r0["sqnr_db_worst_part"] < 42.5 < r0["sqnr_db"]
+    qm = qlinear.quantize(m, {"x": x}, dict(CFG, target="ort", accuracy_target="sqnr_db>=42.5"))
+    note, = [n for n in qm.notes if n.startswith("precision repair")]
+    assert "by raising" in note and qm.decisions
+    ev = x[32:]
+    f, q = run_reference(m, {"x": ev})[0], _ort(qm.model, ev)
+    assert _sqnr(f[:, N_BOX:], q[:, N_BOX:]) > r0["sqnr_db_worst_part"]

@@ -30,7 +30,7 @@ from qlinear.graph.plan import resolve_inherit
 from qlinear.ptq.bias import correct_biases
 from qlinear.ptq.config import DATA_WEIGHT_METHODS
 from qlinear.ptq.encode import apply_encodings, int32_biases, weight_encoding
-from qlinear.ptq.evaluate import output_metrics
+from qlinear.ptq.evaluate import MIXED_RATIO, concat_parts, kind_metrics, output_metrics, part_ratio
 from qlinear.ptq.metrics import METRICS, Target
 from qlinear.ptq.session import Session
 
@@ -269,7 +269,13 @@ def _measure(inp: RepairInputs, built: tuple[Any, onnx.ModelProto], batches: lis
     sess = Session(q, level="basic", label=f"the quantized {inp.label}", disable_qdq_fusion=True)
     outputs = list(float_out)
     got = {o: [sess.run([o], b)[0] for b in batches] for o in outputs}
-    return {o: output_metrics(float_out[o], got[o], None, o, "repair samples") for o in outputs}
+    res = {o: output_metrics(float_out[o], got[o], None, o, "repair samples") for o in outputs}
+    for o, parts in concat_parts(inp.reference, outputs).items():  # a mixed output: judged by its worst part
+        if part_ratio(float_out[o], parts) > MIXED_RATIO:
+            k = kind_metrics("mixed", float_out[o], got[o], [len(x) for x in got[o]], None, o, "repair samples",
+                             parts=parts)
+            res[o]["sqnr_db_worst_part"] = k["sqnr_db_worst_part"]
+    return res
 
 
 def _notes(target: Target, res: Outcome, samples: tuple[int, int], n_cands: int) -> list[str]:
