@@ -141,7 +141,8 @@ class RepairInputs:
     tcfg: Any                      # per-tensor configs (qlinear.ptq.pipeline.TensorConfigs)
     dataset: Any                   # qlinear.ptq.data.Dataset
     samples: tuple[int, int]       # (start, stop): the calibration samples nothing was fitted on
-    keep: dict                     # the calibration pass's float session and the outputs it fetched, if kept
+    keep: dict                     # the calibration pass's float session and the outputs it fetched, if kept;
+    #                                "concat_parts": the graph outputs' Concat parts, once _measure found them
     label: str = "model"
 
 
@@ -270,7 +271,9 @@ def _measure(inp: RepairInputs, built: tuple[Any, onnx.ModelProto], batches: lis
     outputs = list(float_out)
     got = {o: [sess.run([o], b)[0] for b in batches] for o in outputs}
     res = {o: output_metrics(float_out[o], got[o], None, o, "repair samples") for o in outputs}
-    for o, parts in concat_parts(inp.reference, outputs).items():  # a mixed output: judged by its worst part
+    if "concat_parts" not in inp.keep:  # once per run (shape inference of the reference)
+        inp.keep["concat_parts"] = concat_parts(inp.reference, outputs)
+    for o, parts in inp.keep["concat_parts"].items():  # a mixed output: judged by its worst part
         if part_ratio(float_out[o], parts) > MIXED_RATIO:
             k = kind_metrics("mixed", float_out[o], got[o], [len(x) for x in got[o]], None, o, "repair samples",
                              parts=parts)
