@@ -17,6 +17,7 @@ from onnx_peers import run_reference
 
 import qlinear
 from qlinear.graph.plan import make_plan
+from qlinear.ptq.metrics import Target
 from qlinear.ptq.report import to_html, to_json
 
 N_BOX, N_CLS = 4, 6
@@ -149,3 +150,88 @@ def test_ort_mixed_output_also_read_by_a_conv_stays_quantized():
     assert not any("left in float" in n for n in qm.notes)
     rep = qm.report()
     assert rep.kinds["det"] == "mixed" and rep.outputs["det"]["sqnr_db_worst_part"] < rep.outputs["det"]["sqnr_db"]
+
+
+def score_head() -> onnx.ModelProto:
+    """Boxes in 0..320 next to class scores, YOLOv8's way: one Conv computes the class logits with other channels of
+    a wider range (``5 x[:, 2]``, as the box distribution logits), a Split takes the class logits (``x0 + x1 - 4``)
+    to the Sigmoid. Inputs with ``x0 + x1`` larger than on the calibration samples give scores above the calibration
+    maximum while their logits stay inside the logits' grid."""
+    rng = np.random.default_rng(2)
+    wc = (rng.standard_normal((2 * N_CLS, 8, 1)) * 0.05).astype(np.float32)
+    wc[:N_CLS, :2], wc[N_CLS:, 2] = 1.0, 5.0
+    inits = {"wb": (rng.standard_normal((N_BOX, 8, 1)) * 20).astype(np.float32), "bb": np.full(N_BOX, 160, np.float32),
+             "wc": wc, "bc": np.r_[np.full(N_CLS, -4), np.zeros(N_CLS)].astype(np.float32),
+             "lo": np.array(0, np.float32), "hi": np.array(320, np.float32),
+             "split": np.array([N_CLS, N_CLS], np.int64)}
+    nodes = [helper.make_node("Conv", ["x", "wb", "bb"], ["braw"], name="box_conv"),
+             helper.make_node("Clip", ["braw", "lo", "hi"], ["box"], name="box_clip"),
+             helper.make_node("Conv", ["x", "wc", "bc"], ["logits"], name="cls_conv"),
+             helper.make_node("Split", ["logits", "split"], ["craw", "other"], name="cls_split", axis=1),
+             helper.make_node("Sigmoid", ["craw"], ["cls"], name="cls_sigmoid"),
+             helper.make_node("Concat", ["box", "cls"], ["det"], name="head_concat", axis=1)]
+    g = helper.make_graph(nodes, "det", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8, 64])],
+                          [helper.make_tensor_value_info("det", TensorProto.FLOAT, ["N", N_BOX + N_CLS, 64])],
+                          [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
+    m.ir_version = 10
+    return m
+
+
+def _score_data() -> np.ndarray:
+    """48 samples in U(-2, 2): the first 32 (calibration) with ``x1 = -x0`` (logits near -4), the held-out 16 with
+    ``x1 = x0`` (logits up to 0)."""
+    rng = np.random.default_rng(3)
+    x = rng.uniform(-2, 2, (48, 8, 64)).astype(np.float32)
+    x[:32, 1] = np.clip(-x[:32, 0] + rng.normal(0, 0.5, (32, 64)), -2, 2)
+    x[32:, 1] = x[32:, 0]
+    return x
+
+
+@pytest.mark.parametrize("target", ["ort", "qnn"])
+def test_scores_above_the_calibration_maximum_are_kept(target):
+    """A Sigmoid part of a mixed output left in float is quantized over [0, 1] at 16 bits: held-out scores up to
+    ~0.5 where the calibration scores stay below ~0.2 (min-max uint8 clipped them there); the part's
+    SQNR of ONNX Runtime running the written model against the float model (onnx.reference) is >= 15 dB."""
+    m, x = score_head(), _score_data()
+    qm = qlinear.quantize(m, {"x": x}, dict(CFG, target=target))
+    e = qm.encodings["cls"]
+    assert e.dtype == "uint16" and _scales(qm, "cls") == pytest.approx(1 / 65535)
+    assert any(n.startswith("cls (Sigmoid") and "uint16 over the Sigmoid range [0, 1]" in n for n in qm.notes)
+    assert qm.encodings["logits"].dtype == "uint8"   # the logits keep the run's type
+    f_cal = run_reference(m, {"x": x[:32]})[0][:, N_BOX:]
+    ev = x[32:]
+    f, q = run_reference(m, {"x": ev})[0], _ort(qm.model, ev)
+    assert f[:, N_BOX:].max() > 2 * f_cal.max()   # what min-max over the calibration samples clipped
+    assert _sqnr(f[:, N_BOX:], q[:, N_BOX:]) >= 15
+    rep = qm.report()
+    assert rep.outputs["det"]["sqnr_db[4:10]"] == pytest.approx(_sqnr(f[:, N_BOX:], q[:, N_BOX:]), abs=0.5)
+
+
+def test_ort_sigmoid_part_read_elsewhere_keeps_its_grid():
+    """A Sigmoid part that another operator also reads keeps the run's type and calibrated range (that operator
+    needs its grid); so does a part an overrides rule sets."""
+    m, x = score_head(), _score_data()
+    m.graph.node.append(helper.make_node("Neg", ["cls"], ["neg"], name="cls_neg"))
+    m.graph.output.append(helper.make_tensor_value_info("neg", TensorProto.FLOAT, ["N", N_CLS, 64]))
+    qm = qlinear.quantize(m, {"x": x}, dict(CFG, target="ort"))
+    assert qm.encodings["cls"].dtype == "uint8" and not any(n.startswith("cls (Sigmoid") for n in qm.notes)
+    qm = qlinear.quantize(score_head(), {"x": x}, dict(CFG, target="ort",
+                                                       overrides=[{"name": "cls", "type": "uint8"}]))
+    assert qm.encodings["cls"].dtype == "uint8" and _scales(qm, "cls") < 1 / 255
+
+
+def test_accuracy_target_sqnr_judges_a_mixed_output_by_its_worst_part():
+    """``accuracy_target: sqnr_db>=T`` holds for a mixed output when its worst part reaches T (the whole output's
+    SQNR is its widest part's): here the whole passes 42.5 dB and the scores do not until repair raises a tensor."""
+    assert Target.parse("sqnr_db>=20").value_of({"det": {"sqnr_db": 30.0, "sqnr_db_worst_part": 10.0},
+                                                 "y": {"sqnr_db": 25.0}}) == 10.0
+    m, x = detector(), _data()
+    r0 = qlinear.quantize(m, {"x": x}, dict(CFG, target="ort")).report().outputs["det"]
+    assert r0["sqnr_db_worst_part"] < 42.5 < r0["sqnr_db"]
+    qm = qlinear.quantize(m, {"x": x}, dict(CFG, target="ort", accuracy_target="sqnr_db>=42.5"))
+    note, = [n for n in qm.notes if n.startswith("precision repair")]
+    assert "by raising" in note and qm.decisions
+    ev = x[32:]
+    f, q = run_reference(m, {"x": ev})[0], _ort(qm.model, ev)
+    assert _sqnr(f[:, N_BOX:], q[:, N_BOX:]) > r0["sqnr_db_worst_part"]

@@ -36,8 +36,10 @@ class Target:
         return cls(m.group(1), v)
 
     def value_of(self, metrics: dict[str, dict[str, float]]) -> float:
-        """The worst output's value of the metric."""
-        vals = [d[self.metric] for d in metrics.values() if self.metric in d]
+        """The worst output's value of the metric (``sqnr_db``: of an output of mixed ranges, its worst part's)."""
+        key = (lambda d: "sqnr_db_worst_part" if "sqnr_db_worst_part" in d else "sqnr_db") \
+            if self.metric == "sqnr_db" else (lambda d: self.metric)
+        vals = [d[key(d)] for d in metrics.values() if key(d) in d]
         if not vals:
             raise ConfigError(f"accuracy_target: no output has the metric {self.metric!r} (top-1 agreement needs a "
                               "classifier output [N, classes]); use cosine_mean or sqnr_db")

@@ -40,7 +40,7 @@ from qlinear.ptq import targets
 from qlinear.ptq.config import DATA_WEIGHT_METHODS, QuantizeConfig
 from qlinear.ptq.data import Dataset, ImagePreprocess, load_dataset, model_inputs
 from qlinear.ptq.encode import TensorConfigs, apply_encodings, build_encodings, int32_biases
-from qlinear.ptq.mixed import fill_ranges, keep_parts
+from qlinear.ptq.mixed import bounded_parts, fill_ranges, keep_parts
 from qlinear.ptq.result import QuantizedModel
 from qlinear.ptq.settle import placement_for, settle
 from qlinear.ptq.smooth import smooth_model
@@ -195,8 +195,8 @@ def _calibrate(run: _Run, reference: onnx.ModelProto, placement: str) -> Quantiz
     timings["calibration"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     fill_ranges(plan, obs)
-    keep_parts(plan, m, cfg.target, notes)
-    encs = build_encodings(m, plan, obs, tcfg)
+    floated = keep_parts(plan, m, cfg.target, notes)
+    encs = bounded_parts(build_encodings(m, plan, obs, tcfg), floated, plan, m, tcfg, notes)
     es = EncodingSet(tuple(encs), producer={"package": "qlinear", "version": _version()}, version="2.0.0")
     es = targets.finalize(es, m, plan, cfg)
     timings["quantize"] = time.perf_counter() - t0

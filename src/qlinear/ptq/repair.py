@@ -30,7 +30,7 @@ from qlinear.graph.plan import resolve_inherit
 from qlinear.ptq.bias import correct_biases
 from qlinear.ptq.config import DATA_WEIGHT_METHODS
 from qlinear.ptq.encode import apply_encodings, int32_biases, weight_encoding
-from qlinear.ptq.evaluate import output_metrics
+from qlinear.ptq.evaluate import MIXED_RATIO, concat_parts, kind_metrics, output_metrics, part_ratio
 from qlinear.ptq.metrics import METRICS, Target
 from qlinear.ptq.session import Session
 
@@ -141,7 +141,8 @@ class RepairInputs:
     tcfg: Any                      # per-tensor configs (qlinear.ptq.pipeline.TensorConfigs)
     dataset: Any                   # qlinear.ptq.data.Dataset
     samples: tuple[int, int]       # (start, stop): the calibration samples nothing was fitted on
-    keep: dict                     # the calibration pass's float session and the outputs it fetched, if kept
+    keep: dict                     # the calibration pass's float session and the outputs it fetched, if kept;
+    #                                "concat_parts": the graph outputs' Concat parts, once _measure found them
     label: str = "model"
 
 
@@ -269,7 +270,15 @@ def _measure(inp: RepairInputs, built: tuple[Any, onnx.ModelProto], batches: lis
     sess = Session(q, level="basic", label=f"the quantized {inp.label}", disable_qdq_fusion=True)
     outputs = list(float_out)
     got = {o: [sess.run([o], b)[0] for b in batches] for o in outputs}
-    return {o: output_metrics(float_out[o], got[o], None, o, "repair samples") for o in outputs}
+    res = {o: output_metrics(float_out[o], got[o], None, o, "repair samples") for o in outputs}
+    if "concat_parts" not in inp.keep:  # once per run (shape inference of the reference)
+        inp.keep["concat_parts"] = concat_parts(inp.reference, outputs)
+    for o, parts in inp.keep["concat_parts"].items():  # a mixed output: judged by its worst part
+        if part_ratio(float_out[o], parts) > MIXED_RATIO:
+            k = kind_metrics("mixed", float_out[o], got[o], [len(x) for x in got[o]], None, o, "repair samples",
+                             parts=parts)
+            res[o]["sqnr_db_worst_part"] = k["sqnr_db_worst_part"]
+    return res
 
 
 def _notes(target: Target, res: Outcome, samples: tuple[int, int], n_cands: int) -> list[str]:
