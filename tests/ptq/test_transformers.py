@@ -109,11 +109,11 @@ def test_qnn_lpbq_writes_int4_lpbq_weights_and_uint16_activations(tmp_path):
 
 
 def test_gelu_outputs_get_mse_ranges_unless_the_config_says_otherwise():
-    from qlinear.graph.model import GraphIndex
+    from qlinear.graph.ir import to_ir
     from qlinear.graph.plan import activation_fn_output
 
     m, d = tiny_encoder(), _data()
-    g = GraphIndex.build(m, infer_shapes=False)
+    g = to_ir(m)
     assert activation_fn_output(g, "gelu")
     assert not any(activation_fn_output(g, t) for t in ("h", "qs", "probs", "ctx", "h2"))
     qm = qlinear.quantize(m, d, CFG)

@@ -12,7 +12,7 @@ import numpy as np
 from qlinear.core import granularity as gr
 from qlinear.encodings.model import Encoding, EncodingSet
 from qlinear.errors import EncodingError
-from qlinear.graph.model import GraphIndex, load_model
+from qlinear.graph.model import GraphIndex, input_name, load_model
 from qlinear.graph.ops import input_axes
 
 
@@ -21,11 +21,16 @@ def param_axes(g: GraphIndex, name: str) -> tuple[int, int | None] | None:
     shape = g.shape(name)
     if shape is None:
         return None
-    rank = len(shape)
+    return value_axes(g.consumers.get(name, []), len(shape))
+
+
+def value_axes(uses: list[tuple[Any, int]], rank: int) -> tuple[int, int | None]:
+    """(channel axis, block axis) of a parameter of rank ``rank`` from its ``(node, input index)`` uses in node order
+    (the first consumer the registry's table knows decides), for ``onnx_ir`` nodes as for ``NodeProto``."""
     if rank <= 1:
         return (0, None)
-    for node, idx in g.consumers.get(name, []):
-        axes = input_axes(node, idx, rank)  # the table above, held by the operator registry
+    for node, idx in uses:
+        axes = input_axes(node, idx, rank)
         if axes is not None:
             return axes
     return (0, 1)
@@ -45,7 +50,7 @@ def _place(flat: np.ndarray, shape: tuple[int, ...], c: int, b: int, nb: int) ->
 def resolve_encoding(e: Encoding, g: GraphIndex) -> Encoding:
     is_param = e.name in g.initializers
     p = g.producer.get(e.name)
-    qdq_param = p is not None and p.op_type in ("DequantizeLinear", "Cast") and p.input[0] in g.initializers
+    qdq_param = p is not None and p.op_type in ("DequantizeLinear", "Cast") and input_name(p, 0) in g.initializers
     role = "param" if is_param or qdq_param else ("activation" if g.exists(e.name) else e.role)
     changes: dict[str, Any] = {}
     if role != e.role:

@@ -31,7 +31,7 @@ from qlinear.encodings.model import Encoding, EncodingSet, Style
 from qlinear.errors import EncodingError, GraphError, UnsupportedError
 from qlinear.graph.axes import resolve_encoding
 from qlinear.graph.ir import to_ir, to_proto
-from qlinear.graph.model import GraphIndex, attr, load_model, topological_sort
+from qlinear.graph.model import GraphIndex, attr, input_name, load_model, topological_sort
 from qlinear.graph.passes.insert_qdq import CAST_TYPES, FLOAT_TYPES, InsertQDQ, storage_type
 from qlinear.graph.passes.raise_opset import RaiseOpset
 
@@ -100,9 +100,10 @@ def _validate_one(e: Encoding, g: GraphIndex, rep: Report) -> None:
     is_param = e.name in g.initializers
     shape = g.shape(e.name)
     p = g.producer.get(e.name)
-    if not is_param and p is not None and p.op_type in ("DequantizeLinear", "Cast") and p.input[0] in g.initializers:
+    if not is_param and p is not None and p.op_type in ("DequantizeLinear", "Cast") \
+            and input_name(p, 0) in g.initializers:
         is_param = True  # a Q/DQ model: the param is the DequantizeLinear (or Cast) of its quantized initializer
-        shape = g.shape(p.input[0])
+        shape = g.shape(input_name(p, 0))
     if e.role == "param" and not is_param:
         bad("marked as a param but it is not an initializer")
     et = g.elem_types.get(e.name)
@@ -183,7 +184,8 @@ def apply(es: EncodingSet, model: Any, *, opset_version: int | None = None, keep
     if not isinstance(es, EncodingSet):
         raise EncodingError(f"expected an EncodingSet, got {type(es).__name__}")
     m = load_model(model)
-    g = GraphIndex.build(m)  # one index (shape inference included) for the checks, validation and axes
+    model = to_ir(m)
+    g = GraphIndex.from_ir(model, m)  # one index (shape inference on m included) for the checks, validation and axes
     for e in es:
         p = g.producer.get(e.name)
         if p is not None and p.op_type in ("DequantizeLinear", "QuantizeLinear"):
@@ -196,7 +198,6 @@ def apply(es: EncodingSet, model: Any, *, opset_version: int | None = None, keep
         if e.shifted and e.role != "param":
             raise UnsupportedError(f"{e.name}: the shifted {e.dtype} grid on an activation has no ONNX "
                                    "QuantizeLinear equivalent (zero points are integers)")
-    model = to_ir(m)
     RaiseOpset(max(opset_version or 0, _required_opset(es)))(model)
     InsertQDQ(es.encodings, elem_types=g.elem_types)(model)
     m = to_proto(model)

@@ -27,7 +27,7 @@ from onnx import numpy_helper
 from qlinear.calibration.bias import accumulator_bound
 from qlinear.core import granularity as gr
 from qlinear.core.types import int_stored_as, qtype
-from qlinear.graph.model import GraphIndex, attr, load_model
+from qlinear.graph.model import Initializers, attr, load_model
 from qlinear.graph.ops import WEIGHTED, weight_channel_axis
 
 
@@ -81,7 +81,16 @@ class IntegerCheck:
             f"{lc.node} ({lc.accumulator}, worst case {lc.bound} at channel {lc.channel})" for lc in self.overflows)
 
 
-def _value(g: GraphIndex, const: dict[str, onnx.NodeProto], name: str) -> np.ndarray | None:
+class _Lookup(Initializers):
+    """What the check reads of a graph: its initializers and the producer of each tensor (no full index)."""
+
+    def __init__(self, m: onnx.ModelProto) -> None:
+        super().__init__(m)
+        self.initializers = self.tensors
+        self.producer = {o: n for n in m.graph.node for o in n.output if o}
+
+
+def _value(g: _Lookup, const: dict[str, onnx.NodeProto], name: str) -> np.ndarray | None:
     if not name:
         return None
     if name in g.initializers:
@@ -91,12 +100,12 @@ def _value(g: GraphIndex, const: dict[str, onnx.NodeProto], name: str) -> np.nda
     return None
 
 
-def _dq_of(g: GraphIndex, name: str) -> onnx.NodeProto | None:
+def _dq_of(g: _Lookup, name: str) -> onnx.NodeProto | None:
     p = g.producer.get(name)
     return p if p is not None and p.op_type == "DequantizeLinear" else None
 
 
-def _centered_weight(g: GraphIndex, const: dict, dq: onnx.NodeProto) -> tuple[np.ndarray, str] | None:
+def _centered_weight(g: _Lookup, const: dict, dq: onnx.NodeProto) -> tuple[np.ndarray, str] | None:
     """``w_q - z_w`` (int64, the weight's shape) of a weight DequantizeLinear, and its quantized type name."""
     q = _value(g, const, dq.input[0])
     t = None if q is None else int_stored_as(q.dtype)
@@ -116,7 +125,7 @@ def _centered_weight(g: GraphIndex, const: dict, dq: onnx.NodeProto) -> tuple[np
 def check_integer(model: Any) -> IntegerCheck:
     """Check every weighted layer of a Q/DQ model (module docstring)."""
     m = load_model(model)
-    g = GraphIndex.build(m, infer_shapes=False)
+    g = _Lookup(m)
     const = {n.output[0]: n for n in m.graph.node if n.op_type == "Constant"}
     res = IntegerCheck()
     for node in m.graph.node:

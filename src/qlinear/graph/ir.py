@@ -39,6 +39,25 @@ def to_proto(model: ir.Model) -> onnx.ModelProto:
     return m
 
 
+_LIGHT_LIMIT = 4096  # bytes: larger initializers cannot be shapes, axes or pads, shape inference never reads them
+
+
+def light_proto(model: ir.Model) -> onnx.ModelProto:
+    """:func:`to_proto` of ``model`` with the data of initializers over 4 kB left out (marked external, dims and type
+    kept): for ONNX shape inference, which gives the same shapes and types without the weights being copied."""
+    swapped: list[tuple[ir.Value, Any]] = []
+    for v in model.graph.initializers.values():
+        t = v.const_value
+        if t is not None and not isinstance(t, ir.ExternalTensor) and t.nbytes > _LIGHT_LIMIT:
+            swapped.append((v, t))
+            v.const_value = ir.ExternalTensor("", None, None, t.dtype, shape=t.shape, name=v.name)
+    try:
+        return to_proto(model)
+    finally:
+        for v, t in swapped:
+            v.const_value = t
+
+
 class Names:
     """Fresh names in a graph: ``new("x")`` is ``x``, else ``x_1``, ``x_2``... (never a name already used by a value,
     an initializer or a node of the main graph)."""

@@ -23,12 +23,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import onnx
+import onnx_ir as ir
 
 from qlinear.graph import ops
-from qlinear.graph.axes import param_axes
-from qlinear.graph.model import GraphIndex
+from qlinear.graph.axes import value_axes
+from qlinear.graph.ir import light_proto, to_ir
+from qlinear.graph.model import without_weights
 
 # the operator tables live in the registry (qlinear.graph.ops); these names are its views
 WEIGHTED = ops.WEIGHTED
@@ -106,23 +109,32 @@ def is_transformer(m: onnx.ModelProto) -> bool:
         and any(n.op_type == "MatMul" and len(n.input) > 1 and n.input[1] in inits for n in m.graph.node)
 
 
-def make_plan(m: onnx.ModelProto, *, exclude_nodes: tuple[str, ...] = (), exclude_op_types: tuple[str, ...] = (),
-              quantize_outputs: bool = True, placement: str = "all", target: str = "tflite") -> Plan:
-    """The plan of ``m``. ``placement`` ``all``: every float activation a runtime computes in integers (CNNs,
-    integer-only targets); ``matmul``: only the inputs of MatMul/Gemm (both operands of activation x activation
-    products, so attention scores and probabilities too) — transformer encoders on CPUs/GPUs, where LayerNorm,
-    Softmax, Gelu and the residual adds run in float and their outlier ranges never meet an 8-bit grid.
+def make_plan(m: onnx.ModelProto | ir.Model, *, exclude_nodes: tuple[str, ...] = (),
+              exclude_op_types: tuple[str, ...] = (), quantize_outputs: bool = True, placement: str = "all",
+              target: str = "tflite", proto: onnx.ModelProto | None = None) -> Plan:
+    """The plan of ``m`` (a ``ModelProto``, or the :class:`onnx_ir.Model` a pipeline already holds: read through its
+    def-use chains, never changed; ``proto``: its ``ModelProto`` when the caller holds one too, for the one shape
+    inference the plan runs, else that is made from ``m`` without the weights).
+
+    ``placement`` ``all``: every float activation a runtime computes in integers (CNNs, integer-only targets);
+    ``matmul``: only the inputs of MatMul/Gemm (both operands of activation x activation products, so attention
+    scores and probabilities too) — transformer encoders on CPUs/GPUs, where LayerNorm, Softmax, Gelu and the
+    residual adds run in float and their outlier ranges never meet an 8-bit grid.
     ``target``: Concat inputs and output are tied into one encoding only for the targets that require it
     (``TIED_CONCAT_TARGETS``)."""
-    plan = _make_plan(m, exclude_nodes, exclude_op_types, quantize_outputs, target in TIED_CONCAT_TARGETS)
+    if isinstance(m, onnx.ModelProto):
+        model, floats = to_ir(m), float_values(without_weights(m))
+    else:
+        model, floats = m, float_values(without_weights(proto) if proto is not None else light_proto(m))
+    g = _Graph(model.graph)
+    plan = _make_plan(g, floats, exclude_nodes, exclude_op_types, quantize_outputs, target in TIED_CONCAT_TARGETS)
     if placement == "matmul":
-        g = GraphIndex.build(m, infer_shapes=False)
         feeds: set[str] = set()
-        for n in m.graph.node:
+        for n in g.nodes:
             if n.op_type in ("MatMul", "Gemm"):
-                for x in n.input[:2]:
-                    if x and x not in g.initializers:
-                        feeds.add(resolve_inherit(plan, x))
+                for x in n.inputs[:2]:
+                    if x is not None and x.name and x.name not in g.inits:
+                        feeds.add(resolve_inherit(plan, x.name))
         for t in plan.activations:
             if t not in feeds:
                 plan.skipped[t] = "placement matmul: not a MatMul/Gemm input"
@@ -134,14 +146,36 @@ def make_plan(m: onnx.ModelProto, *, exclude_nodes: tuple[str, ...] = (), exclud
     return plan
 
 
-def _make_plan(m: onnx.ModelProto, exclude_nodes: tuple[str, ...], exclude_op_types: tuple[str, ...],
+class _Graph:
+    """The lookups the plan makes on an ``onnx_ir`` main graph: its nodes in order, initializers and output names,
+    and the main-graph uses of a value in node order (``Value.uses()`` also lists subgraph nodes, and in the order the
+    uses were added)."""
+
+    def __init__(self, graph: ir.Graph) -> None:
+        self.graph = graph
+        self.nodes = list(graph)
+        self.order = {n: i for i, n in enumerate(self.nodes)}
+        self.inits = graph.initializers
+        self.outputs = {v.name for v in graph.outputs}
+
+    def uses(self, v: ir.Value | None) -> list[tuple[ir.Node, int]]:
+        if v is None:
+            return []
+        us = [(u.node, u.idx) for u in v.uses() if u.node in self.order]
+        return sorted(us, key=lambda u: (self.order[u[0]], u[1]))
+
+
+def _names(values: Any) -> list[str]:
+    """The names of ``values`` with ``""`` for a missing optional input (as ``NodeProto.input`` lists them)."""
+    return [v.name or "" if v is not None else "" for v in values]
+
+
+def _make_plan(g: _Graph, floats: set[str], exclude_nodes: tuple[str, ...], exclude_op_types: tuple[str, ...],
                quantize_outputs: bool, tie_concat: bool = True) -> Plan:
-    g = GraphIndex.build(m)
     plan = Plan()
     excluded = set(exclude_nodes)
     ex_ops = set(exclude_op_types)
-    floats = _float_tensors(m, g)
-    data = _float_data(m, g, floats)
+    data = _float_data(g, floats)
     seen: set[str] = set()
 
     def want(t: str, why_not: str | None = None) -> None:
@@ -159,71 +193,99 @@ def _make_plan(m: onnx.ModelProto, exclude_nodes: tuple[str, ...], exclude_op_ty
             return
         plan.activations.append(t)
 
-    for inp in m.graph.input:
-        if inp.name not in g.initializers and inp.name in floats:
-            if any(n.op_type in WEIGHTED + FUSING_PRODUCERS or n.op_type not in NON_FLOAT_OPS
-                   for n, _ in g.consumers.get(inp.name, [])):
+    for inp in g.graph.inputs:
+        if inp.name not in g.inits and inp.name in floats:
+            if any(n.op_type in WEIGHTED + FUSING_PRODUCERS or n.op_type not in NON_FLOAT_OPS for n, _ in g.uses(inp)):
                 want(inp.name)
 
-    for n in m.graph.node:
-        skip_node = n.name in excluded or n.op_type in ex_ops
+    for n in g.nodes:
+        skip_node = (n.name or "") in excluded or n.op_type in ex_ops
+        ins = _names(n.inputs)
         if n.op_type in WEIGHTED and not skip_node:
-            w = n.input[1] if len(n.input) > 1 else ""
-            if w in g.initializers and len(g.shape(w) or ()) >= 2:
-                axes = param_axes(g, w)
-                bi = ops.bias_input(n.op_type)
-                b = n.input[bi] if bi is not None and len(n.input) > bi else ""
-                b = b if b and b in g.initializers else ""
-                plan.weights.append(WeightSpec(w, n.op_type, n.name, axes[0], axes[1], n.input[0], b))
-                if b:
-                    plan.biases.append(BiasSpec(b, w, n.input[0]))
+            _add_weight(g, n, ins, plan)
         if n.op_type in NON_FLOAT_OPS:
             continue
-        for out in n.output:
+        for v in n.outputs:
+            out = v.name or ""
             if not out:
                 continue
-            if skip_node:
-                want(out, f"node {n.name or n.op_type} excluded")
-                continue
-            cons = g.consumers.get(out, [])
-            if (n.op_type in FUSING_PRODUCERS or _is_act(n, g)) and len(cons) == 1 and _is_act(cons[0][0], g) \
-                    and out not in g.outputs:
-                want(out, f"fused with the following {cons[0][0].op_type}")
-                continue
-            if n.op_type in DATA_MOVEMENT and n.input and n.input[0] in floats:
-                plan.inherit[out] = n.input[0]
+            why = _why_not(g, n, ins, v, data, floats, quantize_outputs) if not skip_node else \
+                f"node {n.name or n.op_type} excluded"
+            if isinstance(why, tuple):  # (the tensor whose parameters ``out`` shares,)
+                plan.inherit[out] = why[0]
                 seen.add(out)
                 continue
-            if n.op_type == "Add" and any(_is_mask(x, g, data, floats) for x in n.input):
-                want(out, "an attention mask is added here (extreme values): left in float")
-                continue
-            if n.op_type == "Where" and len(n.input) == 3 and out in data:
-                branches = [x for x in n.input[1:] if x in data]
-                if len(branches) == 1:
-                    plan.inherit[out] = branches[0]
-                    seen.add(out)
-                    continue
-            if out in g.outputs and not quantize_outputs:
-                want(out, "graph output (quantize_outputs is off)")
-                continue
-            want(out)
+            want(out, why)
         if n.op_type == "Concat" and not skip_node:
+            outs = _names(n.outputs)
             if tie_concat:
-                plan.tied.append([t for t in n.input if t] + [n.output[0]])
-            axis = next((int(a.i) for a in n.attribute if a.name == "axis"), 0)
-            parts = [t for t in n.input if t and t not in g.initializers]
-            plan.concats.append(ConcatSpec(n.name or n.output[0], parts, n.output[0], axis))
+                plan.tied.append([t for t in ins if t] + [outs[0]])
+            a = n.attributes.get("axis")
+            axis = int(a.value) if a is not None else 0
+            parts = [t for t in ins if t and t not in g.inits]
+            plan.concats.append(ConcatSpec(n.name or outs[0], parts, outs[0], axis))
     return plan
 
 
-def activation_fn_output(g: GraphIndex, t: str, depth: int = 3) -> bool:
+def _add_weight(g: _Graph, n: ir.Node, ins: list[str], plan: Plan) -> None:
+    """The weight (and bias) of a Conv/Gemm/MatMul ``n`` into ``plan`` when it is an initializer of rank >= 2."""
+    w = ins[1] if len(ins) > 1 else ""
+    if w not in g.inits:
+        return
+    wv = g.inits[w]
+    shape = tuple(wv.const_value.shape) if wv.const_value is not None else tuple(wv.shape or ())
+    if len(shape) < 2:
+        return
+    axes = value_axes(g.uses(wv), len(shape))
+    bi = ops.bias_input(n.op_type)
+    b = ins[bi] if bi is not None and len(ins) > bi else ""
+    b = b if b and b in g.inits else ""
+    plan.weights.append(WeightSpec(w, n.op_type, n.name or "", axes[0], axes[1], ins[0], b))
+    if b:
+        plan.biases.append(BiasSpec(b, w, ins[0]))
+
+
+def _why_not(g: _Graph, n: ir.Node, ins: list[str], v: ir.Value, data: set[str], floats: set[str],
+             quantize_outputs: bool) -> str | tuple[str] | None:
+    """Why the output ``v`` of ``n`` gets no quantizer of its own: a reason (skipped), a 1-tuple naming the tensor
+    whose parameters it shares, or None (quantized)."""
+    out = v.name
+    cons = g.uses(v)
+    if (n.op_type in FUSING_PRODUCERS or _is_act(n, g)) and len(cons) == 1 and _is_act(cons[0][0], g) \
+            and out not in g.outputs:
+        return f"fused with the following {cons[0][0].op_type}"
+    if n.op_type in DATA_MOVEMENT and ins and ins[0] in floats:
+        return (ins[0],)
+    if n.op_type == "Add" and any(_is_mask(x, g, data, floats) for x in n.inputs):
+        return "an attention mask is added here (extreme values): left in float"
+    if n.op_type == "Where" and len(ins) == 3 and out in data:
+        branches = [x for x in ins[1:] if x in data]
+        if len(branches) == 1:
+            return (branches[0],)
+    if out in g.outputs and not quantize_outputs:
+        return "graph output (quantize_outputs is off)"
+    return None
+
+
+def activation_fn_output(model: ir.Model | ir.Graph, t: str, depth: int = 3) -> bool:
     """``t`` is the output of a smooth activation function (Gelu, or its Erf/Tanh form, SiLU/SwiGLU's Sigmoid), found
     within ``depth`` producer steps without crossing a MatMul/Gemm/normalization: the heavy-tailed MatMul inputs of
     transformer MLPs."""
+    return bool(activation_fn_outputs(model, [t], depth))
+
+
+def activation_fn_outputs(model: ir.Model | ir.Graph, names: list[str], depth: int = 3) -> list[str]:
+    """The tensors of ``names`` (in their order) that are :func:`activation_fn_output`, by one walk of the graph."""
+    graph = model.graph if isinstance(model, ir.Model) else model
+    producer = {o.name: n for n in graph for o in n.outputs if o.name}
+    return [t for t in names if _activation_fn(producer, graph.initializers, t, depth)]
+
+
+def _activation_fn(producer: dict[str, ir.Node], inits: Any, t: str, depth: int) -> bool:
     stack, seen = [(t, 0)], set()
     while stack:
         x, d = stack.pop()
-        p = g.producer.get(x)
+        p = producer.get(x)
         if p is None or x in seen or d > depth:
             continue
         seen.add(x)
@@ -231,49 +293,55 @@ def activation_fn_output(g: GraphIndex, t: str, depth: int = 3) -> bool:
             return True
         if p.op_type in ops.MLP_BOUNDARY:
             continue
-        stack.extend((i, d + 1) for i in p.input if i and i not in g.initializers)
+        stack.extend((i.name, d + 1) for i in p.inputs if i is not None and i.name and i.name not in inits)
     return False
 
 
-def _float_data(m: onnx.ModelProto, g: GraphIndex, floats: set[str]) -> set[str]:
+_FLOAT_DTYPES = (ir.DataType.FLOAT, ir.DataType.FLOAT16)
+
+
+def _float_data(g: _Graph, floats: set[str]) -> set[str]:
     """Tensors computed from float data: float graph inputs, lookups into float initializers (``Gather``) and what
     depends on them (nodes in topological order, as ONNX requires)."""
-    data = {i.name for i in m.graph.input if i.name not in g.initializers and i.name in floats}
-    for n in m.graph.node:
-        lookup = n.op_type in ops.LOOKUPS and n.input and n.input[0] in g.initializers \
-            and g.initializers[n.input[0]].data_type in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16)
+    data = {i.name for i in g.graph.inputs if i.name not in g.inits and i.name in floats}
+    for n in g.nodes:
         if n.op_type in ("Shape", "Size"):  # a shape is not data: masks built from it stay masks
             continue
-        if lookup or any(x in data for x in n.input if x):
-            data.update(o for o in n.output if o)
+        x0 = n.inputs[0] if n.inputs else None
+        lookup = n.op_type in ops.LOOKUPS and x0 is not None and x0.name in g.inits \
+            and g.inits[x0.name].const_value is not None and g.inits[x0.name].const_value.dtype in _FLOAT_DTYPES
+        if lookup or any(x is not None and x.name in data for x in n.inputs):
+            data.update(o.name for o in n.outputs if o.name)
     return data
 
 
-def _is_mask(x: str, g: GraphIndex, data: set[str], floats: set[str]) -> bool:
+def _is_mask(x: ir.Value | None, g: _Graph, data: set[str], floats: set[str]) -> bool:
     """A computed float tensor that does not depend on float data (an attention mask), not a constant."""
-    if not x or x in data or x not in floats or x in g.initializers:
+    if x is None or not x.name or x.name in data or x.name not in floats or x.name in g.inits:
         return False
-    p = g.producer.get(x)
-    return p is not None and p.op_type not in ("Constant", "ConstantOfShape")
+    p = x.producer()
+    return p is not None and p in g.order and p.op_type not in ("Constant", "ConstantOfShape")
 
 
-def _is_act(n: onnx.NodeProto, g: GraphIndex) -> bool:
+def _is_act(n: ir.Node, g: _Graph) -> bool:
     """An elementwise activation a runtime fuses into its producer: Relu, Clip, LeakyRelu, or Max/Min against a
     constant (the per-channel clip that cross-layer equalization writes)."""
     if n.op_type in FUSABLE_ACT:
         return True
-    return ops.is_constant_clamp(n, g.initializers)
+    x = n.inputs[1] if len(n.inputs) == 2 else None
+    return n.op_type in ops.CONSTANT_CLAMPS and x is not None and x.name in g.inits
 
 
-def _float_tensors(m: onnx.ModelProto, g: GraphIndex) -> set[str]:
-    """Tensors known (or inferred) to be float32/float16."""
-    out: set[str] = set()
+def float_values(light: onnx.ModelProto) -> set[str]:
+    """The tensors of a model's main graph known or inferred to be float32/float16 (its inputs, outputs and
+    value_info, by one ONNX shape inference; initializers are not listed). ``light``: the model without the data of
+    its large initializers (:func:`~qlinear.graph.model.without_weights`, :func:`~qlinear.graph.ir.light_proto`)."""
     try:
-        inferred = onnx.shape_inference.infer_shapes(m, strict_mode=False)
-    except Exception:  # noqa: BLE001
-        inferred = m
-    vis = list(inferred.graph.input) + list(inferred.graph.output) + list(inferred.graph.value_info)
-    for v in vis:
+        inferred = onnx.shape_inference.infer_shapes(light, strict_mode=False)
+    except Exception:  # noqa: BLE001 - shape inference is best effort
+        inferred = light
+    out: set[str] = set()
+    for v in list(inferred.graph.input) + list(inferred.graph.output) + list(inferred.graph.value_info):
         if v.type.tensor_type.elem_type in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16):
             out.add(v.name)
     return out

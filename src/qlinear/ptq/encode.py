@@ -14,7 +14,7 @@ from qlinear.core.granularity import LPBQ, PerAxis, PerBlock, PerTensor
 from qlinear.core.types import int_type, qtype
 from qlinear.encodings import Encoding, EncodingSet
 from qlinear.graph import apply
-from qlinear.graph.model import GraphIndex
+from qlinear.graph.model import Initializers
 from qlinear.graph.plan import Plan, WeightSpec, resolve_inherit
 from qlinear.ptq.config import ACTIVATION_TYPES, DATA_WEIGHT_METHODS, METHODS, WEIGHT_TYPES, QuantizeConfig
 from qlinear.ptq.overrides import apply_to_plan
@@ -86,7 +86,7 @@ def weight_encoding(name: str, w: np.ndarray, spec: WeightSpec, cfg: QuantizeCon
 def build_encodings(m: onnx.ModelProto, plan: Plan, obs: dict, tcfg: TensorConfigs) -> list[Encoding]:
     """Activation and weight encodings (the int32 biases come later, :func:`int32_biases`, once the target's rules
     have set the activation encodings). Data-driven weight methods start from min-max ranges."""
-    g = GraphIndex.build(m, infer_shapes=False)
+    g = Initializers(m)  # the weights only: no index of the nodes
     out: dict[str, Encoding] = {}
     # activations: tied groups share merged statistics
     for group in plan.tied:
@@ -115,7 +115,7 @@ def int32_biases(es: EncodingSet, m: onnx.ModelProto, plan: Plan, notes: list[st
     then the int32 bias encodings at ``input_scale * weight_scale`` (per output channel)."""
     from qlinear.calibration.bias import fit_accumulator
 
-    g = GraphIndex.build(m, infer_shapes=False)
+    g = Initializers(m)  # the weights only: no index of the nodes
     encs = {e.name: e for e in es}
     raised: dict[str, int] = {}
     for spec in plan.weights:

@@ -30,7 +30,7 @@ from qlinear.encodings import EncodingSet
 from qlinear.errors import CalibrationError, ConfigError, GraphError
 from qlinear.graph.ir import to_ir, to_proto
 from qlinear.graph.load import load_checked
-from qlinear.graph.model import GraphIndex, load_model, opset
+from qlinear.graph.model import load_model, opset
 from qlinear.graph.passes.equalize import Equalize
 from qlinear.graph.passes.fold_batchnorm import FoldBatchNorm
 from qlinear.graph.passes.normalize import check_upgrade
@@ -128,6 +128,7 @@ class _Run:
     progress: Progress | None
     n_fit: int
     n_cal: int
+    model: Any = None  # the onnx_ir.Model of ``m`` after the rewrites (planned without a new proto or index)
 
 
 def _rewrite(run: _Run) -> tuple[onnx.ModelProto, str]:
@@ -163,6 +164,7 @@ def _rewrite(run: _Run) -> tuple[onnx.ModelProto, str]:
                          "alpha 0.5)")
     if modified:
         run.m = to_proto(model)
+    run.model = model
     reference = onnx.ModelProto()  # the float model after exact rewrites (BN folding, CLE, smoothing): SQNR reference
     reference.CopyFrom(run.m)
     return reference, placement
@@ -171,14 +173,14 @@ def _rewrite(run: _Run) -> tuple[onnx.ModelProto, str]:
 def _calibrate(run: _Run, reference: onnx.ModelProto, placement: str) -> QuantizedModel:
     """Plan, calibrate, encode (refinement, bias correction, repair, int32 biases) and build the Q/DQ model."""
     cfg, m, notes, timings, progress = run.cfg, run.m, run.notes, run.timings, run.progress
-    plan = make_plan(m, exclude_nodes=cfg.exclude_nodes, exclude_op_types=cfg.exclude_op_types,
-                     quantize_outputs=cfg.quantize_outputs, placement=placement, target=cfg.target)
+    model = to_ir(m) if run.model is None else run.model  # the ir model the rewrites left: no new index
+    plan = make_plan(model, exclude_nodes=cfg.exclude_nodes, exclude_op_types=cfg.exclude_op_types,
+                     quantize_outputs=cfg.quantize_outputs, placement=placement, target=cfg.target, proto=m)
     implicit: dict[str, str] = {}
     if placement == "matmul" and cfg.activation_method is None:
-        from qlinear.graph.plan import activation_fn_output
+        from qlinear.graph.plan import activation_fn_outputs
 
-        gi = GraphIndex.build(m, infer_shapes=False)
-        implicit = {t: "mse" for t in plan.activations if activation_fn_output(gi, t)}
+        implicit = {t: "mse" for t in activation_fn_outputs(model, plan.activations)}
         if implicit:
             notes.append(f"MSE ranges for the {len(implicit)} Gelu/SiLU outputs feeding MatMuls (heavy-tailed), "
                          "min-max elsewhere")
