@@ -29,9 +29,8 @@ def weight_stats(qm: Any) -> list[dict[str, Any]]:
         if e.scale is None or e.name not in inits:
             continue
         w = numpy_helper.to_array(inits[e.name]).astype(np.float32)
-        try:
-            d = w.astype(np.float64) - e.fake_quantize(w).astype(np.float64)
-        except Exception:  # noqa: BLE001 - a layout the encoding cannot apply to alone (the report leaves it out)
+        d = _noise(e, w)
+        if d is None:
             continue
         s = np.asarray(e.scale, np.float64).reshape(-1)
         rows.append({"name": e.name, "role": "bias" if e.qtype.bits == 32 else "weight", "layer": users.get(e.name, ""),
@@ -40,6 +39,21 @@ def weight_stats(qm: Any) -> list[dict[str, Any]]:
                      "hi": float(w.max()) if w.size else 0.0,
                      "sqnr_db": sqnr_db(float(np.sum(w.astype(np.float64) ** 2)), float(np.sum(d * d)))})
     return rows
+
+
+def _noise(e: Any, w: np.ndarray) -> np.ndarray | None:
+    """``w - DQ(Q(w))`` in float64: an int32 bias (no QuantizeLinear type) rounded to nearest even on its scale
+    (per channel along axis 0 of a 1-D bias); None for a layout the encoding cannot apply to alone."""
+    if e.qtype.bits == 32 and e.qtype.is_int:
+        s = np.asarray(e.scale, np.float64).reshape(-1)
+        if w.ndim > 1 or s.size not in (1, w.size):
+            return None
+        q = np.clip(np.rint(w.astype(np.float64) / s), -2.0**31, 2.0**31 - 1)
+        return w.astype(np.float64) - (q.astype(np.float32) * s.astype(np.float32)).astype(np.float64)  # DQ: float32
+    try:
+        return w.astype(np.float64) - e.fake_quantize(w).astype(np.float64)
+    except Exception:  # noqa: BLE001 - a layout the encoding cannot apply to alone (the report leaves it out)
+        return None
 
 
 def sqnr_db(sig: float, noise: float) -> float:

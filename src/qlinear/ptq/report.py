@@ -230,7 +230,7 @@ def _tensors_section(qm: Any, rep: Report) -> str:
     bars = [Bar(f"{r['name']} ({r['role'][0]})", r["sqnr_db"], ROLE_COLORS.get(r["role"], "#7f8c8d"),
                 text=text_of(r["sqnr_db"], " dB")) for r in rows]
     cells = [[html.escape(r["name"]), r["role"], html.escape(r["layer"]), r["dtype"], html.escape(r["granularity"]),
-              r["scale"], r["zero_point"], f"[{r['lo']:.4g}, {r['hi']:.4g}]", text_of(r["sqnr_db"])] for r in rows]
+              r["scale"], r["zero_point"], f"[{r['lo']:.4g}, {r['hi']:.4g}]", _num(r["sqnr_db"])] for r in rows]
     return ("<p>SQNR of each tensor's own quantization, <code>10 log10(sum x^2 / sum (x - DQ(Q(x)))^2)</code>: "
             f"activations on the first {rep.stat_samples} held-out samples (range: the quantization grid), weights and "
             "biases on their float values (range: the values); <code>inf</code> means exactly represented. Colours: "

@@ -29,8 +29,8 @@ def ticks(lo: float, hi: float, n: int = 6) -> list[float]:
     p = 10 ** math.floor(math.log10(raw))
     step = next(m * p for m in (1, 2, 5, 10) if m * p >= raw)
     first = math.floor(lo / step) * step
-    out, k = [], 0
-    while first + k * step <= hi + step * 1e-9:
+    out, k = [round(first, 12)], 1
+    while out[-1] < hi - step * 1e-9:
         out.append(round(first + k * step, 12))
         k += 1
     return out
