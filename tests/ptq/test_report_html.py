@@ -297,3 +297,50 @@ def test_rendered_by_headless_chromium(tfl, tmp_path):
     img = np.asarray(Image.open(shot).convert("RGB")).reshape(-1, 3)
     colours = {tuple(c) for c in np.unique(img, axis=0)}
     assert (0x2e, 0x86, 0xc1) in colours and (0x8e, 0x44, 0xad) in colours   # activation and weight bars drawn
+
+
+def test_weight_only_matmulnbits_report(tmp_path):
+    """Weight-only, MatMulNBits output: the deployed file is the evaluated one (its size on disk), per-weight SQNR
+    bars with the round-to-nearest tick and the gain, sizes, and the worst samples of the MatMulNBits model in ONNX
+    Runtime against the float model."""
+    from tiny_models import lm_data, tiny_lm
+
+    m, d = tiny_lm(), lm_data(n=12)
+    qm = qlinear.quantize(m, d, {"activation_type": "float", "weight_type": "int4", "weights": "per-block",
+                                 "block_size": 32, "weight_method": "mse", "output_format": "matmulnbits",
+                                 "evaluation_samples": 8})
+    out = tmp_path / "out"
+    qm.save(out)
+    doc = json.loads((out / "report.json").read_text())
+    page = Page((out / "report.html").read_text())
+    dep = doc["report"]["deployed"]
+    files = [p for p in out.iterdir() if p.name.startswith("model.matmulnbits.onnx")]
+    assert dep["artifact"] == "model.matmulnbits.onnx" and dep["same_as_outputs"]
+    assert dep["file_bytes"] == sum(p.stat().st_size for p in files)
+    qmodel = onnx.load(str(out / "model.matmulnbits.onnx"), load_external_data=False)
+    assert any(n.op_type == "MatMulNBits" for n in qmodel.graph.node)
+    # weights: a bar per weight, a tick for round to nearest, the gain column
+    svg = page.sections["weights"]["svgs"][0]
+    ws = doc["report"]["weights"]
+    assert len(list(svg.iter(f"{SVG}rect"))) == len(ws)
+    assert len([ln for ln in svg.iter(f"{SVG}line") if ln.get("class") == "mark"]) == len(ws)
+    for r in _rows(page.sections["weights"]["tables"][0]):
+        assert float(r["gain dB"]) == pytest.approx(float(r["SQNR dB"]) - float(r["round to nearest dB"]), abs=0.011)
+        assert float(r["gain dB"]) >= -0.005   # mse never worse than round to nearest
+    sizes = doc["report"]["sizes"]
+    fl_rect, q_rect = list(page.sections["size"]["svgs"][0].iter(f"{SVG}rect"))
+    assert float(q_rect.get("width")) / float(fl_rect.get("width")) == pytest.approx(
+        sizes["quantized_bytes"] / sizes["float_bytes"], abs=0.01) and sizes["quantized_bytes"] < sizes["float_bytes"]
+    # worst samples of the MatMulNBits model (ONNX Runtime) against the float model
+    start, stop = qm.held_out()
+    ids = d["input_ids"][start:stop]
+    fl = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"input_ids": ids})[0]
+    ql = ort.InferenceSession(str(out / "model.matmulnbits.onnx"), providers=["CPUExecutionProvider"]).run(
+        None, {"input_ids": ids})[0]
+    f, q = fl.reshape(len(ids), -1).astype(np.float64), ql.reshape(len(ids), -1).astype(np.float64)
+    per = 10 * np.log10(np.sum(f * f, 1) / np.sum((f - q) ** 2, 1))
+    order = np.argsort(per, kind="stable")[:5]
+    worst = doc["report"]["output_plots"]["logits"]["worst"]
+    assert [w["sample"] for w in worst] == [start + int(i) for i in order]
+    assert [w["sqnr_db"] for w in worst] == pytest.approx(per[order], abs=1e-3)
+    assert doc["report"]["outputs"]["logits"]["kind"] == "token_logits"

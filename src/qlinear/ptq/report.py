@@ -127,9 +127,14 @@ def _config_section(qm: Any) -> str:
     """The configuration actually used (after the target's rules), the options the user set in bold, and every note
     (what a rule changed, what was left out)."""
     requested = set(getattr(qm.config, "requested", ()) or ())
-    rows = [[f'<span class="set">{html.escape(k)}</span>' if k in requested else html.escape(k),
-             html.escape(json.dumps(_finite(v)) if not isinstance(v, str) else v)]
-            for k, v in qm.config_report().items()]
+    cfg = qm.config
+    chosen = {"weight_method": lambda: cfg.w_method, "activation_method": lambda: cfg.a_method}
+    rows = []
+    for k, v in qm.config_report().items():
+        text = html.escape(json.dumps(_finite(v)) if not isinstance(v, str) else v)
+        if v is None and k in chosen:   # the method the policy chose
+            text = f"{html.escape(str(chosen[k]()))} (default of policy {html.escape(str(cfg.policy))})"
+        rows.append([f'<span class="set">{html.escape(k)}</span>' if k in requested else html.escape(k), text])
     notes = "".join(f"<li>{html.escape(n)}</li>" for n in qm.notes)
     return ("<p>Every setting the run used, after the target's rules (bold: set by you; the others are defaults)."
             "</p>" + (f"<p>Notes:</p><ul class=\"notes\">{notes}</ul>" if notes else "")
