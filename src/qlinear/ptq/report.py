@@ -11,7 +11,6 @@ from typing import Any
 from qlinear.ptq.budget import chart as budget_chart
 from qlinear.ptq.deployed import weight_stats
 from qlinear.ptq.evaluate import Report
-from qlinear.ptq.sensitivity import chart
 from qlinear.ptq.svg import Bar, bar_chart, histogram, scatter, table, text_of
 
 
@@ -89,7 +88,7 @@ def _mixed_html(rows: list[dict]) -> str:
         style = ' style="color:#c0392b"' if r["tied"] else ""
         body.append(f"<tr{style}><td>{html.escape(r['concat'])}</td><td>{html.escape(', '.join(r['graph_outputs']))}"
                     f"</td><td>{r['ratio']:.0f}x</td><td>{parts}</td><td>{how}</td></tr>")
-    return ("<h2>Concats of mixed ranges (parts differ by more than 16x)</h2><table><tr><th>Concat</th>"
+    return ("<table><tr><th>Concat</th>"
             "<th>graph output</th><th>range ratio</th><th>parts: SQNR</th><th>parameters</th></tr>"
             + "".join(body) + "</table>")
 
@@ -103,8 +102,7 @@ def _budget(qm: Any) -> str:
                    f"</td><td>{c['int4_weights']}</td><td>{c['size_fraction']:.4f}</td><td>{c['average_bits']:.2f}"
                    f"</td><td>{'yes' if c['within_budget'] else 'no'}</td><td>{c['metric']:.4f}</td>"
                    f"<td>{c['sqnr_db']:.2f}</td></tr>" for c in curve)
-    return ("<h2>Mixed precision: size against metric of the measured candidates (held-back calibration samples; "
-            f"chosen in red)</h2>{budget_chart(curve)}<table><tr><th>candidate</th><th>int4 weights</th>"
+    return (f"{budget_chart(curve)}<table><tr><th>candidate</th><th>int4 weights</th>"
             "<th>size (of float)</th><th>bits per weight</th><th>within budget</th><th>metric</th><th>SQNR dB</th>"
             f"</tr>{rows}</table>")
 
@@ -269,6 +267,16 @@ def _decisions_section(qm: Any) -> str:
     return table(["#", "tensor", "change", "why", "output metric after (calibration samples)"], rows, "decisions")
 
 
+def _sensitivity_chart(items: list[dict[str, Any]], limit: int = 60) -> str:
+    """The ranking (:mod:`qlinear.ptq.sensitivity`): per tensor the output SQNR with only it quantized (bar) and with
+    only it left float (tick), most harmful first, on a ticked axis; inf as text."""
+    bars = [Bar(f"{r['tensor']} ({r['role'][0]})", r["only_quantized"], ROLE_COLORS.get(r["role"], "#7f8c8d"),
+                mark=r["only_float"], text=f"{text_of(r['only_quantized'])} / {text_of(r['only_float'])} dB")
+            for r in items[:limit]]
+    return bar_chart(bars, "output SQNR (dB) with only this tensor quantized (bar, lowest = most harmful) and with "
+                     "only it left float (black tick)", "output SQNR (dB)", cls="sensitivity")
+
+
 def to_html(qm: Any, rep: Report) -> str:
     """The report page: configuration, outputs, the deployed file's accuracy, output plots, tensors (weights and
     activations), then the sections that have content (mixed ranges, sensitivity, size budget, precision decisions,
@@ -288,8 +296,9 @@ def to_html(qm: Any, rep: Report) -> str:
         ("mixed", "Concats of mixed ranges (parts differ by more than 16x)", _mixed_html(rep.mixed or [])),
         ("tensors", "Tensors: weights and activations (lowest SQNR first)", _tensors_section(qm, rep)),
         ("sensitivity", f"Sensitivity: output {sens[0]['metric']} with only one tensor quantized / left float (most "
-         "harmful first)" if sens else "", chart(sens) if sens else ""),
-        ("budget", "Mixed precision", _budget(qm)),
+         "harmful first)" if sens else "", _sensitivity_chart(sens)),
+        ("budget", "Mixed precision: size against metric of the measured candidates (held-back calibration "
+         "samples; chosen in red)", _budget(qm)),
         ("decisions", "Precision decisions", _decisions_section(qm)),
         ("histograms", "Worst tensors: float histogram and chosen range",
          "".join(_hist(n, h) for n, h in rep.histograms.items())),
