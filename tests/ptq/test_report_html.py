@@ -344,3 +344,21 @@ def test_weight_only_matmulnbits_report(tmp_path):
     assert [w["sample"] for w in worst] == [start + int(i) for i in order]
     assert [w["sqnr_db"] for w in worst] == pytest.approx(per[order], abs=1e-3)
     assert doc["report"]["outputs"]["logits"]["kind"] == "token_logits"
+
+
+def test_deployed_tflite_without_litert_says_so(tfl, monkeypatch):
+    from qlinear.ptq import deployed
+
+    qm, out, _, _ = tfl
+    monkeypatch.setattr(deployed, "litert_available", lambda: False)
+    rep = qm.report()
+    d = deployed.deployed(qm, rep, out, "model.qdq.onnx")
+    assert d["artifact"] == "model.tflite" and "ai-edge-litert is not installed" in d["skipped"]
+    assert "outputs" not in d
+    old = rep.deployed
+    try:
+        rep.deployed = d
+        page = Page(to_html(qm, rep))
+    finally:
+        rep.deployed = old
+    assert page.sections["deployed"]["h2"] == "Deployed artifact" and not page.sections["deployed"]["tables"]

@@ -7,6 +7,7 @@ outputs already measure in ONNX Runtime."""
 from __future__ import annotations
 
 import importlib.util
+import time
 from pathlib import Path
 from typing import Any
 
@@ -152,7 +153,10 @@ def deployed(qm: Any, rep: Report, folder: Path, model_file: str) -> dict[str, A
     """The accuracy of the deployed artifact in ``folder``: the ``.tflite`` for target tflite, else the ONNX model."""
     tfl = folder / "model.tflite"
     if tfl.exists() and not qm.config.weight_only:
-        return tflite_artifact(qm, rep, tfl)
+        t0 = time.perf_counter()
+        d = tflite_artifact(qm, rep, tfl)
+        d["seconds"] = time.perf_counter() - t0
+        return d
     d = onnx_artifact(qm, rep, model_file)
     files = [p for p in folder.iterdir() if p.name == model_file or p.name.startswith(model_file + ".")]
     d["file_bytes"] = sum(p.stat().st_size for p in files)

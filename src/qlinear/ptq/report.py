@@ -168,8 +168,9 @@ def _deployed_section(rep: Report) -> str:
     rows = [[html.escape(o), " &nbsp; ".join((f"<b>{html.escape(k)}: {_num(v, '.4f')}</b>" if heads.get(o) == k
                                               else f"{html.escape(k)}: {_num(v, '.4f')}") for k, v in r.items())]
             for o, r in d["outputs"].items()]
-    return (what + f" on {d['samples']} held-out samples, against the float model (the Q/DQ model's figures are "
-            "above).</p>" + table(["output", "metrics of the deployed file"], rows, "deployed"))
+    took = f" ({d['seconds']:.1f} s)" if d.get("seconds") is not None else ""
+    return (what + f" on {d['samples']} held-out samples{took}, against the float model (the Q/DQ model's figures "
+            "are above).</p>" + table(["output", "metrics of the deployed file"], rows, "deployed"))
 
 
 def _plots_section(rep: Report) -> str:
