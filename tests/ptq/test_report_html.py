@@ -362,3 +362,13 @@ def test_deployed_tflite_without_litert_says_so(tfl, monkeypatch):
     finally:
         rep.deployed = old
     assert page.sections["deployed"]["h2"] == "Deployed artifact" and not page.sections["deployed"]["tables"]
+
+
+def test_worst_tensor_histograms_have_an_axis(tfl):
+    qm, _, page, doc = tfl
+    svgs = page.sections["histograms"]["svgs"]
+    assert len(svgs) == len(doc["report"]["histograms"]) >= 1
+    for svg, h in zip(svgs, doc["report"]["histograms"].values()):
+        labels = [float(t.text) for t in svg.iter(f"{SVG}text") if t.get("class") == "ticklabel"]
+        assert len(labels) >= 2 and labels == sorted(labels)
+        assert h["edges"][0] <= labels[0] and labels[-1] <= h["edges"][-1]

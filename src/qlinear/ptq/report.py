@@ -11,7 +11,7 @@ from typing import Any
 from qlinear.ptq.budget import chart as budget_chart
 from qlinear.ptq.deployed import weight_stats
 from qlinear.ptq.evaluate import Report
-from qlinear.ptq.svg import Bar, bar_chart, histogram, scatter, table, text_of
+from qlinear.ptq.svg import Bar, bar_chart, histogram, scatter, table, text_of, ticks
 
 
 def _finite(v: Any) -> Any:
@@ -52,7 +52,7 @@ def _hist(name: str, h: dict, width: int = 420, height: int = 160) -> str:
     cmax = max(max(counts), 1)
     bw = (width - 20) / len(counts)
     p = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-size="9" '
-         f'font-family="sans-serif"><text x="10" y="12">{html.escape(name)}</text>']
+         f'font-family="sans-serif"><text x="10" y="12">{html.escape(name[:40])}</text>']
     for i, c in enumerate(counts):
         bh = (math.log1p(c) / math.log1p(cmax)) * (height - 40)
         p.append(f'<rect x="{10 + i * bw:.1f}" y="{height - 20 - bh:.1f}" width="{bw * 0.9:.1f}" height="{bh:.1f}" '
@@ -69,8 +69,11 @@ def _hist(name: str, h: dict, width: int = 420, height: int = 160) -> str:
         extra = f' stroke-dasharray="{dash}"' if dash else ""
         p.append(f'<line x1="{at(v):.1f}" y1="18" x2="{at(v):.1f}" y2="{height - 20}" stroke="{col}" '
                  f'stroke-width="2"{extra}/>')
-    p.append(f'<text x="10" y="{height - 6}">{lo:.3g}</text><text x="{width - 60}" y="{height - 6}">{hi:.3g}</text>')
-    p.append(f'<text x="{width / 2 - 90:.0f}" y="{height - 6}">range [{h["lo"]:.3g}, {h["hi"]:.3g}] (red), data '
+    for v in (t for t in ticks(lo, hi) if lo <= t <= hi):
+        p.append(f'<line x1="{at(v):.1f}" y1="{height - 20}" x2="{at(v):.1f}" y2="{height - 17}" stroke="#000"/>'
+                 f'<text class="ticklabel" x="{at(v):.1f}" y="{height - 9}" text-anchor="middle">{v:g}</text>')
+    p.append(f'<line x1="10" y1="{height - 20}" x2="{width - 10}" y2="{height - 20}" stroke="#000"/>'
+             f'<text x="{width - 10}" y="12" text-anchor="end">range [{h["lo"]:.3g}, {h["hi"]:.3g}] (red), data '
              "(grey); log counts</text></svg>")
     return "".join(p)
 

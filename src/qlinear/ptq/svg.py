@@ -51,7 +51,8 @@ def bar_chart(bars: list[Bar], title: str, axis: str, width: int = 900, cls: str
     if not bars:
         return ""
     fin = [v for b in bars for v in (b.value, b.mark) if v is not None and math.isfinite(v)]
-    t = ticks(min(fin + [0.0]), max(fin + [1.0]))
+    top = max(fin + [0.0])
+    t = ticks(min(fin + [0.0]), top if top > 0 else 1.0)
     lo, hi = t[0], t[-1]
     left, right, h, gap, top = 240, 90, 10, 3, 34
     span = width - left - right
