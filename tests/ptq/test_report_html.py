@@ -372,3 +372,27 @@ def test_worst_tensor_histograms_have_an_axis(tfl):
         labels = [float(t.text) for t in svg.iter(f"{SVG}text") if t.get("class") == "ticklabel"]
         assert len(labels) >= 2 and labels == sorted(labels)
         assert h["edges"][0] <= labels[0] and labels[-1] <= h["edges"][-1]
+
+
+def test_output_plot_accumulates_batches_of_any_shape():
+    """Batches of different sequence lengths; an exactly reproduced sample has SQNR inf and is never among the
+    worst; the worst samples are the ones with the most noise, by their index in the held-out set."""
+    from qlinear.ptq.plots import OutputPlot
+
+    rng = np.random.default_rng(0)
+    p = OutputPlot()
+    a1, a2 = rng.standard_normal((3, 5, 7)).astype(np.float32), rng.standard_normal((2, 9, 7)).astype(np.float32)
+    noise = [0.1, 0.0, 0.3, 0.05, 0.2]
+    b1 = a1 + np.asarray(noise[:3], np.float32)[:, None, None] * rng.standard_normal(a1.shape).astype(np.float32)
+    b2 = a2 + np.asarray(noise[3:], np.float32)[:, None, None] * rng.standard_normal(a2.shape).astype(np.float32)
+    p.add(a1, b1, 100, 3)
+    p.add(a2, b2, 103, 2)
+    r = p.result()
+    assert [w["sample"] for w in r["worst"]][:4] == [102, 104, 100, 103] and r["worst"][-1]["sqnr_db"] == math.inf
+    want = 10 * np.log10(np.sum(a1[2].astype(np.float64) ** 2) / np.sum((b1[2] - a1[2]).astype(np.float64) ** 2))
+    assert r["worst"][0]["sqnr_db"] == pytest.approx(want, rel=1e-9)
+    assert sum(r["errors"]["counts"]) == r["errors"]["values"] == r["errors"]["of"] == a1.size + a2.size
+    assert len(r["scatter"]["float"]) == len(r["scatter"]["quantized"]) <= a1.size + a2.size
+    ints = OutputPlot()
+    ints.add(np.arange(4), np.arange(4), 0, 4)   # integer outputs are not plotted
+    assert ints.result() is None

@@ -36,13 +36,13 @@ class OutputPlot:
         self.q.append(qa[::step][:PER_BATCH].astype(np.float64))
         self.values += fa.size
         rows = count if a.shape[0] == count else 1
-        af, bf = a.reshape(rows, -1).astype(np.float64), b.reshape(rows, -1).astype(np.float64)
-        sig, noise = np.sum(af * af, 1), np.sum((af - bf) ** 2, 1)
-        err = np.max(np.abs(af - bf), 1)
-        for i in range(rows):
-            db = float("inf") if noise[i] <= 0 else (float("-inf") if sig[i] <= 0 else
-                                                     float(10 * np.log10(sig[i] / noise[i])))
-            self.per_sample.append((db, first + i, float(err[i])))
+        af, bf = a.reshape(rows, -1), b.reshape(rows, -1)
+        for i in range(rows):   # one sample at a time in float64 (an LLM's logits are large)
+            x, d = af[i].astype(np.float64), bf[i].astype(np.float64)
+            d -= x
+            sig, noise = float(np.dot(x, x)), float(np.dot(d, d))
+            db = float("inf") if noise <= 0 else (float("-inf") if sig <= 0 else float(10 * np.log10(sig / noise)))
+            self.per_sample.append((db, first + i, float(np.max(np.abs(d)))))
 
     def result(self) -> dict[str, Any] | None:
         """``scatter`` ([float values], [quantized values]), ``errors`` (histogram of quantized - float: ``counts``,
