@@ -137,6 +137,10 @@ def test_one_tensor_table_joins_weights_and_activations(tfl):
     # a weight's SQNR against its float value and the Q/DQ model's dequantized weight (ONNX Runtime)
     fl = {t.name: numpy_helper.to_array(t) for t in onnx.load(str(out / "model.float.onnx")).graph.initializer}
     qdq = onnx.load(str(out / "model.qdq.onnx"))
+    made_by = {o: n.name for n in onnx.load(str(out / "model.float.onnx")).graph.node for o in n.output}
+    assert all(by_name[a]["layer"] == made_by.get(a, "(graph input)") for a in acts)
+    assert all(by_name[a]["granularity"] == "per-tensor" for a in acts)
+    assert {by_name[w]["granularity"] for w in weights} == {"per-channel"}
     convs = {n.name: n for n in qdq.graph.node if n.op_type == "Conv"}
     entry = {w["name"]: w for w in doc["weights"]}
     assert set(entry) == weights

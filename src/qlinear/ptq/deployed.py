@@ -35,7 +35,7 @@ def weight_stats(qm: Any) -> list[dict[str, Any]]:
             continue
         s = np.asarray(e.scale, np.float64).reshape(-1)
         rows.append({"name": e.name, "role": "bias" if e.qtype.bits == 32 else "weight", "layer": users.get(e.name, ""),
-                     "dtype": e.dtype, "granularity": str(e.granularity), "scale_min": float(s.min()),
+                     "dtype": e.dtype, "granularity": str(e.granularity).replace("_", "-"), "scale_min": float(s.min()),
                      "scale_max": float(s.max()), "lo": float(w.min()) if w.size else 0.0,
                      "hi": float(w.max()) if w.size else 0.0,
                      "sqnr_db": sqnr_db(float(np.sum(w.astype(np.float64) ** 2)), float(np.sum(d * d)))})

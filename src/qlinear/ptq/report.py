@@ -210,11 +210,14 @@ def _weights_of(qm: Any, rep: Report) -> list[dict[str, Any]]:
 
 
 def tensor_rows(qm: Any, rep: Report) -> list[dict[str, Any]]:
-    """Weights and activations in one list by tensor name (lowest SQNR first, non-finite last): role, layer, type,
-    granularity, scale, zero point, range (an activation's quantization grid, a weight's float values), SQNR."""
+    """Weights and activations in one list by tensor name (lowest SQNR first, non-finite last): role, layer (the
+    weight's consumer, the activation's producer), type, granularity, scale, zero point, range (an activation's
+    quantization grid, a weight's float values), SQNR."""
     rows: dict[str, dict[str, Any]] = {}
+    made_by = {o: nd.name or nd.op_type for nd in qm.reference_model.graph.node for o in nd.output}
     for s in rep.tensors:
-        rows[s.name] = {"name": s.name, "role": "activation", "layer": "", "dtype": s.dtype,
+        rows[s.name] = {"name": s.name, "role": "activation", "layer": made_by.get(s.name, "(graph input)"),
+                        "dtype": s.dtype,
                         "granularity": "per-tensor", "scale": f"{s.scale:.4g}", "zero_point": str(s.zero_point),
                         "lo": s.lo, "hi": s.hi, "sqnr_db": s.sqnr_db}
     for w in _weights_of(qm, rep):
