@@ -399,3 +399,16 @@ def test_output_plot_accumulates_batches_of_any_shape():
     ints = OutputPlot()
     ints.add(np.arange(4), np.arange(4), 0, 4)   # integer outputs are not plotted
     assert ints.result() is None
+
+
+def test_deployed_output_missing_from_the_tflite_is_not_compared(tfl, monkeypatch):
+    """An output the .tflite does not have (or of another size) is listed, never compared with another tensor."""
+    pytest.importorskip("ai_edge_litert", reason="ai-edge-litert is not installed: the .tflite cannot be run")
+    from qlinear.ptq import deployed
+
+    qm, out, _, _ = tfl
+    real = deployed._invoke
+    monkeypatch.setattr(deployed, "_invoke", lambda it, feed, names: {k: v for k, v in real(it, feed, names).items()
+                                                                       if k != "logits"})
+    d = deployed.tflite_artifact(qm, qm.report(), out / "model.tflite")
+    assert d["not_in_tflite"] == ["logits"] and d["outputs"] == {}

@@ -70,9 +70,9 @@ def litert_available() -> bool:
 
 def onnx_artifact(qm: Any, rep: Report, model_file: str) -> dict[str, Any]:
     """The written ONNX model is what the report's outputs measure: say so (runtime, file, headline metrics)."""
-    return {"artifact": model_file, "runtime": "ONNX Runtime " + ("(fused int8 kernels)" if rep.engine == "ort-int8"
-                                                                   else "(every Q/DQ as ONNX defines it)"
-                                                                   if not qm.config.weight_only else ""),
+    how = "" if qm.config.weight_only else (" (fused int8 kernels)" if rep.engine == "ort-int8"
+                                            else " (every Q/DQ as ONNX defines it)")
+    return {"artifact": model_file, "runtime": "ONNX Runtime" + how,
             "samples": rep.samples, "same_as_outputs": True,
             "outputs": {o: {k: v for k, v in r.items() if k == rep.headlines.get(o)} for o, r in rep.outputs.items()}}
 
@@ -101,19 +101,20 @@ def tflite_artifact(qm: Any, rep: Report, path: Path) -> dict[str, Any]:
         for o, v in zip(names, fs.run(names, feed, where=where)):
             out_f[o].append(v)
         got = _invoke(it, feed, names)
-        for o in names:
-            out_t[o].append(got[o].reshape(out_f[o][-1].shape) if got[o].size == out_f[o][-1].size else got[o])
+        for o in got:   # an output of another size is not the same tensor: left out (not_in_tflite)
+            if got[o].size == out_f[o][-1].size:
+                out_t[o].append(got[o].reshape(out_f[o][-1].shape))
         counts.append(1)
         at += 1
     labels = None if ds.labels is None else ds.labels[start:stop]
-    outs = {}
+    outs, missing = {}, [o for o in names if len(out_t[o]) != len(counts)]
     for o in names:
-        kind = rep.kinds.get(o, "generic")
-        if kind == "mixed":
-            kind = "generic"
-        outs[o] = kind_metrics(kind, out_f[o], out_t[o], counts, labels, o, ds.source)
+        if o in missing:
+            continue
+        outs[o] = kind_metrics(rep.kinds.get(o, "generic"), out_f[o], out_t[o], counts, labels, o, ds.source)
     return {"artifact": path.name, "runtime": f"LiteRT {_litert_version()} (default resolver)",
             "samples": len(counts), "same_as_outputs": False, "outputs": outs,
+            **({"not_in_tflite": missing} if missing else {}),
             "headlines": {o: HEADLINE.get(rep.kinds.get(o, "generic")) for o in names}}
 
 
@@ -132,11 +133,13 @@ def _invoke(it: Any, feed: dict[str, np.ndarray], names: list[str]) -> dict[str,
     it.invoke()
     outs = it.get_output_details()
     by_name = {d["name"]: d for d in outs}
+    if not all(o in by_name for o in names) and len(outs) == len(names):
+        by_name = {o: d for o, d in zip(names, outs)}   # the converter renamed them: same order
     res = {}
-    for k, o in enumerate(names):
-        d = by_name.get(o, outs[k] if k < len(outs) else outs[-1])
-        y = it.get_tensor(d["index"])
-        res[o] = y.transpose(0, 3, 1, 2) if y.ndim == 4 else y
+    for o in names:
+        if o in by_name:
+            y = it.get_tensor(by_name[o]["index"])
+            res[o] = y.transpose(0, 3, 1, 2) if y.ndim == 4 else y
     return res
 
 

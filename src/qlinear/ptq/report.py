@@ -172,8 +172,10 @@ def _deployed_section(rep: Report) -> str:
                                               else f"{html.escape(k)}: {_num(v, '.4f')}") for k, v in r.items())]
             for o, r in d["outputs"].items()]
     took = f" ({d['seconds']:.1f} s)" if d.get("seconds") is not None else ""
+    gone = d.get("not_in_tflite") or []
+    gone_text = f" Not in the file (not compared): {html.escape(', '.join(gone))}." if gone else ""
     return (what + f" on {d['samples']} held-out samples{took}, against the float model (the Q/DQ model's figures "
-            "are above).</p>" + table(["output", "metrics of the deployed file"], rows, "deployed"))
+            f"are above).{gone_text}</p>" + table(["output", "metrics of the deployed file"], rows, "deployed"))
 
 
 def _plots_section(rep: Report) -> str:
