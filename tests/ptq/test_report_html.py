@@ -412,3 +412,23 @@ def test_deployed_output_missing_from_the_tflite_is_not_compared(tfl, monkeypatc
                                                                        if k != "logits"})
     d = deployed.tflite_artifact(qm, qm.report(), out / "model.tflite")
     assert d["not_in_tflite"] == ["logits"] and d["outputs"] == {}
+
+
+def test_sensitivity_chart_ticked_and_inf_as_text(tfl):
+    qm, _, _, _ = tfl
+    rep = qm.report()
+    items = [{"tensor": "a", "role": "activation", "metric": "sqnr_db", "only_quantized": 12.5, "only_float": 30.0},
+             {"tensor": "w", "role": "weight", "metric": "sqnr_db", "only_quantized": math.inf, "only_float": 9.0}]
+    old = rep.sensitivity
+    try:
+        rep.sensitivity = items
+        page = Page(to_html(qm, rep))
+    finally:
+        rep.sensitivity = old
+    svg = page.sections["sensitivity"]["svgs"][0]
+    assert len(list(svg.iter(f"{SVG}rect"))) == 1   # inf: no bar
+    assert len([ln for ln in svg.iter(f"{SVG}line") if ln.get("class") == "mark"]) == 2
+    values = [t.text for t in svg.iter(f"{SVG}text") if t.get("class") == "value"]
+    assert values == ["12.5 / 30.0 dB", "inf (exact) / 9.0 dB"]
+    labels = [float(t.text) for t in svg.iter(f"{SVG}text") if t.get("class") == "ticklabel"]
+    assert labels[0] <= 0 and labels[-1] >= 30
