@@ -40,6 +40,7 @@ from qlinear.errors import DataError
 from qlinear.graph.ops import EMBEDDING_PRODUCERS, LAYOUT_PASSTHROUGH, QUANTIZE_OPS
 from qlinear.graph.plan import resolve_inherit
 from qlinear.ptq.mixed import MIXED_RATIO, REMEDY, mixed, part_slices
+from qlinear.ptq.plots import OutputPlot, output_plots
 
 HIST_CAP = 100_000  # float values kept per tensor for its histogram
 
@@ -72,16 +73,20 @@ class Report:
     weights: list[dict[str, Any]] = field(default_factory=list)  #: weight-only: per-weight SQNR vs round to nearest
     sizes: dict[str, int] = field(default_factory=dict)  #: weight-only: initializer bytes before / after
     coverage: dict[str, Any] = field(default_factory=dict)  #: weight-only: weights quantized / left float by kind
+    plots: dict[str, dict[str, Any]] = field(default_factory=dict)  #: output -> :mod:`qlinear.ptq.plots` data
+    deployed: dict[str, Any] = field(default_factory=dict)  #: the written artifact's own accuracy (report.json)
 
     def to_dict(self) -> dict[str, Any]:
         outs = {o: ({"kind": self.kinds[o], "headline": self.headlines.get(o), **r} if o in self.kinds else r)
                 for o, r in self.outputs.items()}
         if self.weights:  # weight-only: no activation statistics, so no empty sections for them
             return {"samples": self.samples, "engine": self.engine, "outputs": outs, "weights": self.weights,
-                    "sizes": self.sizes, "coverage": self.coverage, "timings": self.timings}
+                    "sizes": self.sizes, "coverage": self.coverage, "timings": self.timings,
+                    "deployed": self.deployed, "output_plots": self.plots}
         return {"samples": self.samples, "stat_samples": self.stat_samples, "engine": self.engine,
                 "outputs": outs, "ranking": self.ranking, "tensors": [t.__dict__ for t in self.tensors],
-                "timings": self.timings, "histograms": self.histograms, "mixed_ranges": self.mixed}
+                "timings": self.timings, "histograms": self.histograms, "mixed_ranges": self.mixed,
+                "deployed": self.deployed, "output_plots": self.plots}
 
 
 def _sqnr(sig: float, noise: float) -> float:
@@ -216,7 +221,7 @@ def evaluate(qm: Any, *, samples: int | None = None, progress: Callable[[int], N
             hists[name] = h
     mixed = mixed_concats(qm, stats, res, cparts)
     return Report(n, stats, res, ranking, hists, stat_samples=n_stat, engine=engine, kinds=kinds, headlines=heads,
-                  mixed=mixed)
+                  mixed=mixed, plots=output_plots(out_f, out_q, counts, start, kinds))
 
 
 def concat_parts(ref: Any, outputs: list[str]) -> dict[str, tuple[int, list[tuple[str, int, int]]]]:
@@ -686,6 +691,7 @@ def evaluate_weight_only(qm: Any, model_path: Any, *, samples: int | None = None
     names = [o.name for o in sw.graph.graph.output]
     tokens = token_input(sw.graph)
     acc = {n: Agreement() for n in names}
+    plots = {n: OutputPlot() for n in names}
     labels = None if ds.labels is None else np.asarray(ds.labels)
     at = start
     for batch in ds.batches(start, stop, qm.config.batch_size):
@@ -694,6 +700,7 @@ def evaluate_weight_only(qm: Any, model_path: Any, *, samples: int | None = None
         k = len(fo[0])
         for n, a, b in zip(names, fo, qo):
             acc[n].add(a, b, None if labels is None else labels[at:at + k], batch.get(tokens) if tokens else None)
+            plots[n].add(a, b, at, k)
         at += k
         if progress:
             progress(k)
@@ -702,7 +709,8 @@ def evaluate_weight_only(qm: Any, model_path: Any, *, samples: int | None = None
     return Report(samples=stop - start, tensors=[], outputs=outputs, ranking=[],
                   timings={"evaluation": time.perf_counter() - t0}, engine="onnxruntime", kinds=kinds,
                   headlines={n: HEADLINE[k] for n, k in kinds.items()}, weights=sw.weight_stats(),
-                  sizes=sw.sizes(model_path), coverage=dict(sw.coverage))
+                  sizes=sw.sizes(model_path), coverage=dict(sw.coverage),
+                  plots={n: r for n, r in ((n, p.result()) for n, p in plots.items()) if r is not None})
 
 
 def token_input(m: Any) -> str:

@@ -263,6 +263,8 @@ class QuantizedModel:
             if self.reportable(report):
                 rep = self.report(progress=progress, model_path=stage / self.model_file)
                 from qlinear._atomic import write_text
+                from qlinear.ptq.deployed import deployed
+                rep.deployed = deployed(self, rep, stage, self.model_file)
                 from qlinear.ptq.report import to_html, to_json
 
                 write_text(stage / "report.json", to_json(self, rep))

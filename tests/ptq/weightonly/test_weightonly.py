@@ -459,7 +459,8 @@ def test_weight_only_report_has_no_empty_section(tmp_path):
     for key, v in doc.items():
         assert v not in ([], {}, None, ""), key
     rep = doc["report"]
-    assert set(rep) == {"samples", "engine", "outputs", "weights", "sizes", "coverage", "timings"}
+    assert set(rep) == {"samples", "engine", "outputs", "weights", "sizes", "coverage", "timings", "deployed",
+                        "output_plots"}
     for key, v in rep.items():
         assert v not in ([], {}, None, ""), key
     assert "tensors" not in rep and "ranking" not in rep
@@ -495,8 +496,9 @@ def test_weight_only_report_has_no_empty_section(tmp_path):
                 "gptq_damp", "calibration_samples"} & set(cfg)
     page = (tmp_path / "out" / "report.html").read_text()
     heads = re.findall(r"<h2>(.*?)</h2>(.*?)(?=<h2>|</body>)", page, re.S)
-    assert [h for h, _ in heads] == ["Outputs against the float model", "Size", "Coverage",
-                                     "Weights (lowest SQNR first)", "Configuration"]
+    assert [h for h, _ in heads] == ["Configuration", "Outputs against the float model", "Deployed artifact",
+                                     "Outputs: quantized against float", "Size", "Coverage",
+                                     "Weights (lowest SQNR first)"]
     for h, body in heads:
         assert re.search(r"<td>|<p>", body), h
     assert "perplexity_quantized" in page and "held-out samples (per-tensor" not in page
