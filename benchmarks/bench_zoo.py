@@ -204,13 +204,14 @@ def ort_worker(model: str, data: str, n_cal: int, out: str) -> None:
 # ---------------------------------------------------------------------------------------------------- one model
 
 def variants(e: zoo.Entry, data: Path, work: Path, n_cal: int, n_eval: int,
-             model: Path | None = None) -> list[tuple[str, list[str], Path]]:
-    q = [sys.executable, "-m", "qlinear", "quantize", str(model or e.file), "--data", str(data),
+             shapes: list[str]) -> list[tuple[str, list[str], Path]]:
+    """The model as shipped in every run; ``--target tflite`` also gets ``shapes`` (``--input-shape`` options)."""
+    q = [sys.executable, "-m", "qlinear", "quantize", str(e.file), "--data", str(data),
          "--calibration-samples", str(n_cal), "--evaluation-samples", str(n_eval)]
     return [
         ("qlinear", q + ["-o", str(work / "ql")], work / "ql" / "model.qdq.onnx"),
         ("qlinear --no-report", q + ["-o", str(work / "qlnr"), "--no-report"], work / "qlnr" / "model.qdq.onnx"),
-        ("qlinear --target tflite", q + ["-o", str(work / "qltf"), "--target", "tflite", "--no-report"],
+        ("qlinear --target tflite", q + ["-o", str(work / "qltf"), "--target", "tflite", "--no-report"] + shapes,
          work / "qltf" / "model.qdq.onnx"),
         ("ORT quantize_static", [sys.executable, __file__, "--ort-worker", str(e.file), str(data), str(n_cal),
                                  str(work / "ort.qdq.onnx")], work / "ort.qdq.onnx"),
@@ -229,7 +230,8 @@ def bench_model(e: zoo.Entry, n_cal: int, n_eval: int) -> dict:
     onnx_inputs = [i.name for i in ort.InferenceSession(str(e.file), providers=["CPUExecutionProvider"]).get_inputs()]
     ref, ms = run_ort(e.file, ev)
     rec["float"] = {"ms": round(ms, 2), "weights": count_weights(e.file), "mb": round(e.file.stat().st_size / 1e6, 2)}
-    todo = variants(e, data, work, n_cal, n_eval)
+    shapes, rec["input_shape"] = input_shapes(e.file, cal + ev)
+    todo = variants(e, data, work, n_cal, n_eval, shapes)
     while todo:
         label, cmd, out = todo.pop(0)
         run: dict = {}
@@ -239,13 +241,10 @@ def bench_model(e: zoo.Entry, n_cal: int, n_eval: int) -> dict:
             run["error"] = err
             rec["runs"][label] = run
             print(f"  {label:26s} FAILED {dt:6.1f}s  {err}", flush=True)
-            if label == "qlinear" and "converted" not in rec:
-                retry = retry_converted(e, rec, err, cal + ev, work, n_cal, n_eval)
-                todo = retry[:3] + todo[2:] + retry[3:] if retry else todo
-            if "--target tflite" in label and "[static]" not in label and "--input-shape" in err:
-                todo = retry_static(rec, label, cmd, work) + todo
             continue
         run.update(score_onnx(e, out, ev, ref))
+        if label == "ORT quantize_static" and "ort_error" in run:
+            todo += ort_op13(e, rec, data, work, n_cal)
         if "tflite" in label:
             names = [i.name for i in onnx.load(str(cmd[4]), load_external_data=False).graph.input
                      if i.name in onnx_inputs]
@@ -256,62 +255,46 @@ def bench_model(e: zoo.Entry, n_cal: int, n_eval: int) -> dict:
     return rec
 
 
-def retry_converted(e: zoo.Entry, rec: dict, err: str, samples: zoo.Samples, work: Path, n_cal: int,
-                    n_eval: int) -> list[tuple[str, list[str], Path]]:
-    """Do what a refusal asks for and quantize that model instead, to see what lies behind the refusal:
-    an opset below 13 -> ``onnx.version_converter`` to 13; a scalar input that a sample file cannot hold ->
-    that input folded into the model as a constant (its value in every sample)."""
-    from onnx import numpy_helper, version_converter
-    if "version_converter" in err:
-        tag, how = "op13", "opset 13 (onnx.version_converter)"
-    elif "is a scalar" in err:
-        tag, how = "scalar const", "scalar inputs folded to constants"
-    else:
+def input_shapes(model: Path, samples: zoo.Samples) -> tuple[list[str], str]:
+    """``--input-shape`` options for the ``--target tflite`` run: every graph input with a dynamic dimension fixed to
+    its shape in the samples (when all samples agree on it), and a note of what was passed or why not."""
+    m = onnx.load(str(model), load_external_data=False)
+    inits = {i.name for i in m.graph.initializer}
+    opts, notes = [], []
+    for i in m.graph.input:
+        dims = i.type.tensor_type.shape.dim
+        if i.name in inits or not dims or all(d.HasField("dim_value") and d.dim_value > 0 for d in dims):
+            continue
+        seen = {tuple(s[i.name].shape) for s in samples if i.name in s}
+        if len(seen) != 1:
+            notes.append(f"{i.name}: not fixed, the samples have {len(seen)} shapes")
+            continue
+        shape = ",".join(str(d) for d in seen.pop())
+        opts += ["--input-shape", f"{i.name}={shape}"]
+        notes.append(f"{i.name}={shape}")
+    return opts, " ".join(notes)
+
+
+def ort_op13(e: zoo.Entry, rec: dict, data: Path, work: Path, n_cal: int) -> list[tuple[str, list[str], Path]]:
+    """ORT's per-channel output of an opset 11/12 model does not load (``axis`` on DequantizeLinear needs 13): give
+    ``quantize_static`` the model converted by ``onnx.version_converter`` to 13 as well (the peer's best case;
+    qlinear always gets the file as shipped)."""
+    from onnx import version_converter
+    m = onnx.load(str(e.file))
+    if max((o.version for o in m.opset_import if o.domain in ("", "ai.onnx")), default=13) >= 13:
         return []
-    conv = work / f"model.{tag.replace(' ', '_')}.onnx"
+    conv = work / "model.op13.onnx"
     try:
-        m = onnx.load(str(e.file))
-        if tag == "op13":
-            m = version_converter.convert_version(m, 13)
-        else:
-            scalars = [i.name for i in m.graph.input if len(i.type.tensor_type.shape.dim) == 0]
-            for name in scalars:
-                m.graph.initializer.append(numpy_helper.from_array(samples[0][name], name))
-                m.graph.input.remove(next(i for i in m.graph.input if i.name == name))
-            data = [{k: v for k, v in s.items() if k not in scalars} for s in samples]
-            zoo.write_folder(data, work / "data_noscalar")
-        onnx.save(m, str(conv))
+        onnx.save(version_converter.convert_version(m, 13), str(conv))
         ort.InferenceSession(str(conv), providers=["CPUExecutionProvider"])
     except Exception as ex:  # noqa: BLE001
-        rec["converted"] = f"{how} failed: {type(ex).__name__}: {str(ex).strip().splitlines()[-1][:200]}"
-        print(f"  {rec['converted']}", flush=True)
+        rec["ort_op13"] = f"failed: {type(ex).__name__}: {str(ex).strip().splitlines()[-1][:200]}"
         return []
-    rec["converted"] = how
-    print(f"  retrying qlinear on the model with {how}", flush=True)
-    d = work / ("data_noscalar" if tag != "op13" else "data")
-    again = variants(e, d, work, n_cal, n_eval, conv)
-    ort_again = [(again[3][0], again[3][1][:3] + [str(conv)] + again[3][1][4:-1] + [str(work / "ort13.qdq.onnx")],
-                  work / "ort13.qdq.onnx")]
-    return [(f"{lab} [{tag}]", cmd, out) for lab, cmd, out in again[:3] + (ort_again if tag == "op13" else [])]
-
-
-def retry_static(rec: dict, label: str, cmd: list[str], work: Path) -> list[tuple[str, list[str], Path]]:
-    """The tflite refusal of dynamic dimensions asks for ``--input-shape``: pass each graph input's shape in the
-    samples (when every sample has the same one) and run ``--target tflite`` again."""
-    data = Path(cmd[cmd.index("--data") + 1])
-    shapes = {tuple((k, v.shape) for k, v in sorted(np.load(f).items())) for f in sorted(data.glob("*.npz"))}
-    if len(shapes) != 1:
-        rec["static"] = f"not retried: the samples have {len(shapes)} different shapes"
-        print(f"  {rec['static']}", flush=True)
-        return []
-    fixed = {k: v for k, v in shapes.pop() if len(v)}
-    rec["static"] = "--input-shape " + " ".join(f"{k}={','.join(str(d) for d in v)}" for k, v in fixed.items())
-    print(f"  retrying --target tflite with {rec['static']}", flush=True)
-    new = list(cmd)
-    new[new.index("-o") + 1] = str(work / "qltf_static")
-    for k, v in fixed.items():
-        new += ["--input-shape", f"{k}={','.join(str(d) for d in v)}"]
-    return [(label + " [static]", new, work / "qltf_static" / "model.qdq.onnx")]
+    rec["ort_op13"] = "ORT quantize_static also run on the model converted to opset 13 (onnx.version_converter)"
+    print(f"  {rec['ort_op13']}", flush=True)
+    out = work / "ort13.qdq.onnx"
+    return [("ORT quantize_static [op13]", [sys.executable, __file__, "--ort-worker", str(conv), str(data),
+                                            str(n_cal), str(out)], out)]
 
 
 def score_onnx(e: zoo.Entry, out: Path, ev: zoo.Samples, ref: list) -> dict:
@@ -381,12 +364,10 @@ def markdown(results: list[dict], meta: dict) -> str:
               "time of the quantization process, weights quantized (q) / left float (f). Fidelity: `top1` agreement, "
               "`ctc` same OCR text, `mask_iou` of the text maps, `det_f1` detections, `vad` same decision, `nn` same "
               "nearest-neighbour sentence (MiniLM's sentence embedding). LiteRT: the `.tflite` of `--target tflite` "
-              "run in LiteRT, fidelity / cosine, ms per sample. `[op13]`: qlinear refused the model's opset (11 or "
-              "12) and the cell is its run on the model converted with `onnx.version_converter` to 13, as the error "
-              "asks (ORT's own per-channel output of opset 11/12 models is invalid, so ORT also gets the converted "
-              "model there); `[scalar const]`: qlinear refused a scalar model input in the sample files and the cell "
-              "is its run with that input folded into the model as a constant; `[static]`: `--target tflite` refused "
-              "dynamic input dimensions and the cell is its run with `--input-shape` set to the samples' shape.")
+              "run in LiteRT, fidelity / cosine, ms per sample; `--target tflite` gets `--input-shape` fixing each "
+              "dynamic input to the samples' shape (listed under the table). Every qlinear run quantizes the file as "
+              "shipped. `[op13]` (ORT column only): ORT's per-channel output of an opset 11/12 model does not load, "
+              "and the cell is `quantize_static` on the model converted with `onnx.version_converter` to 13.")
     lines = [
         "# Zoo results: qlinear vs ONNX Runtime `quantize_static` on real pretrained models from PyPI wheels", "",
         head, "", legend, "",
@@ -401,13 +382,6 @@ def markdown(results: list[dict], meta: dict) -> str:
         ru = dict(r["runs"])
         if "ORT quantize_static [op13]" in ru and "ort_error" in ru.get("ORT quantize_static", {}):
             ru["ORT quantize_static"] = dict(ru["ORT quantize_static [op13]"], retry="op13")
-        for lab in ("qlinear", "qlinear --no-report", "qlinear --target tflite"):
-            for tag in ("op13", "scalar const"):
-                if f"{lab} [{tag}]" in ru:   # refused: the cell shows the run on the model changed as asked
-                    ru[lab] = dict(ru[f"{lab} [{tag}]"], retry=tag)
-        static = [k for k in ru if k.startswith("qlinear --target tflite") and k.endswith("[static]")]
-        if static:
-            ru["qlinear --target tflite"] = dict(ru[static[0]], retry="static")
         fw = r["float"]["weights"]
         lines.append(
             f"| {r['model']} | {r['exporter']} | {r['task'].split(' (')[0]} ({r['score']}) | {r['float']['ms']} ms, "
@@ -427,8 +401,8 @@ def markdown(results: list[dict], meta: dict) -> str:
             tf = run.get("tflite", {})
             if "error" in tf:
                 lines.append(f"* **{r['model']}**, {label} (LiteRT): `{tf['error']}`")
-        if str(r.get("static", "")).startswith("not retried"):
-            lines.append(f"* **{r['model']}**, `--target tflite` with fixed input shapes {r['static']}")
+    lines += ["", "## `--input-shape` of the `--target tflite` runs", ""]
+    lines += [f"* **{r['model']}**: {r.get('input_shape') or '(static model)'}" for r in results if "error" not in r]
     return "\n".join(lines) + "\n"
 
 
