@@ -328,6 +328,28 @@ def score_tflite(e: zoo.Entry, path: Path, ev: zoo.Samples, ref: list, onnx_inpu
     return res
 
 
+def time_model(e: zoo.Entry, n_cal: int, n_eval: int, rounds: int) -> dict:
+    """Wall time of ``qlinear quantize`` (report), ``--no-report`` and ORT ``quantize_static``, each in its own
+    process, the three taking turns ``rounds`` times (a loaded machine slows them alike): every time, the median."""
+    work = zoo.ZOO / "work" / e.name
+    data = work / "data"
+    if not data.is_dir():
+        cal, ev = zoo.build_data(e, n_cal, n_eval)
+        data = zoo.write_folder(cal + ev, data)
+    (work / "timing").mkdir(parents=True, exist_ok=True)
+    runs = [v for v in variants(e, data, work / "timing", n_cal, n_eval, []) if "tflite" not in v[0]]
+    times: dict[str, list[float]] = {label: [] for label, _, _ in runs}
+    for k in range(rounds):
+        for label, cmd, _ in runs[k % len(runs):] + runs[:k % len(runs)]:   # a different one first each round
+            ok, dt, err = subprocess_run(cmd, work / "timing.log")
+            times[label].append(round(dt, 1) if ok else float("nan"))
+            if not ok:
+                print(f"  {label} FAILED: {err}", flush=True)
+    med = {label: round(float(np.median(v)), 1) for label, v in times.items()}
+    print(f"  timing {json.dumps(times)} median {json.dumps(med)}", flush=True)
+    return {"rounds": rounds, "times": times, "median": med}
+
+
 # ---------------------------------------------------------------------------------------------------- table
 
 def _cell(run: dict | None) -> str:
@@ -359,7 +381,8 @@ def _tfl(run: dict | None) -> str:
 def markdown(results: list[dict], meta: dict) -> str:
     head = (f"`python benchmarks/bench_zoo.py --cal {meta['cal']} --eval {meta['eval']}` on {meta['date']}, "
             f"{meta['machine']}, CPU flags `{meta['cpu']}`, onnxruntime {meta['ort']}, qlinear at `{meta['commit']}`"
-            + (f" ({meta['merged']})." if meta.get("merged") else "."))
+            + (f" ({meta['merged']})." if meta.get("merged") else ".")
+            + (f" {meta['timing'][0].upper()}{meta['timing'][1:]} (table below)." if meta.get("timing") else ""))
     legend = ("Cells: task fidelity vs the float model on the held-out samples / cosine of the scored output, wall "
               "time of the quantization process, weights quantized (q) / left float (f). Fidelity: `top1` agreement, "
               "`ctc` same OCR text, `mask_iou` of the text maps, `det_f1` detections, `vad` same decision, `nn` same "
@@ -382,6 +405,9 @@ def markdown(results: list[dict], meta: dict) -> str:
         ru = dict(r["runs"])
         if "ORT quantize_static [op13]" in ru and "ort_error" in ru.get("ORT quantize_static", {}):
             ru["ORT quantize_static"] = dict(ru["ORT quantize_static [op13]"], retry="op13")
+        for label, t in r.get("timing", {}).get("median", {}).items():   # the interleaved medians, when measured
+            if label in ru and "error" not in ru[label]:
+                ru[label] = dict(ru[label], wall_s=f"{t} (med)")
         fw = r["float"]["weights"]
         lines.append(
             f"| {r['model']} | {r['exporter']} | {r['task'].split(' (')[0]} ({r['score']}) | {r['float']['ms']} ms, "
@@ -401,9 +427,38 @@ def markdown(results: list[dict], meta: dict) -> str:
             tf = run.get("tflite", {})
             if "error" in tf:
                 lines.append(f"* **{r['model']}**, {label} (LiteRT): `{tf['error']}`")
+    timed = [r for r in results if r.get("timing")]
+    if timed:
+        lines += ["", "## Wall time, interleaved runs (`--timing N`)", "",
+                  "Each model's three runs take turns N times (a different one first each round); `(med)` cells "
+                  "above show the median. qlinear's time vs ORT's is the speed bar.", "",
+                  "| model | qlinear (report), s | qlinear --no-report, s | ORT quantize_static, s | report / ORT | "
+                  "--no-report / ORT |", "|---|---|---|---|---|---|"]
+        for r in timed:
+            m, t = r["timing"]["median"], r["timing"]["times"]
+            q, nr, o = m.get("qlinear"), m.get("qlinear --no-report"), m.get("ORT quantize_static")
+            lines.append(f"| {r['model']} | {q} ({', '.join(map(str, t['qlinear']))}) | {nr} "
+                         f"({', '.join(map(str, t['qlinear --no-report']))}) | {o} "
+                         f"({', '.join(map(str, t['ORT quantize_static']))}) | {q / o:.2f} | {nr / o:.2f} |")
     lines += ["", "## `--input-shape` of the `--target tflite` runs", ""]
     lines += [f"* **{r['model']}**: {r.get('input_shape') or '(static model)'}" for r in results if "error" not in r]
     return "\n".join(lines) + "\n"
+
+
+def write_timing(out: Path, entries: list[zoo.Entry], a: argparse.Namespace, commit: str) -> None:
+    """``--timing N``: the interleaved wall times of ``entries`` into the existing results, the table rewritten."""
+    doc = json.loads(out.with_suffix(".json").read_text())
+    rows = {r["model"]: r for r in doc["results"]}
+    for e in entries:
+        print(f"{e.name}: timing, {a.timing} rounds", flush=True)
+        rows[e.name]["timing"] = time_model(e, a.cal, a.eval, a.timing)
+    doc["meta"]["timing"] = (f"wall times: median of {a.timing} interleaved runs on "
+                             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} at {commit}")
+    text = out.read_text()
+    kept = text[text.index(ANALYSIS_MARK):] if ANALYSIS_MARK in text else ""
+    out.write_text(markdown(doc["results"], doc["meta"]) + ("\n" + kept if kept else ""))
+    out.with_suffix(".json").write_text(json.dumps(doc, indent=1))
+    print(f"wrote {out} and {out.with_suffix('.json')}")
 
 
 def main() -> None:
@@ -414,6 +469,8 @@ def main() -> None:
     ap.add_argument("--out", default=str(Path(__file__).with_name("zoo-results.md")))
     ap.add_argument("--ort-worker", nargs=4)
     ap.add_argument("--merge", action="store_true", help="replace these models' rows in the existing JSON")
+    ap.add_argument("--timing", type=int, default=0, metavar="N",
+                    help="only time qlinear (report, --no-report) and ORT, taking turns N times, into the existing JSON")
     a = ap.parse_args()
     if a.ort_worker:
         ort_worker(a.ort_worker[0], a.ort_worker[1], int(a.ort_worker[2]), a.ort_worker[3])
@@ -426,6 +483,8 @@ def main() -> None:
             "commit": commit}
     print(f"CPU flags: {meta['cpu']}", flush=True)
     fetched = zoo.fetch(tuple(entries))
+    if a.timing:
+        return write_timing(Path(a.out), entries, a, commit)
     results = []
     for e in entries:
         print(f"{e.name} ({e.package}=={e.version}, {e.exporter})", flush=True)
