@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import subprocess
 import sys
 import time
@@ -37,6 +38,7 @@ PASS_THROUGH = {"Transpose", "Reshape", "Identity", "Cast", "Squeeze", "Unsqueez
 ort.set_default_logger_severity(3)
 ANALYSIS_MARK = "<!-- analysis: kept across runs -->"
 TIMEOUT = int(os.environ.get("ZOO_TIMEOUT", "1200"))
+CPU = {"last": float("nan")}   # CPU seconds of the last subprocess_run
 
 
 # ---------------------------------------------------------------------------------------------------- weights
@@ -170,13 +172,19 @@ def last_error(text: str) -> str:
 
 
 def subprocess_run(cmd: list[str], log: Path) -> tuple[bool, float, str]:
+    """Run ``cmd``: success, wall seconds, the error's last line; its CPU seconds (user + system, its threads and
+    children) go to ``CPU["last"]``."""
     env = dict(os.environ)
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    CPU["last"] = float("nan")
     t = time.perf_counter()
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT, env=env, check=False)
     except subprocess.TimeoutExpired:
         return False, time.perf_counter() - t, f"timeout after {TIMEOUT} s"
     dt = time.perf_counter() - t
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    CPU["last"] = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
     log.write_text(f"$ {' '.join(cmd)}\n--- stdout\n{r.stdout}\n--- stderr\n{r.stderr}")
     if r.returncode < 0:
         return False, dt, f"crashed: killed by signal {-r.returncode}; last output: {last_error(r.stderr + r.stdout)}"
@@ -237,6 +245,7 @@ def bench_model(e: zoo.Entry, n_cal: int, n_eval: int) -> dict:
         run: dict = {}
         ok, dt, err = subprocess_run(cmd, work / (label.replace(" ", "_").replace("-", "") + ".log"))
         run["wall_s"] = round(dt, 1)
+        run["cpu_s"] = round(CPU["last"], 1)
         if not ok:
             run["error"] = err
             rec["runs"][label] = run
@@ -339,15 +348,19 @@ def time_model(e: zoo.Entry, n_cal: int, n_eval: int, rounds: int) -> dict:
     (work / "timing").mkdir(parents=True, exist_ok=True)
     runs = [v for v in variants(e, data, work / "timing", n_cal, n_eval, []) if "tflite" not in v[0]]
     times: dict[str, list[float]] = {label: [] for label, _, _ in runs}
+    cpu: dict[str, list[float]] = {label: [] for label, _, _ in runs}
     for k in range(rounds):
         for label, cmd, _ in runs[k % len(runs):] + runs[:k % len(runs)]:   # a different one first each round
             ok, dt, err = subprocess_run(cmd, work / "timing.log")
             times[label].append(round(dt, 1) if ok else float("nan"))
+            cpu[label].append(round(CPU["last"], 1) if ok else float("nan"))
             if not ok:
                 print(f"  {label} FAILED: {err}", flush=True)
     med = {label: round(float(np.median(v)), 1) for label, v in times.items()}
-    print(f"  timing {json.dumps(times)} median {json.dumps(med)}", flush=True)
-    return {"rounds": rounds, "times": times, "median": med}
+    cpu_med = {label: round(float(np.median(v)), 1) for label, v in cpu.items()}
+    print(f"  wall {json.dumps(times)} cpu {json.dumps(cpu)}", flush=True)
+    return {"rounds": rounds, "times": times, "median": med, "cpu": cpu, "cpu_median": cpu_med,
+            "load": round(os.getloadavg()[0], 1)}
 
 
 # ---------------------------------------------------------------------------------------------------- table
@@ -429,17 +442,21 @@ def markdown(results: list[dict], meta: dict) -> str:
                 lines.append(f"* **{r['model']}**, {label} (LiteRT): `{tf['error']}`")
     timed = [r for r in results if r.get("timing")]
     if timed:
-        lines += ["", "## Wall time, interleaved runs (`--timing N`)", "",
+        lines += ["", "## Wall and CPU time, interleaved runs (`--timing N`)", "",
                   "Each model's three runs take turns N times (a different one first each round); `(med)` cells "
-                  "above show the median. qlinear's time vs ORT's is the speed bar.", "",
-                  "| model | qlinear (report), s | qlinear --no-report, s | ORT quantize_static, s | report / ORT | "
-                  "--no-report / ORT |", "|---|---|---|---|---|---|"]
+                  "above show the median wall time. CPU: user + system seconds of the process (all its threads), "
+                  "less sensitive than wall time to a loaded machine; load: the 1-minute load average at the end.",
+                  "",
+                  "| model | wall s: qlinear (report) / --no-report / ORT | wall: report / ORT, --no-report / ORT | "
+                  "CPU s: qlinear (report) / --no-report / ORT | CPU: report / ORT, --no-report / ORT | load |",
+                  "|---|---|---|---|---|---|"]
+        labels = ("qlinear", "qlinear --no-report", "ORT quantize_static")
         for r in timed:
-            m, t = r["timing"]["median"], r["timing"]["times"]
-            q, nr, o = m.get("qlinear"), m.get("qlinear --no-report"), m.get("ORT quantize_static")
-            lines.append(f"| {r['model']} | {q} ({', '.join(map(str, t['qlinear']))}) | {nr} "
-                         f"({', '.join(map(str, t['qlinear --no-report']))}) | {o} "
-                         f"({', '.join(map(str, t['ORT quantize_static']))}) | {q / o:.2f} | {nr / o:.2f} |")
+            w, c = r["timing"]["median"], r["timing"].get("cpu_median", {})
+            q, nr, o = (w.get(k, float("nan")) for k in labels)
+            cq, cnr, co = (c.get(k, float("nan")) for k in labels)
+            lines.append(f"| {r['model']} | {q} / {nr} / {o} | {q / o:.2f}, {nr / o:.2f} | {cq} / {cnr} / {co} | "
+                         f"{cq / co:.2f}, {cnr / co:.2f} | {r['timing'].get('load', '')} |")
     lines += ["", "## `--input-shape` of the `--target tflite` runs", ""]
     lines += [f"* **{r['model']}**: {r.get('input_shape') or '(static model)'}" for r in results if "error" not in r]
     return "\n".join(lines) + "\n"
@@ -449,16 +466,16 @@ def write_timing(out: Path, entries: list[zoo.Entry], a: argparse.Namespace, com
     """``--timing N``: the interleaved wall times of ``entries`` into the existing results, the table rewritten."""
     doc = json.loads(out.with_suffix(".json").read_text())
     rows = {r["model"]: r for r in doc["results"]}
-    for e in entries:
+    for e in entries:   # written after each model: a long run interrupted keeps what it measured
         print(f"{e.name}: timing, {a.timing} rounds", flush=True)
         rows[e.name]["timing"] = time_model(e, a.cal, a.eval, a.timing)
-    doc["meta"]["timing"] = (f"wall times: median of {a.timing} interleaved runs on "
-                             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} at {commit}")
-    text = out.read_text()
-    kept = text[text.index(ANALYSIS_MARK):] if ANALYSIS_MARK in text else ""
-    out.write_text(markdown(doc["results"], doc["meta"]) + ("\n" + kept if kept else ""))
-    out.with_suffix(".json").write_text(json.dumps(doc, indent=1))
-    print(f"wrote {out} and {out.with_suffix('.json')}")
+        doc["meta"]["timing"] = (f"wall and CPU times: median of {a.timing} interleaved runs on "
+                                 f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} at {commit}")
+        text = out.read_text()
+        kept = text[text.index(ANALYSIS_MARK):] if ANALYSIS_MARK in text else ""
+        out.write_text(markdown(doc["results"], doc["meta"]) + ("\n" + kept if kept else ""))
+        out.with_suffix(".json").write_text(json.dumps(doc, indent=1))
+        print(f"wrote {out} and {out.with_suffix('.json')}", flush=True)
 
 
 def main() -> None:
