@@ -337,7 +337,7 @@ def score_tflite(e: zoo.Entry, path: Path, ev: zoo.Samples, ref: list, onnx_inpu
     return res
 
 
-def time_model(e: zoo.Entry, n_cal: int, n_eval: int, rounds: int) -> dict:
+def time_model(e: zoo.Entry, n_cal: int, n_eval: int, rounds: int, first: int = 0) -> dict:
     """Wall time of ``qlinear quantize`` (report), ``--no-report`` and ORT ``quantize_static``, each in its own
     process, the three taking turns ``rounds`` times (a loaded machine slows them alike): every time, the median."""
     work = zoo.ZOO / "work" / e.name
@@ -349,7 +349,7 @@ def time_model(e: zoo.Entry, n_cal: int, n_eval: int, rounds: int) -> dict:
     runs = [v for v in variants(e, data, work / "timing", n_cal, n_eval, []) if "tflite" not in v[0]]
     times: dict[str, list[float]] = {label: [] for label, _, _ in runs}
     cpu: dict[str, list[float]] = {label: [] for label, _, _ in runs}
-    for k in range(rounds):
+    for k in range(first, first + rounds):
         for label, cmd, _ in runs[k % len(runs):] + runs[:k % len(runs)]:   # a different one first each round
             ok, dt, err = subprocess_run(cmd, work / "timing.log")
             times[label].append(round(dt, 1) if ok else float("nan"))
@@ -468,9 +468,18 @@ def write_timing(out: Path, entries: list[zoo.Entry], a: argparse.Namespace, com
     rows = {r["model"]: r for r in doc["results"]}
     for e in entries:   # written after each model: a long run interrupted keeps what it measured
         print(f"{e.name}: timing, {a.timing} rounds", flush=True)
-        rows[e.name]["timing"] = time_model(e, a.cal, a.eval, a.timing)
-        doc["meta"]["timing"] = (f"wall and CPU times: median of {a.timing} interleaved runs on "
-                                 f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} at {commit}")
+        more = rows[e.name].get("timing", {}).get("rounds", 0) if a.timing_more else 0
+        t = time_model(e, a.cal, a.eval, a.timing, first=more)
+        if a.timing_more and rows[e.name].get("timing"):   # more rounds of the same code: the lists grow
+            old = rows[e.name]["timing"]
+            for key, med in (("times", "median"), ("cpu", "cpu_median")):
+                t[key] = {k: old.get(key, {}).get(k, []) + v for k, v in t[key].items()}
+                t[med] = {k: round(float(np.median(v)), 1) for k, v in t[key].items()}
+            t["rounds"] += old["rounds"]
+        rows[e.name]["timing"] = t
+        rounds = sorted({r["timing"]["rounds"] for r in rows.values() if r.get("timing")})
+        doc["meta"]["timing"] = (f"wall and CPU times: median of {'/'.join(map(str, rounds))} interleaved runs, "
+                                 f"last on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} at {commit}")
         text = out.read_text()
         kept = text[text.index(ANALYSIS_MARK):] if ANALYSIS_MARK in text else ""
         out.write_text(markdown(doc["results"], doc["meta"]) + ("\n" + kept if kept else ""))
@@ -488,6 +497,7 @@ def main() -> None:
     ap.add_argument("--merge", action="store_true", help="replace these models' rows in the existing JSON")
     ap.add_argument("--timing", type=int, default=0, metavar="N",
                     help="only time qlinear (report, --no-report) and ORT, taking turns N times, into the existing JSON")
+    ap.add_argument("--timing-more", action="store_true", help="with --timing: add the rounds to those measured")
     a = ap.parse_args()
     if a.ort_worker:
         ort_worker(a.ort_worker[0], a.ort_worker[1], int(a.ort_worker[2]), a.ort_worker[3])
