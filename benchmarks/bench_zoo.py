@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import subprocess
 import sys
 import time
@@ -37,6 +38,7 @@ PASS_THROUGH = {"Transpose", "Reshape", "Identity", "Cast", "Squeeze", "Unsqueez
 ort.set_default_logger_severity(3)
 ANALYSIS_MARK = "<!-- analysis: kept across runs -->"
 TIMEOUT = int(os.environ.get("ZOO_TIMEOUT", "1200"))
+CPU = {"last": float("nan")}   # CPU seconds of the last subprocess_run
 
 
 # ---------------------------------------------------------------------------------------------------- weights
@@ -170,13 +172,19 @@ def last_error(text: str) -> str:
 
 
 def subprocess_run(cmd: list[str], log: Path) -> tuple[bool, float, str]:
+    """Run ``cmd``: success, wall seconds, the error's last line; its CPU seconds (user + system, its threads and
+    children) go to ``CPU["last"]``."""
     env = dict(os.environ)
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    CPU["last"] = float("nan")
     t = time.perf_counter()
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT, env=env, check=False)
     except subprocess.TimeoutExpired:
         return False, time.perf_counter() - t, f"timeout after {TIMEOUT} s"
     dt = time.perf_counter() - t
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    CPU["last"] = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
     log.write_text(f"$ {' '.join(cmd)}\n--- stdout\n{r.stdout}\n--- stderr\n{r.stderr}")
     if r.returncode < 0:
         return False, dt, f"crashed: killed by signal {-r.returncode}; last output: {last_error(r.stderr + r.stdout)}"
@@ -204,13 +212,14 @@ def ort_worker(model: str, data: str, n_cal: int, out: str) -> None:
 # ---------------------------------------------------------------------------------------------------- one model
 
 def variants(e: zoo.Entry, data: Path, work: Path, n_cal: int, n_eval: int,
-             model: Path | None = None) -> list[tuple[str, list[str], Path]]:
-    q = [sys.executable, "-m", "qlinear", "quantize", str(model or e.file), "--data", str(data),
+             shapes: list[str]) -> list[tuple[str, list[str], Path]]:
+    """The model as shipped in every run; ``--target tflite`` also gets ``shapes`` (``--input-shape`` options)."""
+    q = [sys.executable, "-m", "qlinear", "quantize", str(e.file), "--data", str(data),
          "--calibration-samples", str(n_cal), "--evaluation-samples", str(n_eval)]
     return [
         ("qlinear", q + ["-o", str(work / "ql")], work / "ql" / "model.qdq.onnx"),
         ("qlinear --no-report", q + ["-o", str(work / "qlnr"), "--no-report"], work / "qlnr" / "model.qdq.onnx"),
-        ("qlinear --target tflite", q + ["-o", str(work / "qltf"), "--target", "tflite", "--no-report"],
+        ("qlinear --target tflite", q + ["-o", str(work / "qltf"), "--target", "tflite", "--no-report"] + shapes,
          work / "qltf" / "model.qdq.onnx"),
         ("ORT quantize_static", [sys.executable, __file__, "--ort-worker", str(e.file), str(data), str(n_cal),
                                  str(work / "ort.qdq.onnx")], work / "ort.qdq.onnx"),
@@ -229,23 +238,22 @@ def bench_model(e: zoo.Entry, n_cal: int, n_eval: int) -> dict:
     onnx_inputs = [i.name for i in ort.InferenceSession(str(e.file), providers=["CPUExecutionProvider"]).get_inputs()]
     ref, ms = run_ort(e.file, ev)
     rec["float"] = {"ms": round(ms, 2), "weights": count_weights(e.file), "mb": round(e.file.stat().st_size / 1e6, 2)}
-    todo = variants(e, data, work, n_cal, n_eval)
+    shapes, rec["input_shape"] = input_shapes(e.file, cal + ev)
+    todo = variants(e, data, work, n_cal, n_eval, shapes)
     while todo:
         label, cmd, out = todo.pop(0)
         run: dict = {}
         ok, dt, err = subprocess_run(cmd, work / (label.replace(" ", "_").replace("-", "") + ".log"))
         run["wall_s"] = round(dt, 1)
+        run["cpu_s"] = round(CPU["last"], 1)
         if not ok:
             run["error"] = err
             rec["runs"][label] = run
             print(f"  {label:26s} FAILED {dt:6.1f}s  {err}", flush=True)
-            if label == "qlinear" and "converted" not in rec:
-                retry = retry_converted(e, rec, err, cal + ev, work, n_cal, n_eval)
-                todo = retry[:3] + todo[2:] + retry[3:] if retry else todo
-            if "--target tflite" in label and "[static]" not in label and "--input-shape" in err:
-                todo = retry_static(rec, label, cmd, work) + todo
             continue
         run.update(score_onnx(e, out, ev, ref))
+        if label == "ORT quantize_static" and "ort_error" in run:
+            todo += ort_op13(e, rec, data, work, n_cal)
         if "tflite" in label:
             names = [i.name for i in onnx.load(str(cmd[4]), load_external_data=False).graph.input
                      if i.name in onnx_inputs]
@@ -256,62 +264,46 @@ def bench_model(e: zoo.Entry, n_cal: int, n_eval: int) -> dict:
     return rec
 
 
-def retry_converted(e: zoo.Entry, rec: dict, err: str, samples: zoo.Samples, work: Path, n_cal: int,
-                    n_eval: int) -> list[tuple[str, list[str], Path]]:
-    """Do what a refusal asks for and quantize that model instead, to see what lies behind the refusal:
-    an opset below 13 -> ``onnx.version_converter`` to 13; a scalar input that a sample file cannot hold ->
-    that input folded into the model as a constant (its value in every sample)."""
-    from onnx import numpy_helper, version_converter
-    if "version_converter" in err:
-        tag, how = "op13", "opset 13 (onnx.version_converter)"
-    elif "is a scalar" in err:
-        tag, how = "scalar const", "scalar inputs folded to constants"
-    else:
+def input_shapes(model: Path, samples: zoo.Samples) -> tuple[list[str], str]:
+    """``--input-shape`` options for the ``--target tflite`` run: every graph input with a dynamic dimension fixed to
+    its shape in the samples (when all samples agree on it), and a note of what was passed or why not."""
+    m = onnx.load(str(model), load_external_data=False)
+    inits = {i.name for i in m.graph.initializer}
+    opts, notes = [], []
+    for i in m.graph.input:
+        dims = i.type.tensor_type.shape.dim
+        if i.name in inits or not dims or all(d.HasField("dim_value") and d.dim_value > 0 for d in dims):
+            continue
+        seen = {tuple(s[i.name].shape) for s in samples if i.name in s}
+        if len(seen) != 1:
+            notes.append(f"{i.name}: not fixed, the samples have {len(seen)} shapes")
+            continue
+        shape = ",".join(str(d) for d in seen.pop())
+        opts += ["--input-shape", f"{i.name}={shape}"]
+        notes.append(f"{i.name}={shape}")
+    return opts, " ".join(notes)
+
+
+def ort_op13(e: zoo.Entry, rec: dict, data: Path, work: Path, n_cal: int) -> list[tuple[str, list[str], Path]]:
+    """ORT's per-channel output of an opset 11/12 model does not load (``axis`` on DequantizeLinear needs 13): give
+    ``quantize_static`` the model converted by ``onnx.version_converter`` to 13 as well (the peer's best case;
+    qlinear always gets the file as shipped)."""
+    from onnx import version_converter
+    m = onnx.load(str(e.file))
+    if max((o.version for o in m.opset_import if o.domain in ("", "ai.onnx")), default=13) >= 13:
         return []
-    conv = work / f"model.{tag.replace(' ', '_')}.onnx"
+    conv = work / "model.op13.onnx"
     try:
-        m = onnx.load(str(e.file))
-        if tag == "op13":
-            m = version_converter.convert_version(m, 13)
-        else:
-            scalars = [i.name for i in m.graph.input if len(i.type.tensor_type.shape.dim) == 0]
-            for name in scalars:
-                m.graph.initializer.append(numpy_helper.from_array(samples[0][name], name))
-                m.graph.input.remove(next(i for i in m.graph.input if i.name == name))
-            data = [{k: v for k, v in s.items() if k not in scalars} for s in samples]
-            zoo.write_folder(data, work / "data_noscalar")
-        onnx.save(m, str(conv))
+        onnx.save(version_converter.convert_version(m, 13), str(conv))
         ort.InferenceSession(str(conv), providers=["CPUExecutionProvider"])
     except Exception as ex:  # noqa: BLE001
-        rec["converted"] = f"{how} failed: {type(ex).__name__}: {str(ex).strip().splitlines()[-1][:200]}"
-        print(f"  {rec['converted']}", flush=True)
+        rec["ort_op13"] = f"failed: {type(ex).__name__}: {str(ex).strip().splitlines()[-1][:200]}"
         return []
-    rec["converted"] = how
-    print(f"  retrying qlinear on the model with {how}", flush=True)
-    d = work / ("data_noscalar" if tag != "op13" else "data")
-    again = variants(e, d, work, n_cal, n_eval, conv)
-    ort_again = [(again[3][0], again[3][1][:3] + [str(conv)] + again[3][1][4:-1] + [str(work / "ort13.qdq.onnx")],
-                  work / "ort13.qdq.onnx")]
-    return [(f"{lab} [{tag}]", cmd, out) for lab, cmd, out in again[:3] + (ort_again if tag == "op13" else [])]
-
-
-def retry_static(rec: dict, label: str, cmd: list[str], work: Path) -> list[tuple[str, list[str], Path]]:
-    """The tflite refusal of dynamic dimensions asks for ``--input-shape``: pass each graph input's shape in the
-    samples (when every sample has the same one) and run ``--target tflite`` again."""
-    data = Path(cmd[cmd.index("--data") + 1])
-    shapes = {tuple((k, v.shape) for k, v in sorted(np.load(f).items())) for f in sorted(data.glob("*.npz"))}
-    if len(shapes) != 1:
-        rec["static"] = f"not retried: the samples have {len(shapes)} different shapes"
-        print(f"  {rec['static']}", flush=True)
-        return []
-    fixed = {k: v for k, v in shapes.pop() if len(v)}
-    rec["static"] = "--input-shape " + " ".join(f"{k}={','.join(str(d) for d in v)}" for k, v in fixed.items())
-    print(f"  retrying --target tflite with {rec['static']}", flush=True)
-    new = list(cmd)
-    new[new.index("-o") + 1] = str(work / "qltf_static")
-    for k, v in fixed.items():
-        new += ["--input-shape", f"{k}={','.join(str(d) for d in v)}"]
-    return [(label + " [static]", new, work / "qltf_static" / "model.qdq.onnx")]
+    rec["ort_op13"] = "ORT quantize_static also run on the model converted to opset 13 (onnx.version_converter)"
+    print(f"  {rec['ort_op13']}", flush=True)
+    out = work / "ort13.qdq.onnx"
+    return [("ORT quantize_static [op13]", [sys.executable, __file__, "--ort-worker", str(conv), str(data),
+                                            str(n_cal), str(out)], out)]
 
 
 def score_onnx(e: zoo.Entry, out: Path, ev: zoo.Samples, ref: list) -> dict:
@@ -345,6 +337,32 @@ def score_tflite(e: zoo.Entry, path: Path, ev: zoo.Samples, ref: list, onnx_inpu
     return res
 
 
+def time_model(e: zoo.Entry, n_cal: int, n_eval: int, rounds: int, first: int = 0) -> dict:
+    """Wall time of ``qlinear quantize`` (report), ``--no-report`` and ORT ``quantize_static``, each in its own
+    process, the three taking turns ``rounds`` times (a loaded machine slows them alike): every time, the median."""
+    work = zoo.ZOO / "work" / e.name
+    data = work / "data"
+    if not data.is_dir():
+        cal, ev = zoo.build_data(e, n_cal, n_eval)
+        data = zoo.write_folder(cal + ev, data)
+    (work / "timing").mkdir(parents=True, exist_ok=True)
+    runs = [v for v in variants(e, data, work / "timing", n_cal, n_eval, []) if "tflite" not in v[0]]
+    times: dict[str, list[float]] = {label: [] for label, _, _ in runs}
+    cpu: dict[str, list[float]] = {label: [] for label, _, _ in runs}
+    for k in range(first, first + rounds):
+        for label, cmd, _ in runs[k % len(runs):] + runs[:k % len(runs)]:   # a different one first each round
+            ok, dt, err = subprocess_run(cmd, work / "timing.log")
+            times[label].append(round(dt, 1) if ok else float("nan"))
+            cpu[label].append(round(CPU["last"], 1) if ok else float("nan"))
+            if not ok:
+                print(f"  {label} FAILED: {err}", flush=True)
+    med = {label: round(float(np.median(v)), 1) for label, v in times.items()}
+    cpu_med = {label: round(float(np.median(v)), 1) for label, v in cpu.items()}
+    print(f"  wall {json.dumps(times)} cpu {json.dumps(cpu)}", flush=True)
+    return {"rounds": rounds, "times": times, "median": med, "cpu": cpu, "cpu_median": cpu_med,
+            "load": round(os.getloadavg()[0], 1)}
+
+
 # ---------------------------------------------------------------------------------------------------- table
 
 def _cell(run: dict | None) -> str:
@@ -376,17 +394,16 @@ def _tfl(run: dict | None) -> str:
 def markdown(results: list[dict], meta: dict) -> str:
     head = (f"`python benchmarks/bench_zoo.py --cal {meta['cal']} --eval {meta['eval']}` on {meta['date']}, "
             f"{meta['machine']}, CPU flags `{meta['cpu']}`, onnxruntime {meta['ort']}, qlinear at `{meta['commit']}`"
-            + (f" ({meta['merged']})." if meta.get("merged") else "."))
+            + (f" ({meta['merged']})." if meta.get("merged") else ".")
+            + (f" {meta['timing'][0].upper()}{meta['timing'][1:]} (table below)." if meta.get("timing") else ""))
     legend = ("Cells: task fidelity vs the float model on the held-out samples / cosine of the scored output, wall "
               "time of the quantization process, weights quantized (q) / left float (f). Fidelity: `top1` agreement, "
               "`ctc` same OCR text, `mask_iou` of the text maps, `det_f1` detections, `vad` same decision, `nn` same "
               "nearest-neighbour sentence (MiniLM's sentence embedding). LiteRT: the `.tflite` of `--target tflite` "
-              "run in LiteRT, fidelity / cosine, ms per sample. `[op13]`: qlinear refused the model's opset (11 or "
-              "12) and the cell is its run on the model converted with `onnx.version_converter` to 13, as the error "
-              "asks (ORT's own per-channel output of opset 11/12 models is invalid, so ORT also gets the converted "
-              "model there); `[scalar const]`: qlinear refused a scalar model input in the sample files and the cell "
-              "is its run with that input folded into the model as a constant; `[static]`: `--target tflite` refused "
-              "dynamic input dimensions and the cell is its run with `--input-shape` set to the samples' shape.")
+              "run in LiteRT, fidelity / cosine, ms per sample; `--target tflite` gets `--input-shape` fixing each "
+              "dynamic input to the samples' shape (listed under the table). Every qlinear run quantizes the file as "
+              "shipped. `[op13]` (ORT column only): ORT's per-channel output of an opset 11/12 model does not load, "
+              "and the cell is `quantize_static` on the model converted with `onnx.version_converter` to 13.")
     lines = [
         "# Zoo results: qlinear vs ONNX Runtime `quantize_static` on real pretrained models from PyPI wheels", "",
         head, "", legend, "",
@@ -401,13 +418,9 @@ def markdown(results: list[dict], meta: dict) -> str:
         ru = dict(r["runs"])
         if "ORT quantize_static [op13]" in ru and "ort_error" in ru.get("ORT quantize_static", {}):
             ru["ORT quantize_static"] = dict(ru["ORT quantize_static [op13]"], retry="op13")
-        for lab in ("qlinear", "qlinear --no-report", "qlinear --target tflite"):
-            for tag in ("op13", "scalar const"):
-                if f"{lab} [{tag}]" in ru:   # refused: the cell shows the run on the model changed as asked
-                    ru[lab] = dict(ru[f"{lab} [{tag}]"], retry=tag)
-        static = [k for k in ru if k.startswith("qlinear --target tflite") and k.endswith("[static]")]
-        if static:
-            ru["qlinear --target tflite"] = dict(ru[static[0]], retry="static")
+        for label, t in r.get("timing", {}).get("median", {}).items():   # the interleaved medians, when measured
+            if label in ru and "error" not in ru[label]:
+                ru[label] = dict(ru[label], wall_s=f"{t} (med)")
         fw = r["float"]["weights"]
         lines.append(
             f"| {r['model']} | {r['exporter']} | {r['task'].split(' (')[0]} ({r['score']}) | {r['float']['ms']} ms, "
@@ -427,9 +440,51 @@ def markdown(results: list[dict], meta: dict) -> str:
             tf = run.get("tflite", {})
             if "error" in tf:
                 lines.append(f"* **{r['model']}**, {label} (LiteRT): `{tf['error']}`")
-        if str(r.get("static", "")).startswith("not retried"):
-            lines.append(f"* **{r['model']}**, `--target tflite` with fixed input shapes {r['static']}")
+    timed = [r for r in results if r.get("timing")]
+    if timed:
+        lines += ["", "## Wall and CPU time, interleaved runs (`--timing N`)", "",
+                  "Each model's three runs take turns N times (a different one first each round); `(med)` cells "
+                  "above show the median wall time. CPU: user + system seconds of the process (all its threads), "
+                  "less sensitive than wall time to a loaded machine; load: the 1-minute load average at the end.",
+                  "",
+                  "| model | wall s: qlinear (report) / --no-report / ORT | wall: report / ORT, --no-report / ORT | "
+                  "CPU s: qlinear (report) / --no-report / ORT | CPU: report / ORT, --no-report / ORT | load |",
+                  "|---|---|---|---|---|---|"]
+        labels = ("qlinear", "qlinear --no-report", "ORT quantize_static")
+        for r in timed:
+            w, c = r["timing"]["median"], r["timing"].get("cpu_median", {})
+            q, nr, o = (w.get(k, float("nan")) for k in labels)
+            cq, cnr, co = (c.get(k, float("nan")) for k in labels)
+            lines.append(f"| {r['model']} | {q} / {nr} / {o} | {q / o:.2f}, {nr / o:.2f} | {cq} / {cnr} / {co} | "
+                         f"{cq / co:.2f}, {cnr / co:.2f} | {r['timing'].get('load', '')} |")
+    lines += ["", "## `--input-shape` of the `--target tflite` runs", ""]
+    lines += [f"* **{r['model']}**: {r.get('input_shape') or '(static model)'}" for r in results if "error" not in r]
     return "\n".join(lines) + "\n"
+
+
+def write_timing(out: Path, entries: list[zoo.Entry], a: argparse.Namespace, commit: str) -> None:
+    """``--timing N``: the interleaved wall times of ``entries`` into the existing results, the table rewritten."""
+    doc = json.loads(out.with_suffix(".json").read_text())
+    rows = {r["model"]: r for r in doc["results"]}
+    for e in entries:   # written after each model: a long run interrupted keeps what it measured
+        print(f"{e.name}: timing, {a.timing} rounds", flush=True)
+        more = rows[e.name].get("timing", {}).get("rounds", 0) if a.timing_more else 0
+        t = time_model(e, a.cal, a.eval, a.timing, first=more)
+        if a.timing_more and rows[e.name].get("timing"):   # more rounds of the same code: the lists grow
+            old = rows[e.name]["timing"]
+            for key, med in (("times", "median"), ("cpu", "cpu_median")):
+                t[key] = {k: old.get(key, {}).get(k, []) + v for k, v in t[key].items()}
+                t[med] = {k: round(float(np.median(v)), 1) for k, v in t[key].items()}
+            t["rounds"] += old["rounds"]
+        rows[e.name]["timing"] = t
+        rounds = sorted({r["timing"]["rounds"] for r in rows.values() if r.get("timing")})
+        doc["meta"]["timing"] = (f"wall and CPU times: median of {'/'.join(map(str, rounds))} interleaved runs, "
+                                 f"last on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} at {commit}")
+        text = out.read_text()
+        kept = text[text.index(ANALYSIS_MARK):] if ANALYSIS_MARK in text else ""
+        out.write_text(markdown(doc["results"], doc["meta"]) + ("\n" + kept if kept else ""))
+        out.with_suffix(".json").write_text(json.dumps(doc, indent=1))
+        print(f"wrote {out} and {out.with_suffix('.json')}", flush=True)
 
 
 def main() -> None:
@@ -440,6 +495,9 @@ def main() -> None:
     ap.add_argument("--out", default=str(Path(__file__).with_name("zoo-results.md")))
     ap.add_argument("--ort-worker", nargs=4)
     ap.add_argument("--merge", action="store_true", help="replace these models' rows in the existing JSON")
+    ap.add_argument("--timing", type=int, default=0, metavar="N",
+                    help="only time qlinear (report, --no-report) and ORT, taking turns N times, into the existing JSON")
+    ap.add_argument("--timing-more", action="store_true", help="with --timing: add the rounds to those measured")
     a = ap.parse_args()
     if a.ort_worker:
         ort_worker(a.ort_worker[0], a.ort_worker[1], int(a.ort_worker[2]), a.ort_worker[3])
@@ -452,6 +510,8 @@ def main() -> None:
             "commit": commit}
     print(f"CPU flags: {meta['cpu']}", flush=True)
     fetched = zoo.fetch(tuple(entries))
+    if a.timing:
+        return write_timing(Path(a.out), entries, a, commit)
     results = []
     for e in entries:
         print(f"{e.name} ({e.package}=={e.version}, {e.exporter})", flush=True)

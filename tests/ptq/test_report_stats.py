@@ -45,3 +45,48 @@ def test_chunked_stats_nan_like_plain(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_per_channel_keeps_the_plain_path() -> None:
     e = Encoding("t", "int8", scale=np.array([0.1, 0.2], np.float32), zero_point=np.zeros(2, np.int8), axis=1)
     assert not ev._Scratch().handles(e)
+
+
+class _Inline:
+    """A stand-in executor that runs each job at once in the caller's thread: the evaluation's streams one after
+    the other, as before they ran side by side."""
+
+    def __init__(self, *a, **k) -> None:
+        pass
+
+    def __enter__(self) -> "_Inline":
+        return self
+
+    def __exit__(self, *a) -> None:
+        return None
+
+    def submit(self, fn, *a, **k):
+        from concurrent.futures import Future
+
+        f: Future = Future()
+        try:
+            f.set_result(fn(*a, **k))
+        except Exception as ex:  # noqa: BLE001 - delivered by result(), as a real executor does
+            f.set_exception(ex)
+        return f
+
+
+def test_side_by_side_report_equals_one_after_another(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The statistics pass and the float / quantized output sessions run in threads of their own, reading the
+    example's ``.npz`` (not thread-safe) one batch at a time: the report is the one of running them in turn."""
+    import json
+
+    import qlinear
+    from qlinear.examples import DATA, MODEL
+
+    qm = qlinear.quantize(MODEL, DATA, dict(calibration_samples=8, evaluation_samples=24, batch_size=2))
+    runs = []
+    for inline in (False, True, False):
+        with monkeypatch.context() as m:
+            if inline:
+                m.setattr(ev, "ThreadPoolExecutor", _Inline)
+            d = ev.evaluate(qm).to_dict()
+        d.pop("timings")
+        runs.append(json.dumps(d, sort_keys=True, default=str))
+    assert runs[0] == runs[1] == runs[2]
+    assert json.loads(runs[0])["samples"] == 24 and json.loads(runs[0])["tensors"]

@@ -26,10 +26,11 @@ QuantizeLinear/DequantizeLinear runs as the operator, float operators in between
 from __future__ import annotations
 
 import threading
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import onnx
@@ -185,9 +186,18 @@ def evaluate(qm: Any, *, samples: int | None = None, progress: Callable[[int], N
     outputs = [o.name for o in ref.graph.output]
     encs = _stat_encodings(qm)
     n_stat = min(n, stat_samples)
-    seen = _activation_stats(qm, encs, start, n_stat)
     engine = output_engine(qm)
-    out_f, out_q, counts = _outputs(qm, engine, outputs, start, stop, progress)
+    # the statistics pass (calibration's warm float session) runs beside the float and quantized output sessions:
+    # each stream keeps its own order, so every number is the one of running them one after the other
+    read = SerialReader(ds)   # the two streams read their batches one at a time
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="qlinear-eval-stats") as side:
+        stats_job = side.submit(_activation_stats, qm, encs, start, n_stat, read)
+        try:
+            out_f, out_q, counts = _outputs(qm, engine, outputs, start, stop, progress, read)
+        except Exception:
+            stats_job.result()   # the statistics pass's own error first, as when it ran first
+            raise
+        seen = stats_job.result()
     stats = []
     for e in encs:
         lo, hi = _range(e)
@@ -373,7 +383,26 @@ class _Seen:
                 "data_lo": self.lo, "data_hi": self.hi, "values": int(x.size)}
 
 
-def _activation_stats(qm: Any, encs: list[Any], start: int, n_stat: int) -> dict[str, _Seen]:
+class SerialReader:
+    """A dataset's batches read by several threads one batch at a time (its loaders, an open ``.npz`` say, are not
+    thread-safe); each iteration yields what ``ds.batches`` does."""
+
+    def __init__(self, ds: Any) -> None:
+        self.ds = ds
+        self.lock = threading.Lock()
+
+    def batches(self, start: int, stop: int, batch_size: int) -> Iterator[dict[str, np.ndarray]]:
+        it = self.ds.batches(start, stop, batch_size)
+        while True:
+            with self.lock:
+                feed = next(it, None)
+            if feed is None:
+                return
+            yield feed
+
+
+def _activation_stats(qm: Any, encs: list[Any], start: int, n_stat: int,
+                      read: SerialReader | None = None) -> dict[str, _Seen]:
     """One float pass over the first ``n_stat`` held-out samples: each activation against its own quantization."""
     ds, cfg = qm.dataset, qm.config
     ref_inputs = {v.name for v in qm.reference_model.graph.input}
@@ -385,7 +414,7 @@ def _activation_stats(qm: Any, encs: list[Any], start: int, n_stat: int) -> dict
     fs_stats = float_stats_session(qm, fetch)
     scratch = _Scratch()
     done = start
-    for feed in ds.batches(start, start + n_stat, cfg.batch_size):
+    for feed in (read or SerialReader(ds)).batches(start, start + n_stat, cfg.batch_size):
         b = ds.batch_len(feed)
         fv = dict(zip(fetch, fs_stats.run(fetch, feed, where=f"{ds.source}, samples {done}..{done + b - 1}")))
         fv.update(feed)
@@ -408,42 +437,56 @@ def _stats_pool() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=cpu_count(), thread_name_prefix="qlinear-stats")
 
 
-def _outputs(qm: Any, engine: str, outputs: list[str], start: int, stop: int,
-             progress: Callable[[int], None] | None) -> tuple[dict[str, list[np.ndarray]], dict[str, list[np.ndarray]],
-                                                              list[int]]:
+Outputs = dict[str, list[np.ndarray]]
+
+
+def _outputs(qm: Any, engine: str, outputs: list[str], start: int, stop: int, progress: Callable[[int], None] | None,
+             read: SerialReader | None = None) -> tuple[Outputs, Outputs, list[int]]:
     """The float and the quantized model's outputs on samples ``start..stop - 1``, batch by batch, and the number
-    of samples in each batch."""
+    of samples in each batch. Each model has a thread of its own (its session is built there, then runs the batches
+    in order; ONNX Runtime releases the GIL), fed each batch as it is read, at most ``AHEAD`` batches ahead."""
     from qlinear.ptq.session import Session
 
     ds = qm.dataset
-    fs = Session(qm.reference_model, (), level="all", label="the float model")
-    qs = Session(qm.model, (), level="all", label="the quantized model", disable_qdq_fusion=engine != "ort-int8")
     out_f: dict[str, list[np.ndarray]] = {o: [] for o in outputs}
     out_q: dict[str, list[np.ndarray]] = {o: [] for o in outputs}
-    chunk: list[tuple[str, dict[str, np.ndarray]]] = []
     counts: list[int] = []
+    pending: deque = deque()
 
-    def flush() -> None:
-        # a few batches through one model, then through the other: alternating sessions batch by batch costs ~40 %
-        for sess, store in ((fs, out_f), (qs, out_q)):
-            for where, feed in chunk:
-                for o, v in zip(outputs, sess.run(outputs, feed, where=where)):
-                    store[o].append(v)
+    def take() -> None:   # the oldest batch: both models' outputs, in batch order
+        jf, jq, b = pending.popleft()
+        for store, job in ((out_f, jf), (out_q, jq)):
+            for o, v in zip(outputs, job.result()):
+                store[o].append(v)
         if progress:
-            progress(sum(counts[-len(chunk):]))
-        chunk.clear()
+            progress(b)
 
-    done = start
-    for feed in ds.batches(start, stop, qm.config.batch_size):
-        b = ds.batch_len(feed)
-        chunk.append((f"{ds.source}, samples {done}..{done + b - 1}", feed))
-        counts.append(b)
-        done += b
-        if len(chunk) == 4:
-            flush()
-    if chunk:
-        flush()
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="qlinear-eval-float") as tf, \
+            ThreadPoolExecutor(max_workers=1, thread_name_prefix="qlinear-eval-quant") as tq:
+        fs = tf.submit(Session, qm.reference_model, (), level="all", label="the float model")
+        qs = tq.submit(Session, qm.model, (), level="all", label="the quantized model",
+                       disable_qdq_fusion=engine != "ort-int8")
+        done = start
+        for feed in (read or SerialReader(ds)).batches(start, stop, qm.config.batch_size):
+            b = ds.batch_len(feed)
+            where = f"{ds.source}, samples {done}..{done + b - 1}"
+            pending.append((tf.submit(_run_on, fs, outputs, feed, where),
+                            tq.submit(_run_on, qs, outputs, feed, where), b))
+            counts.append(b)
+            done += b
+            if len(pending) > AHEAD:
+                take()
+        while pending:
+            take()
     return out_f, out_q, counts
+
+
+AHEAD = 4  #: batches read ahead of the slower output session
+
+
+def _run_on(sess: Any, outputs: list[str], feed: dict[str, np.ndarray], where: str) -> list[np.ndarray]:
+    """``outputs`` of the session future ``sess`` (built by the same single-thread executor, so already done)."""
+    return sess.result().run(outputs, feed, where=where)
 
 
 def output_metrics(a: np.ndarray | list[np.ndarray], b: np.ndarray | list[np.ndarray], labels: list[int] | None,
