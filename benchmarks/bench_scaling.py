@@ -11,8 +11,11 @@ Rows, each tool in its own process (wall time of the whole process, model and da
            uint8 activations, min-max)
   ORT      ``quantize_static(QDQ, per_channel=True, QUInt8 activations, QInt8 weights, MinMax)`` fed the same
            samples one by one
-Printed: CPU flags, both wall times, qlinear/ORT and the ratio of qlinear's time at 4x the nodes. ORT runs past
-``--ort-timeout`` are stopped and printed as ``inf``.
+  ORT init ``onnxruntime.InferenceSession`` of the Q/DQ model qlinear wrote, at ONNX Runtime's default optimization
+           level (what qlinear's load check of the written model builds), in its own process: ONNX Runtime's own
+           share of qlinear's curve (``--no-init`` skips it)
+Printed: CPU flags, the wall times, qlinear/ORT and the ratios of qlinear's time and of the bare session's
+initialization at 4x the nodes. ORT runs past ``--ort-timeout`` are stopped and printed as ``inf``.
 ``--profile N``: also run qlinear in-process at N nodes under cProfile and print the top functions.
 
 Usage: python benchmarks/bench_scaling.py [--nodes 960 1920 3840 15360] [--samples 16] [--profile 3840]
@@ -103,6 +106,24 @@ quantize_static(model, out, R(), quant_format=QuantFormat.QDQ, per_channel=True,
 """
 
 
+INIT_SCRIPT = """
+import sys, time, onnxruntime as ort
+so = ort.SessionOptions()  # ONNX Runtime's defaults: graph optimization level ORT_ENABLE_ALL
+t0 = time.perf_counter()
+ort.InferenceSession(sys.argv[1], so, providers=["CPUExecutionProvider"])
+print(time.perf_counter() - t0)
+"""
+
+
+def init_time(model: Path, env: dict[str, str]) -> float:
+    """Seconds of a bare ``InferenceSession`` of ``model`` at ONNX Runtime's default level (its own process)."""
+    r = subprocess.run([sys.executable, "-c", INIT_SCRIPT, str(model)], env=env, capture_output=True, text=True,
+                       check=False)
+    if r.returncode:
+        raise SystemExit(f"ONNX Runtime cannot load {model}:\n{r.stderr}")
+    return float(r.stdout.split()[-1])
+
+
 def timed(cmd: list[str], env: dict[str, str], timeout: float | None = None) -> float:
     """Wall time of ``cmd`` in its own process; ``inf`` when it runs past ``timeout`` seconds (then killed)."""
     t0 = time.perf_counter()
@@ -150,12 +171,13 @@ def main() -> None:
     ap.add_argument("--ort-timeout", type=float, default=900,
                     help="stop ORT's quantize_static after this many seconds (it grows much faster than linearly: "
                          "18 s at 968 nodes, 28 min at 3,850 on a loaded 2-core VM); printed as inf")
+    ap.add_argument("--no-init", action="store_true", help="skip the bare ONNX Runtime session of the Q/DQ model")
     ap.add_argument("--profile", type=int, nargs="*", default=[], help="node counts to profile qlinear at")
     ap.add_argument("--top", type=int, default=30)
     a = ap.parse_args()
     print(f"CPU flags: {cpu_flags()}")
     env = dict(os.environ)
-    rows: dict[int, tuple[int, float, float | None]] = {}
+    rows: dict[int, tuple[int, float, float | None, float | None]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(tmp)
         rng = np.random.default_rng(1)
@@ -174,15 +196,19 @@ def main() -> None:
                         str(d / f"q{n}"), "--no-report", "--calibration-samples", str(a.samples)], env)
             to = None if a.no_ort else timed([sys.executable, "-c", ORT_SCRIPT, str(path), str(data),
                                                str(d / f"ort{n}.onnx")], env, a.ort_timeout)
-            rows[n] = (len(m.graph.node), tq, to)
+            ti = None if a.no_init else init_time(d / f"q{n}" / "model.qdq.onnx", env)
+            rows[n] = (len(m.graph.node), tq, to, ti)
             print(f"{len(m.graph.node):>6} nodes  qlinear {tq:7.2f} s" +
                   (f"  ORT quantize_static {fmt(to, a.ort_timeout)} s  qlinear/ORT {ratio(tq, to, a.ort_timeout)}"
-                   if to else ""), flush=True)
-    print("\n| nodes | qlinear s | ORT s | qlinear/ORT | qlinear t(4n)/t(n) |\n|---|---|---|---|---|")
-    for n, (k, tq, to) in rows.items():
+                   if to else "") + (f"  ORT init of the Q/DQ model {ti:.2f} s" if ti is not None else ""),
+                  flush=True)
+    print("\n| nodes | qlinear s | ORT s | qlinear/ORT | qlinear t(4n)/t(n) | ORT init of qlinear's Q/DQ model s | "
+          "init t(4n)/t(n) |\n|---|---|---|---|---|---|---|")
+    for n, (k, tq, to, ti) in rows.items():
         r4 = f"{tq / rows[n // 4][1]:.2f}" if n // 4 in rows else ""
+        i4 = f"{ti / rows[n // 4][3]:.2f}" if ti is not None and n // 4 in rows else ""
         print(f"| {k} | {tq:.2f} | {fmt(to, a.ort_timeout) if to else ''} | "
-              f"{ratio(tq, to, a.ort_timeout) if to else ''} | {r4} |")
+              f"{ratio(tq, to, a.ort_timeout) if to else ''} | {r4} | {'' if ti is None else f'{ti:.2f}'} | {i4} |")
 
 
 if __name__ == "__main__":
