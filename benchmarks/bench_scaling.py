@@ -11,8 +11,12 @@ Rows, each tool in its own process (wall time of the whole process, model and da
            uint8 activations, min-max)
   ORT      ``quantize_static(QDQ, per_channel=True, QUInt8 activations, QInt8 weights, MinMax)`` fed the same
            samples one by one
-Printed: CPU flags, both wall times, qlinear/ORT and the ratio of qlinear's time at 4x the nodes. ORT runs past
-``--ort-timeout`` are stopped and printed as ``inf``.
+  ORT init ``onnxruntime.InferenceSession`` of the Q/DQ model qlinear wrote, at ONNX Runtime's default optimization
+           level (what qlinear's load check of the written model builds), in its own process: ONNX Runtime's own
+           share of qlinear's curve (``--no-init`` skips it)
+Printed: CPU flags, the wall times (and qlinear's CPU time, user + system of its process: much steadier than wall time
+on a machine shared with other jobs), qlinear/ORT and the ratios at 4x the nodes of qlinear's wall and CPU time and of
+the bare session's CPU time. ORT runs past ``--ort-timeout`` are stopped and printed as ``inf``.
 ``--profile N``: also run qlinear in-process at N nodes under cProfile and print the top functions.
 
 Usage: python benchmarks/bench_scaling.py [--nodes 960 1920 3840 15360] [--samples 16] [--profile 3840]
@@ -25,6 +29,7 @@ import cProfile
 import io
 import os
 import pstats
+import resource
 import subprocess
 import sys
 import tempfile
@@ -103,17 +108,40 @@ quantize_static(model, out, R(), quant_format=QuantFormat.QDQ, per_channel=True,
 """
 
 
-def timed(cmd: list[str], env: dict[str, str], timeout: float | None = None) -> float:
-    """Wall time of ``cmd`` in its own process; ``inf`` when it runs past ``timeout`` seconds (then killed)."""
+INIT_SCRIPT = """
+import sys, time, onnxruntime as ort
+so = ort.SessionOptions()  # ONNX Runtime's defaults: graph optimization level ORT_ENABLE_ALL
+t0, c0 = time.perf_counter(), time.process_time()
+ort.InferenceSession(sys.argv[1], so, providers=["CPUExecutionProvider"])
+print(time.perf_counter() - t0, time.process_time() - c0)
+"""
+
+
+def init_time(model: Path, env: dict[str, str]) -> tuple[float, float]:
+    """Wall and CPU seconds of a bare ``InferenceSession`` of ``model`` at ONNX Runtime's default level (its own
+    process)."""
+    r = subprocess.run([sys.executable, "-c", INIT_SCRIPT, str(model)], env=env, capture_output=True, text=True,
+                       check=False)
+    if r.returncode:
+        raise SystemExit(f"ONNX Runtime cannot load {model}:\n{r.stderr}")
+    wall, cpu = r.stdout.split()[-2:]
+    return float(wall), float(cpu)
+
+
+def timed(cmd: list[str], env: dict[str, str], timeout: float | None = None) -> tuple[float, float]:
+    """Wall time and CPU time (user + system, all threads) of ``cmd`` in its own process; ``inf`` when it runs past
+    ``timeout`` seconds (then killed). CPU time moves much less than wall time when other jobs load the machine."""
     t0 = time.perf_counter()
+    c0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     try:
         r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
-        return float("inf")
+        return float("inf"), float("inf")
     t = time.perf_counter() - t0
+    c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     if r.returncode:
         raise SystemExit(f"{' '.join(cmd)} failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")
-    return t
+    return t, (c1.ru_utime - c0.ru_utime) + (c1.ru_stime - c0.ru_stime)
 
 
 def fmt(t: float, timeout: float) -> str:
@@ -150,12 +178,13 @@ def main() -> None:
     ap.add_argument("--ort-timeout", type=float, default=900,
                     help="stop ORT's quantize_static after this many seconds (it grows much faster than linearly: "
                          "18 s at 968 nodes, 28 min at 3,850 on a loaded 2-core VM); printed as inf")
+    ap.add_argument("--no-init", action="store_true", help="skip the bare ONNX Runtime session of the Q/DQ model")
     ap.add_argument("--profile", type=int, nargs="*", default=[], help="node counts to profile qlinear at")
     ap.add_argument("--top", type=int, default=30)
     a = ap.parse_args()
     print(f"CPU flags: {cpu_flags()}")
     env = dict(os.environ)
-    rows: dict[int, tuple[int, float, float | None]] = {}
+    rows: dict[int, tuple[int, float, float, float | None, tuple[float, float] | None]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(tmp)
         rng = np.random.default_rng(1)
@@ -170,19 +199,26 @@ def main() -> None:
                 profile(path, data, d / f"prof{n}", a.top)
             if n not in a.nodes:
                 continue
-            tq = timed([sys.executable, "-m", "qlinear", "quantize", str(path), "-d", str(data), "-o",
+            tq, cq = timed([sys.executable, "-m", "qlinear", "quantize", str(path), "-d", str(data), "-o",
                         str(d / f"q{n}"), "--no-report", "--calibration-samples", str(a.samples)], env)
             to = None if a.no_ort else timed([sys.executable, "-c", ORT_SCRIPT, str(path), str(data),
-                                               str(d / f"ort{n}.onnx")], env, a.ort_timeout)
-            rows[n] = (len(m.graph.node), tq, to)
-            print(f"{len(m.graph.node):>6} nodes  qlinear {tq:7.2f} s" +
+                                               str(d / f"ort{n}.onnx")], env, a.ort_timeout)[0]
+            ti = None if a.no_init else init_time(d / f"q{n}" / "model.qdq.onnx", env)
+            rows[n] = (len(m.graph.node), tq, cq, to, ti)
+            print(f"{len(m.graph.node):>6} nodes  qlinear {tq:7.2f} s (CPU {cq:.2f} s)" +
                   (f"  ORT quantize_static {fmt(to, a.ort_timeout)} s  qlinear/ORT {ratio(tq, to, a.ort_timeout)}"
-                   if to else ""), flush=True)
-    print("\n| nodes | qlinear s | ORT s | qlinear/ORT | qlinear t(4n)/t(n) |\n|---|---|---|---|---|")
-    for n, (k, tq, to) in rows.items():
-        r4 = f"{tq / rows[n // 4][1]:.2f}" if n // 4 in rows else ""
+                   if to else "") + (f"  ORT init of the Q/DQ model {ti[0]:.2f} s (CPU {ti[1]:.2f} s)"
+                                     if ti is not None else ""),
+                  flush=True)
+    print("\n| nodes | qlinear s | ORT s | qlinear/ORT | qlinear t(4n)/t(n) | qlinear CPU s | CPU t(4n)/t(n) | "
+          "ORT init of qlinear's Q/DQ model s (CPU s) | init CPU t(4n)/t(n) |\n|---|---|---|---|---|---|---|---|---|")
+    for n, (k, tq, cq, to, ti) in rows.items():
+        q = rows.get(n // 4)
+        r4, c4 = (f"{tq / q[1]:.2f}", f"{cq / q[2]:.2f}") if q else ("", "")
+        i4 = f"{ti[1] / q[4][1]:.2f}" if ti is not None and q else ""
         print(f"| {k} | {tq:.2f} | {fmt(to, a.ort_timeout) if to else ''} | "
-              f"{ratio(tq, to, a.ort_timeout) if to else ''} | {r4} |")
+              f"{ratio(tq, to, a.ort_timeout) if to else ''} | {r4} | {cq:.2f} | {c4} | "
+              f"{'' if ti is None else f'{ti[0]:.2f} ({ti[1]:.2f})'} | {i4} |")
 
 
 if __name__ == "__main__":

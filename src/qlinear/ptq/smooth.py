@@ -17,6 +17,8 @@ from qlinear.graph.ir import to_ir, to_proto
 from qlinear.graph.passes.smooth import ALPHA, Smooth
 from qlinear.graph.passes.smooth import smoothable as smoothable_ir
 
+SESSION_LEVEL = "disable"  # ONNX Runtime optimization level of the statistics session
+
 
 def smoothable(m: onnx.ModelProto) -> dict[str, list[str]]:
     """Normalization outputs feeding MatMuls with a constant 2-D weight -> the names of those MatMuls
@@ -26,10 +28,13 @@ def smoothable(m: onnx.ModelProto) -> dict[str, list[str]]:
 
 def channel_absmax(m: onnx.ModelProto, tensors: list[str], ds: Any, n: int, batch_size: int,
                    label: str) -> dict[str, np.ndarray]:
-    """Per-channel (last axis) ``max|x|`` of ``tensors`` over the first ``n`` samples of ``ds`` (ONNX Runtime)."""
+    """Per-channel (last axis) ``max|x|`` of ``tensors`` over the first ``n`` samples of ``ds`` (ONNX Runtime, graph
+    optimizations off: the session only reads normalization outputs, and ORT's fusions, whose setup grows faster
+    than the graph at level ``all``, leave these values bit-identical on the models measured, see
+    ``benchmarks/bench_scaling.py``)."""
     from qlinear.ptq.collect import session
 
-    s = session(m, tensors, label=label)
+    s = session(m, tensors, label=label, level=SESSION_LEVEL)
     acc: dict[str, np.ndarray] = {}
     for batch in ds.batches(0, n, batch_size):
         for t, x in zip(tensors, s.run(tensors, batch, where=f"{ds.source} (smoothing)")):

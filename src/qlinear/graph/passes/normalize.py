@@ -85,8 +85,9 @@ def unfolded_weight_notes(m: onnx.ModelProto) -> list[str]:
     inits = {t.name for t in m.graph.initializer}
     prod = {o: n for n in m.graph.node for o in n.output}
     tied = {x for x, p in prod.items() if p.op_type == "Transpose" and p.input[0] in inits}  # weight-only reads it
+    read = inits | tied  # once, not per node
     bad = [f"{n.op_type} {n.name or n.output[0]!r}" for n in m.graph.node
-           if n.op_type in WEIGHTED and len(n.input) > 1 and n.input[1] in const and n.input[1] not in inits | tied]
+           if n.op_type in WEIGHTED and len(n.input) > 1 and n.input[1] in const and n.input[1] not in read]
     if not bad:
         return []
     return [f"{len(bad)} layer(s) whose weight is computed from constants by nodes qlinear does not fold stay float: "
