@@ -36,11 +36,12 @@ import numpy as np
 from qlinear import calibration as C
 from qlinear.core.types import int_type
 from qlinear.encodings import Encoding
+from qlinear.graph import ops
 from qlinear.graph.plan import ConcatSpec, Plan, resolve_inherit
 
 MIXED_RATIO = 16.0
-#: functions whose output range is known whatever their input: (low, high)
-BOUNDED = {"Sigmoid": (0.0, 1.0), "Softmax": (0.0, 1.0), "HardSigmoid": (0.0, 1.0), "Tanh": (-1.0, 1.0)}
+#: functions whose output range is known whatever their input: (low, high) (the operator registry's ``output_range``)
+BOUNDED = ops.OUTPUT_RANGES
 REMEDY = ("use target ort or qnn (each Concat input keeps its own parameters), or split the output / quantize the "
           "parts with 16-bit activations")
 

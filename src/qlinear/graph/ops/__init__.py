@@ -49,6 +49,8 @@ CONSTANT_OPERAND_OPS = with_role("constant_operand")
 SAME_SCALE_TFLITE = with_role("same_scale_tflite")
 FIXED_TFLITE = {t: s.fixed_tflite for t, s in REGISTRY.specs.items() if s.fixed_tflite is not None}
 FIXED_TFLITE16 = {t: s.fixed_tflite16 for t, s in REGISTRY.specs.items() if s.fixed_tflite16 is not None}
+#: functions whose output range is known whatever their input: op type -> (low, high)
+OUTPUT_RANGES = {t: s.output_range for t, s in REGISTRY.specs.items() if s.output_range is not None}
 TFLITE_EXPORTED = tuple(t for t, s in REGISTRY.specs.items() if s.tflite_writer is not None)
 #: op types the TFLite export can write as a float island (DEQUANTIZE -> float builtin -> QUANTIZE)
 TFLITE_ISLANDS = tuple(t for t, s in REGISTRY.specs.items() if s.tflite_island is not None)
@@ -109,6 +111,7 @@ __all__ = [
     "LOOKUPS",
     "MLP_BOUNDARY",
     "NON_FLOAT_OPS",
+    "OUTPUT_RANGES",
     "QDQ_FUSED_ACTIVATIONS",
     "QDQ_STRUCTURE",
     "REGISTRY",

@@ -24,11 +24,13 @@ REGISTRY.add(FAMILY, "Clip", _CLAMP, tflite_builtins=_RELUS, tflite_writer="clam
              tflite_island="clip")
 REGISTRY.add(FAMILY, "LeakyRelu", ("fusable_activation",))
 REGISTRY.add(FAMILY, "Softmax", ("mlp_boundary",), fixed_tflite=_FIXED8, fixed_tflite16=_FIXED16,
-             tflite_builtins=("SOFTMAX",), tflite_writer="softmax", kernel="activation")
+             output_range=(0.0, 1.0), tflite_builtins=("SOFTMAX",), tflite_writer="softmax", kernel="activation")
 REGISTRY.add(FAMILY, "Sigmoid", ("smooth_activation",), fixed_tflite=_FIXED8, fixed_tflite16=_FIXED16,
+             output_range=(0.0, 1.0),
              tflite_builtins=("LOGISTIC",), tflite_writer="unary", kernel="activation", tflite_island="unary",
              tflite_float_builtin="LOGISTIC")
 REGISTRY.add(FAMILY, "Tanh", ("smooth_activation",), fixed_tflite=(1 / 128, 0), fixed_tflite16=_FIXED16,
+             output_range=(-1.0, 1.0),
              tflite_builtins=("TANH",), tflite_writer="unary", kernel="activation", tflite_island="unary",
              tflite_float_builtin="TANH")
 REGISTRY.add(FAMILY, "LogSoftmax", fixed_tflite=(16 / 256, 127))
@@ -37,4 +39,4 @@ REGISTRY.add(FAMILY, "HardSwish", tflite_builtins=("HARD_SWISH",), tflite_writer
              tflite_float_builtin="HARD_SWISH")
 REGISTRY.add(FAMILY, ("Gelu", "FastGelu", "BiasGelu", "QuickGelu", "Erf", "Softplus"), ("smooth_activation",))
 # HardSigmoid = clip(alpha * x + beta, 0, 1): no TFLite builtin, a float island of MUL, ADD, MINIMUM, MAXIMUM
-REGISTRY.add(FAMILY, "HardSigmoid", ("smooth_activation",), tflite_island="hard_sigmoid")
+REGISTRY.add(FAMILY, "HardSigmoid", ("smooth_activation",), tflite_island="hard_sigmoid", output_range=(0.0, 1.0))

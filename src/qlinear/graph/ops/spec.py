@@ -52,6 +52,7 @@ class OpSpec:
     tflite_move: str | None = None                # emitter of qlinear.tflite.generic moving its integers
     tflite_island: str | None = None              # emitter of qlinear.tflite.generic writing it in float
     tflite_float_builtin: str | None = None       # the float builtin of a one-builtin island (unary/binary)
+    output_range: tuple[float, float] | None = None   # the bounds of its output whatever the input (Sigmoid: 0, 1)
 
     def has(self, role: str) -> bool:
         return role in self.roles
