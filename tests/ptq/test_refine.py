@@ -223,3 +223,50 @@ def test_pipeline_data_methods_on_the_example(method):
     sq = qm.report().outputs["logits"]["sqnr_db"]
     assert sq > base.report().outputs["logits"]["sqnr_db"]
     assert any(method.replace("seqmse", "SeqMSE").replace("adaround", "AdaRound") in n for n in qm.notes)
+
+
+def test_adaround_early_stopping_picks_the_checkpoint_best_on_held_back_samples(monkeypatch):
+    """Overfitting forced: 6 samples fit a 32-input layer. Without held-back samples AdaRound's rounding drives the
+    error on those 6 far below nearest rounding but is worse than nearest on fresh samples; with 500 held-back
+    samples it returns the checkpoint with the lowest held-back error (recomputed here from the data), which is
+    never worse than nearest rounding (the first checkpoint) there, and generalises to 2000 unseen samples."""
+    from qlinear.ptq.algorithms import adaround as ar
+
+    rng = np.random.default_rng(0)
+    K, n_out = 32, 8
+    w = (rng.normal(size=(n_out, K)) * np.linspace(0.2, 2, K)).astype(np.float32)
+    mix = rng.normal(size=(K, K))
+
+    def data(n):
+        x = (rng.normal(size=(n, K)) @ mix).astype(np.float32)
+        return x, x + 0.3 * rng.normal(size=x.shape).astype(np.float32)
+
+    fit, held, unseen = _fc_layer(K, n_out), _fc_layer(K, n_out), _fc_layer(K, n_out)
+    fit.accumulate(*data(6))
+    hx, hxq = data(500)
+    held.accumulate(hx, hxq)
+    unseen.accumulate(*data(2000))
+    e = C.calibrate(w, "int4", method="minmax", symmetric=True, axis=0, name="w", role="param")
+    W = fit.to_matrix(w.astype(np.float64))
+
+    def err(ly, v):
+        return ly.error(W, ly.to_matrix(v.astype(np.float64))).sum()
+
+    def held_err(v):  # straight from the held-back data, not the Gram matrices
+        return float(np.sum((hx.astype(np.float64) @ w.T.astype(np.float64) - hxq.astype(np.float64) @ v.T) ** 2))
+
+    seen = []
+    real = ar._checkpoint
+    monkeypatch.setattr(ar, "_checkpoint", lambda judge, best, q, S: seen.append(fit.from_matrix(S * q)) or
+                        real(judge, best, q, S))
+    near = e.fake_quantize(w)
+    last = adaround(fit, w, e, AdaRoundOptions(iterations=300))
+    assert not seen
+    assert err(fit, last) < 0.3 * err(fit, near) and err(unseen, last) > 1.1 * err(unseen, near)  # overfitted
+    stopped = adaround(fit, w, e, AdaRoundOptions(iterations=300), held=held)
+    assert len(seen) == 300 // 10 + 1
+    np.testing.assert_array_equal(seen[0], near)  # the first checkpoint is nearest rounding
+    np.testing.assert_array_equal(e.fake_quantize(stopped), stopped)
+    losses = [held_err(v) for v in seen]
+    assert held_err(stopped) == pytest.approx(min(losses), rel=1e-6)
+    assert err(unseen, stopped) <= err(unseen, near) < err(unseen, last)
