@@ -131,12 +131,19 @@ class _Held:
     :class:`~qlinear.ptq.layers.Layer` of the same layer, not fitted on), one GEMM per checkpoint."""
 
     def __init__(self, held: Layer, W: np.ndarray, asymmetric: bool) -> None:
+        self.Xq = held.Xq  # few positions: the columns themselves, as in _Problem
+        if self.Xq is not None:
+            self.Xq = self.Xq.astype(np.float32)
+            self.T = np.matmul(W, (held.Xf if asymmetric else held.Xq).astype(np.float32))
+            return
         Wd = W.astype(np.float64)
         self.G = held.G.astype(np.float32)
         self.WM = np.matmul(W, (held.M if asymmetric else held.G).astype(np.float32))
         self.yy = float(np.sum(np.matmul(Wd, held.F if asymmetric else held.G) * Wd))
 
     def loss(self, Wq: np.ndarray) -> float:
+        if self.Xq is not None:
+            return float(np.sum((np.matmul(Wq, self.Xq) - self.T).astype(np.float64) ** 2))
         return float(np.sum(np.matmul(Wq, self.G) * Wq, dtype=np.float64)
                      - 2 * np.sum(self.WM * Wq, dtype=np.float64) + self.yy)
 
