@@ -273,3 +273,40 @@ def test_adaround_early_stopping_picks_the_checkpoint_best_on_held_back_samples(
     assert held_err(stopped) <= held_err(near)
     if n_held == 500:
         assert err(unseen, stopped) <= err(unseen, near) < err(unseen, last)
+
+
+def test_mirror_images_flips_only_nchw_images():
+    from qlinear.ptq.refine import held_back, image_like, mirror_images
+
+    rng = np.random.default_rng(0)
+    img = rng.normal(size=(2, 3, 6, 8)).astype(np.float32)
+    ids = np.arange(10).reshape(2, 5)
+    nhwc = rng.normal(size=(2, 8, 8, 3)).astype(np.float32)
+    feats = rng.normal(size=(2, 64, 7, 7)).astype(np.float32)
+    (out,) = mirror_images([{"img": img, "ids": ids, "nhwc": nhwc, "feats": feats}])
+    np.testing.assert_array_equal(out["img"][:, :, :, 0], img[:, :, :, -1])
+    np.testing.assert_array_equal(out["img"][..., ::-1], img)
+    assert out["ids"] is ids and out["nhwc"] is nhwc and out["feats"] is feats
+    assert mirror_images([{"ids": ids, "nhwc": nhwc}]) == []  # nothing to mirror: no extra sample
+    assert not image_like(img.astype(np.int32)) and not image_like(img[0])
+    assert [held_back(n, f) for n, f in ((100, 0.2), (24, 0.2), (5, 0.2), (3, 0.5), (100, 0.0))] == [20, 5, 0, 0, 0]
+
+
+@pytest.mark.parametrize("bad", [0.7, -0.1, True, "0.2"])
+def test_adaround_holdout_is_checked(bad):
+    with pytest.raises(qlinear.errors.ConfigError, match="adaround_holdout"):
+        qlinear.QuantizeConfig(adaround_holdout=bad)
+
+
+def test_pipeline_adaround_holds_back_and_mirrors():
+    cfg = dict(weight_type="int4", calibration_samples=24, evaluation_samples=16, weight_method="adaround",
+               adaround_iterations=60)
+    qm = qlinear.quantize(MODEL, DATA, cfg)
+    (note,) = [n for n in qm.notes if "AdaRound" in n]
+    assert "fitted on 19 samples" in note and "other 5" in note and "mirror images" in note
+    plain = qlinear.quantize(MODEL, DATA, dict(cfg, adaround_holdout=0, adaround_augment=False))
+    (note,) = [n for n in plain.notes if "AdaRound" in n]
+    assert "fitted on" not in note and "mirror" not in note
+    w = {t.name: numpy_helper.to_array(t) for t in qm.encoded_model.graph.initializer}
+    w0 = {t.name: numpy_helper.to_array(t) for t in plain.encoded_model.graph.initializer}
+    assert not np.array_equal(w["pw.weight"], w0["pw.weight"])

@@ -10,7 +10,13 @@ The float model and its Q/DQ model (activation encodings, min-max weight encodin
    (:mod:`qlinear.ptq.algorithms.seqmse`);
 3. ``adaround``: on those ranges, the learned rounding that minimizes ``||W X_f - Q(W) X_q||``
    (:mod:`qlinear.ptq.algorithms.adaround`), kept only where it lowers that error; the float model's weights are
-   replaced by the rounded grid values, so the Q/DQ model stores the learned integers;
+   replaced by the rounded grid values, so the Q/DQ model stores the learned integers. So that the rounding holds on
+   unseen data, the last ``adaround_holdout`` (0.2) of the calibration samples are held back from its fit: every 10
+   iterations the hard rounding is scored on them and the best checkpoint (nearest rounding is the first) is kept,
+   and the keep-or-not test is made on them too; with ``adaround_augment`` (default) every calibration sample whose
+   inputs include an NCHW image batch (:func:`image_like`) is also fed mirrored left to right, doubling the data
+   that the fit (and the held-back score) sees. SeqMSE ranges, gains and bias correction use every sample (with
+   the mirrored ones);
 4. with bias correction on, the layer's bias absorbs the mean of ``W X_f - Q(W) X_q`` over the samples (empirical
    bias correction with the real quantized inputs);
 5. the Q/DQ model continues with the refined weight and bias.
