@@ -7,6 +7,7 @@ default session options: all optimizations, Q/DQ fused into its int8 kernels).
 
     python benchmarks/bench_generalise.py [--shared ../shared] [--rows w8,w4ada,w4seq] [--set key=value ...]
 
+Times: wall and CPU time (all threads) of ``qlinear.quantize``; on a shared machine compare the CPU times.
 ``--set`` passes extra :class:`qlinear.ptq.QuantizeConfig` fields to every qlinear row (e.g. ``--set
 adaround_holdout=0``).
 """
@@ -58,27 +59,27 @@ def main() -> None:
     ftop = {s: run(mb, x, "input", fused=(s == "default")).argmax(1) for s in ("basic", "default")}
     print(f"EfficientNet-Lite0; calibration images 0..99, judged on 100..299 (and its halves); CPU flags: "
           f"{cpu_flags()}; extra config: {extra or 'none'}")
-    print("| row | session | " + " | ".join(f"top-1 {h} | agreement {h}" for h in HALVES) + " | wall time (s) |")
-    print("|---|---|" + "---|---|" * len(HALVES) + "---|")
+    print("| row | session | " + " | ".join(f"top-1 {h} | agreement {h}" for h in HALVES) + " | wall time (s) | CPU time (s) |")
+    print("|---|---|" + "---|---|" * len(HALVES) + "---|---|")
     for s in ("basic", "default"):
-        _line("float", s, ftop[s], ftop[s], labels, 0.0)
+        _line("float", s, ftop[s], ftop[s], labels, (0.0, 0.0))
     qlinear.quantize(model, arrays, QuantizeConfig(calibration_samples=2, evaluation_samples=0))  # warm-up
     for key in a.rows.split(","):
         label, kw = ROWS[key]
         cfg = QuantizeConfig(calibration_samples=100, evaluation_samples=0, **kw, **extra)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         qm = qlinear.quantize(model, arrays, cfg)
-        t = time.perf_counter() - t0
+        t = (time.perf_counter() - t0, time.process_time() - c0)
         b = qm.model.SerializeToString()
         for s in ("basic", "default"):
             _line(label, s, run(b, x, "input", fused=(s == "default")).argmax(1), ftop[s], labels, t)
 
 
-def _line(label: str, session: str, q: np.ndarray, f: np.ndarray, y: np.ndarray, t: float) -> None:
+def _line(label: str, session: str, q: np.ndarray, f: np.ndarray, y: np.ndarray, t: tuple[float, float]) -> None:
     cells = []
     for sl in HALVES.values():
         cells += [f"{np.mean(q[sl] == y[sl]):.3f}", f"{np.mean(q[sl] == f[sl]):.3f}"]
-    print(f"| {label} | {session} | " + " | ".join(cells) + f" | {t:.1f} |", flush=True)
+    print(f"| {label} | {session} | " + " | ".join(cells) + f" | {t[0]:.1f} | {t[1]:.1f} |", flush=True)
 
 
 if __name__ == "__main__":
