@@ -301,10 +301,10 @@ def test_adaround_holdout_is_checked(bad):
 def test_pipeline_adaround_holds_back_and_mirrors():
     cfg = dict(weight_type="int4", calibration_samples=24, evaluation_samples=16, weight_method="adaround",
                adaround_iterations=60)
-    qm = qlinear.quantize(MODEL, DATA, cfg)
+    qm = qlinear.quantize(MODEL, DATA, dict(cfg, adaround_holdout=0.2, adaround_augment=True))
     (note,) = [n for n in qm.notes if "AdaRound" in n]
     assert "fitted on 19 samples" in note and "other 5" in note and "mirror images" in note
-    plain = qlinear.quantize(MODEL, DATA, dict(cfg, adaround_holdout=0, adaround_augment=False))
+    plain = qlinear.quantize(MODEL, DATA, cfg)  # both off by default
     (note,) = [n for n in plain.notes if "AdaRound" in n]
     assert "fitted on" not in note and "mirror" not in note
     w = {t.name: numpy_helper.to_array(t) for t in qm.encoded_model.graph.initializer}

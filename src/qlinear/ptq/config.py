@@ -60,10 +60,10 @@ class QuantizeConfig:
             with per-channel/per-block weights; with per-tensor weights SQNR search for the weights and MSE for the
             activations (min-max loses too much there). Weights also take ``seqmse`` (clipping ranges chosen by the
             layer's output error on the calibration inputs) and ``adaround`` (SeqMSE ranges, then AdaRound's learned
-            rounding, ``adaround_iterations`` Adam steps per layer, stopped at the checkpoint with the lowest
-            output error on the ``adaround_holdout`` fraction of the calibration samples held back from its fit, on
-            the calibration inputs plus their mirror images with ``adaround_augment``); see
-            :mod:`qlinear.ptq.refine`.
+            rounding, ``adaround_iterations`` Adam steps per layer; opt-in: ``adaround_holdout`` (e.g. 0.2) holds
+            that fraction of the calibration samples back from its fit and keeps the checkpoint with the lowest
+            output error on them, ``adaround_augment`` adds the mirror images of NCHW image inputs; both measured
+            worse on EfficientNet-Lite0's held-out images, so off by default); see :mod:`qlinear.ptq.refine`.
         weight_symmetric / activation_symmetric: symmetric grids (default: weights yes, activations no).
         policy: range-to-parameters rule (``aimet``, ``onnxruntime``, ``tflite``); the target may impose one.
         percentile: for the percentile method.
@@ -127,8 +127,8 @@ class QuantizeConfig:
     batch_size: int = 8
     seed: int = 0
     adaround_iterations: int = 300
-    adaround_holdout: float = 0.2
-    adaround_augment: bool = True
+    adaround_holdout: float = 0.0
+    adaround_augment: bool = False
     seqmse_asymmetric: bool = True
     overrides: tuple = ()
     accuracy_target: str | None = None
