@@ -76,12 +76,7 @@ def refine_weights(es: EncodingSet, m: onnx.ModelProto, plan: Plan, ds: Any, n_c
     qdq = apply(es, m)
     n_ada = sum(methods[ly.spec.name] == "adaround" for ly in layers)
     n_hold = held_back(n_cal, cfg.adaround_holdout) if n_ada else 0
-    fit = list(ds.batches(0, n_cal - n_hold, cfg.batch_size))
-    hold = list(ds.batches(n_cal - n_hold, n_cal, cfg.batch_size)) if n_hold else []
-    mirrored = None  # None: augmentation off; else whether any input was an image to mirror
-    if n_ada and cfg.adaround_augment:
-        fit_m, hold_m = mirror_images(fit), mirror_images(hold)
-        fit, hold, mirrored = fit + fit_m, hold + hold_m, bool(fit_m)
+    fit, hold, mirrored = _batches(ds, n_cal, n_hold, cfg, bool(n_ada))
     batches = fit + hold
     cuts = [ly.spec.node for ly in layers]
     fs = Staged(m, cuts, batches, label=f"the float {label}")
@@ -129,25 +124,40 @@ def refine_weights(es: EncodingSet, m: onnx.ModelProto, plan: Plan, ds: Any, n_c
                 changed[ly.spec.bias] = nb
                 qs.set_constant(ly.spec.bias, nb)
                 out.biases.add(ly.spec.bias)
-        for x in (ly, hd, al):
-            if x is not None:
-                x.free()
+        for x in filter(None, (ly, hd, al)):
+            x.free()
         if adv:
             adv(1)
     for k, v in changed.items():
         inits[k].CopyFrom(numpy_helper.from_array(v, k))
     out.encodings = es.with_encodings(encs.values())
     if notes is not None:
-        what = "SeqMSE ranges" + (f" and AdaRound rounding ({cfg.adaround_iterations} iterations, kept in "
-                                  f"{out.adaround_kept} of {n_ada}" + (
-                                      f"; fitted on {n_cal - n_hold} samples, each layer's stopping point chosen "
-                                      f"on the other {n_hold}" if n_hold else "") + (
-                                      {None: "", True: "; calibration images and their mirror images",
-                                       False: "; adaround_augment: no image-like (NCHW) input to mirror"}[mirrored])
-                                  + ")" if n_ada else "")
-        notes.append(f"{what} for {len(layers)} layers, sequentially on {n_cal} calibration samples; median layer "
-                     f"output error {np.median(out.error_ratio):.2f}x lower than min-max")
+        notes.append(_note(out, cfg, n_ada, n_cal, n_hold, mirrored))
     return out
+
+
+def _batches(ds: Any, n_cal: int, n_hold: int, cfg: QuantizeConfig,
+             ada: bool) -> tuple[list[dict], list[dict], bool | None]:
+    """The fitting and held-back batches (each followed by its mirrored copies with ``adaround_augment`` in an
+    AdaRound run), and whether an input was mirrored (None: augmentation off)."""
+    fit = list(ds.batches(0, n_cal - n_hold, cfg.batch_size))
+    hold = list(ds.batches(n_cal - n_hold, n_cal, cfg.batch_size)) if n_hold else []
+    if not (ada and cfg.adaround_augment):
+        return fit, hold, None
+    fit_m, hold_m = mirror_images(fit), mirror_images(hold)
+    return fit + fit_m, hold + hold_m, bool(fit_m)
+
+
+def _note(out: Refined, cfg: QuantizeConfig, n_ada: int, n_cal: int, n_hold: int, mirrored: bool | None) -> str:
+    what = "SeqMSE ranges" + (f" and AdaRound rounding ({cfg.adaround_iterations} iterations, kept in "
+                              f"{out.adaround_kept} of {n_ada}" + (
+                                  f"; fitted on {n_cal - n_hold} samples, each layer's stopping point chosen "
+                                  f"on the other {n_hold}" if n_hold else "") + (
+                                  {None: "", True: "; calibration images and their mirror images",
+                                   False: "; adaround_augment: no image-like (NCHW) input to mirror"}[mirrored])
+                              + ")" if n_ada else "")
+    return (f"{what} for {out.layers} layers, sequentially on {n_cal} calibration samples; median layer output "
+            f"error {np.median(out.error_ratio):.2f}x lower than min-max")
 
 
 def held_back(n_cal: int, fraction: float) -> int:
