@@ -223,3 +223,90 @@ def test_pipeline_data_methods_on_the_example(method):
     sq = qm.report().outputs["logits"]["sqnr_db"]
     assert sq > base.report().outputs["logits"]["sqnr_db"]
     assert any(method.replace("seqmse", "SeqMSE").replace("adaround", "AdaRound") in n for n in qm.notes)
+
+
+@pytest.mark.parametrize("n_held", [500, 20])  # Gram formulation, and the columns (fewer samples than inputs)
+def test_adaround_early_stopping_picks_the_checkpoint_best_on_held_back_samples(monkeypatch, n_held):
+    """Overfitting forced: 6 samples fit a 32-input layer. Without held-back samples AdaRound's rounding drives the
+    error on those 6 far below nearest rounding but is worse than nearest on fresh samples; with held-back samples
+    it returns the checkpoint with the lowest held-back error (recomputed here from the data), which is never worse
+    than nearest rounding (the first checkpoint) there; with 500 of them it generalises to 2000 unseen samples."""
+    from qlinear.ptq.algorithms import adaround as ar
+
+    rng = np.random.default_rng(0)
+    K, n_out = 32, 8
+    w = (rng.normal(size=(n_out, K)) * np.linspace(0.2, 2, K)).astype(np.float32)
+    mix = rng.normal(size=(K, K))
+
+    def data(n):
+        x = (rng.normal(size=(n, K)) @ mix).astype(np.float32)
+        return x, x + 0.3 * rng.normal(size=x.shape).astype(np.float32)
+
+    fit, held, unseen = _fc_layer(K, n_out), _fc_layer(K, n_out), _fc_layer(K, n_out)
+    fit.accumulate(*data(6))
+    hx, hxq = data(n_held)
+    held.accumulate(hx, hxq)
+    unseen.accumulate(*data(2000))
+    e = C.calibrate(w, "int4", method="minmax", symmetric=True, axis=0, name="w", role="param")
+    W = fit.to_matrix(w.astype(np.float64))
+
+    def err(ly, v):
+        return ly.error(W, ly.to_matrix(v.astype(np.float64))).sum()
+
+    def held_err(v):  # straight from the held-back data, not the Gram matrices
+        return float(np.sum((hx.astype(np.float64) @ w.T.astype(np.float64) - hxq.astype(np.float64) @ v.T) ** 2))
+
+    seen = []
+    real = ar._checkpoint
+    monkeypatch.setattr(ar, "_checkpoint", lambda judge, best, q, S: seen.append(fit.from_matrix(S * q)) or
+                        real(judge, best, q, S))
+    near = e.fake_quantize(w)
+    last = adaround(fit, w, e, AdaRoundOptions(iterations=300))
+    assert not seen
+    assert err(fit, last) < 0.3 * err(fit, near) and err(unseen, last) > 1.1 * err(unseen, near)  # overfitted
+    stopped = adaround(fit, w, e, AdaRoundOptions(iterations=300), held=held)
+    assert len(seen) == 300 // 10 + 1
+    np.testing.assert_array_equal(seen[0], near)  # the first checkpoint is nearest rounding
+    np.testing.assert_array_equal(e.fake_quantize(stopped), stopped)
+    losses = [held_err(v) for v in seen]
+    assert held_err(stopped) == pytest.approx(min(losses), rel=1e-6)
+    assert held_err(stopped) <= held_err(near)
+    if n_held == 500:
+        assert err(unseen, stopped) <= err(unseen, near) < err(unseen, last)
+
+
+def test_mirror_images_flips_only_nchw_images():
+    from qlinear.ptq.refine import held_back, image_like, mirror_images
+
+    rng = np.random.default_rng(0)
+    img = rng.normal(size=(2, 3, 6, 8)).astype(np.float32)
+    ids = np.arange(10).reshape(2, 5)
+    nhwc = rng.normal(size=(2, 8, 8, 3)).astype(np.float32)
+    feats = rng.normal(size=(2, 64, 7, 7)).astype(np.float32)
+    (out,) = mirror_images([{"img": img, "ids": ids, "nhwc": nhwc, "feats": feats}])
+    np.testing.assert_array_equal(out["img"][:, :, :, 0], img[:, :, :, -1])
+    np.testing.assert_array_equal(out["img"][..., ::-1], img)
+    assert out["ids"] is ids and out["nhwc"] is nhwc and out["feats"] is feats
+    assert mirror_images([{"ids": ids, "nhwc": nhwc}]) == []  # nothing to mirror: no extra sample
+    assert not image_like(img.astype(np.int32)) and not image_like(img[0])
+    assert [held_back(n, f) for n, f in ((100, 0.2), (24, 0.2), (5, 0.2), (3, 0.5), (100, 0.0))] == [20, 5, 0, 0, 0]
+
+
+@pytest.mark.parametrize("bad", [0.7, -0.1, True, "0.2"])
+def test_adaround_holdout_is_checked(bad):
+    with pytest.raises(qlinear.errors.ConfigError, match="adaround_holdout"):
+        qlinear.QuantizeConfig(adaround_holdout=bad)
+
+
+def test_pipeline_adaround_holds_back_and_mirrors():
+    cfg = dict(weight_type="int4", calibration_samples=24, evaluation_samples=16, weight_method="adaround",
+               adaround_iterations=60)
+    qm = qlinear.quantize(MODEL, DATA, dict(cfg, adaround_holdout=0.2, adaround_augment=True))
+    (note,) = [n for n in qm.notes if "AdaRound" in n]
+    assert "fitted on 19 samples" in note and "other 5" in note and "mirror images" in note
+    plain = qlinear.quantize(MODEL, DATA, cfg)  # both off by default
+    (note,) = [n for n in plain.notes if "AdaRound" in n]
+    assert "fitted on" not in note and "mirror" not in note
+    w = {t.name: numpy_helper.to_array(t) for t in qm.encoded_model.graph.initializer}
+    w0 = {t.name: numpy_helper.to_array(t) for t in plain.encoded_model.graph.initializer}
+    assert not np.array_equal(w["pw.weight"], w0["pw.weight"])

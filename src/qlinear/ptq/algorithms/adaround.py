@@ -38,6 +38,7 @@ class AdaRoundOptions:
     warm_start: float = 0.2      # fraction of iterations without the regularizer
     beta: tuple[float, float] = (20.0, 2.0)
     asymmetric: bool = True      # target W X_f (float input) rather than W X_q
+    check_every: int = 10        # with held-back samples: iterations between two checkpoints of the hard rounding
 
 
 def grid(e: Encoding, shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -125,9 +126,37 @@ def _reg_grad(h: np.ndarray, dh: np.ndarray, beta: float) -> np.ndarray:
     return (-2 * beta) * a ** (beta - 1) * np.sign(d) * dh
 
 
-def adaround(layer: Layer, w: np.ndarray, e: Encoding, opt: AdaRoundOptions = AdaRoundOptions()) -> np.ndarray:
+class _Held:
+    """The output error ``||W X_f - W~ X_q||^2`` of hard-rounded weights on held-back samples (a second
+    :class:`~qlinear.ptq.layers.Layer` of the same layer, not fitted on), one GEMM per checkpoint."""
+
+    def __init__(self, held: Layer, W: np.ndarray, asymmetric: bool) -> None:
+        self.Xq = held.Xq  # few positions: the columns themselves, as in _Problem
+        if self.Xq is not None:
+            self.Xq = self.Xq.astype(np.float32)
+            self.T = np.matmul(W, (held.Xf if asymmetric else held.Xq).astype(np.float32))
+            return
+        Wd = W.astype(np.float64)
+        self.G = held.G.astype(np.float32)
+        self.WM = np.matmul(W, (held.M if asymmetric else held.G).astype(np.float32))
+        self.yy = float(np.sum(np.matmul(Wd, held.F if asymmetric else held.G) * Wd))
+
+    def loss(self, Wq: np.ndarray) -> float:
+        if self.Xq is not None:
+            return float(np.sum((np.matmul(Wq, self.Xq) - self.T).astype(np.float64) ** 2))
+        return float(np.sum(np.matmul(Wq, self.G) * Wq, dtype=np.float64)
+                     - 2 * np.sum(self.WM * Wq, dtype=np.float64) + self.yy)
+
+
+def adaround(layer: Layer, w: np.ndarray, e: Encoding, opt: AdaRoundOptions = AdaRoundOptions(),
+             held: Layer | None = None) -> np.ndarray:
     """The weights of ``layer`` (ONNX layout, like ``w``) rounded by AdaRound on encoding ``e``: values on ``e``'s
-    grid, ``s * (q - z)`` in float32, which ``e.quantize`` maps back to the learned integers ``q`` exactly."""
+    grid, ``s * (q - z)`` in float32, which ``e.quantize`` maps back to the learned integers ``q`` exactly.
+
+    With ``held`` (the same layer's statistics on calibration samples kept out of ``layer``), early stopping: every
+    ``opt.check_every`` iterations (and at the start, i.e. nearest rounding of the float weights, and the end) the
+    hard rounding ``h >= 0.5`` is scored by its output error on the held-back samples, and the best checkpoint is
+    returned instead of the last one."""
     shape = tuple(w.shape)
     s_full, _, lo_full, hi_full = grid(e, shape)
     W = layer.to_matrix(np.asarray(w, np.float64)).astype(np.float32)
@@ -142,8 +171,12 @@ def adaround(layer: Layer, w: np.ndarray, e: Encoding, opt: AdaRoundOptions = Ad
     m2 = np.zeros_like(V)
     b1, b2, eps = 0.9, 0.999, 1e-8
     warm = int(opt.iterations * opt.warm_start)
+    judge = _Held(held, W, opt.asymmetric) if held is not None and held.G is not None else None
+    best: tuple[float, np.ndarray] | None = None
     for it in range(opt.iterations):
         h, dh = _h(V)
+        if judge is not None and it % max(opt.check_every, 1) == 0:
+            best = _checkpoint(judge, best, np.clip(base + (h >= 0.5), lo, hi), S)
         _, g = prob.loss_grad_h(h, dh, need_loss=False)
         if it >= warm:
             rel = (it - warm) / max(opt.iterations - warm, 1)
@@ -154,7 +187,16 @@ def adaround(layer: Layer, w: np.ndarray, e: Encoding, opt: AdaRoundOptions = Ad
         V = V - opt.lr * (m1 / (1 - b1 ** (it + 1))) / (np.sqrt(m2 / (1 - b2 ** (it + 1))) + eps)
     h, _ = _h(V)
     q = np.clip(base + (h >= 0.5), lo, hi)
+    if judge is not None:
+        q = _checkpoint(judge, best, q, S)[1]
     return layer.from_matrix(S.astype(np.float64) * q).astype(np.float32)
+
+
+def _checkpoint(judge: _Held, best: tuple[float, np.ndarray] | None, q: np.ndarray,
+                S: np.ndarray) -> tuple[float, np.ndarray]:
+    """The better of ``best`` and the integers ``q`` on the held-back samples (the earlier one on a tie)."""
+    loss = judge.loss(S * q)
+    return (loss, q.copy()) if best is None or loss < best[0] else best
 
 
 __all__ = ["AdaRoundOptions", "adaround", "grid", "regularizer"]

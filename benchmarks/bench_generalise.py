@@ -1,0 +1,86 @@
+"""Do the data-driven weight methods generalise? EfficientNet-Lite0 with 300 labelled images: calibration on images
+0..99 (the only images any method fits or chooses on), judged on 100..299, also split into its two halves (100..199,
+200..299) to show the spread of the sample; the last columns judge on the calibration images themselves, so that the
+gap to the held-out columns shows overfitting. Each row is judged in two ONNX Runtime sessions: ``basic`` (basic graph
+optimizations: Q/DQ stay DequantizeLinear -> float op -> QuantizeLinear, the ONNX definition) and ``default`` (ORT's
+default session options: all optimizations, Q/DQ fused into its int8 kernels).
+
+    python benchmarks/bench_generalise.py [--shared ../shared] [--rows w8,w4ada,w4seq] [--set key=value ...]
+
+Times: wall and CPU time (all threads) of ``qlinear.quantize``; on a shared machine compare the CPU times.
+``--set`` passes extra :class:`qlinear.ptq.QuantizeConfig` fields to every qlinear row (e.g. ``--set
+adaround_holdout=0``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+import qlinear
+from qlinear.ptq import QuantizeConfig, load_dataset
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _cpu import cpu_flags  # noqa: E402
+from bench_ptq import run  # noqa: E402
+
+ROWS = {
+    "w8": ("W8A8 per-channel (default)", {}),
+    "w8ada": ("W8A8 per-channel AdaRound", {"weight_method": "adaround"}),
+    "w4ada": ("W4A8 per-channel AdaRound", {"weight_type": "int4", "weight_method": "adaround"}),
+    "w4seq": ("W4A8 per-channel SeqMSE", {"weight_type": "int4", "weight_method": "seqmse"}),
+    "w8nobc": ("W8A8 per-channel, no bias correction", {"bias_correction": False}),
+    "w4": ("W4A8 per-channel min-max", {"weight_type": "int4"}),
+    "w4nobc": ("W4A8 per-channel min-max, no bias correction", {"weight_type": "int4", "bias_correction": False}),
+}
+HALVES = {"100..299": slice(100, 300), "100..199": slice(100, 200), "200..299": slice(200, 300),
+          "0..99 (calibration)": slice(0, 100)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shared", default=str(Path(__file__).resolve().parents[2] / "shared"))
+    ap.add_argument("--rows", default="w8,w4ada")
+    ap.add_argument("--set", action="append", default=[], help="extra QuantizeConfig field for every row, key=value")
+    a = ap.parse_args()
+    extra = {k: ast.literal_eval(v) if v[:1].isdigit() or v in ("True", "False", "None") else v
+             for k, v in (s.split("=", 1) for s in a.set)}
+    model = Path(a.shared) / "models" / "efficientnet-lite0.onnx"
+    ds = load_dataset(Path(a.shared) / "data" / "imagenet-dev", {"input": ("N", 3, 224, 224)})
+    x = np.concatenate([ds.sample(i)["input"] for i in range(len(ds))])
+    labels = np.array(ds.labels)
+    arrays = {"input": x, "labels": labels}
+    mb = model.read_bytes()
+    ftop = {s: run(mb, x, "input", fused=(s == "default")).argmax(1) for s in ("basic", "default")}
+    print(f"EfficientNet-Lite0; calibration images 0..99, judged on 100..299 (and its halves); CPU flags: "
+          f"{cpu_flags()}; extra config: {extra or 'none'}")
+    print("| row | session | " + " | ".join(f"top-1 {h} | agreement {h}" for h in HALVES) + " | wall time (s) | CPU time (s) |")
+    print("|---|---|" + "---|---|" * len(HALVES) + "---|---|")
+    for s in ("basic", "default"):
+        _line("float", s, ftop[s], ftop[s], labels, (0.0, 0.0))
+    qlinear.quantize(model, arrays, QuantizeConfig(calibration_samples=2, evaluation_samples=0))  # warm-up
+    for key in a.rows.split(","):
+        label, kw = ROWS[key]
+        cfg = QuantizeConfig(calibration_samples=100, evaluation_samples=0, **kw, **extra)
+        t0, c0 = time.perf_counter(), time.process_time()
+        qm = qlinear.quantize(model, arrays, cfg)
+        t = (time.perf_counter() - t0, time.process_time() - c0)
+        b = qm.model.SerializeToString()
+        for s in ("basic", "default"):
+            _line(label, s, run(b, x, "input", fused=(s == "default")).argmax(1), ftop[s], labels, t)
+
+
+def _line(label: str, session: str, q: np.ndarray, f: np.ndarray, y: np.ndarray, t: tuple[float, float]) -> None:
+    cells = []
+    for sl in HALVES.values():
+        cells += [f"{np.mean(q[sl] == y[sl]):.3f}", f"{np.mean(q[sl] == f[sl]):.3f}"]
+    print(f"| {label} | {session} | " + " | ".join(cells) + f" | {t[0]:.1f} | {t[1]:.1f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
