@@ -1,0 +1,197 @@
+"""Sequential GPTQ (:mod:`qlinear.ptq.weightonly.sequential`): the graph cut before groups of linears found from the
+graph, each group's Hessians taken on the activations of the model whose earlier linears are already quantized
+(checked against ONNX Runtime running the whole model with those weights), the default for ``gptq``; and peak
+memory about one block's weights when the blocks together are several times that (ru_maxrss of a subprocess)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from tiny_models import lm_data, tiny_lm
+
+import qlinear
+from qlinear.ptq.staged import Staged
+from qlinear.ptq.weightonly.api import group_by_weight
+from qlinear.ptq.weightonly.plan import find_linears
+from qlinear.ptq.weightonly.sequential import linear_groups, quantize_sequential
+from qlinear.ptq.weightonly.tensors import Tensors
+
+WO = {"activation_type": "float", "weight_type": "int4", "weights": "per-block", "block_size": 32}
+
+
+def _rms_norm(x: str, gamma: str, out: str, nodes: list, p: str) -> None:
+    """The decomposed RMSNorm of exported decoders: x * 1/sqrt(mean(x^2) + eps) * gamma."""
+    nodes += [helper.make_node("Mul", [x, x], [f"{p}_sq"]),
+              helper.make_node("ReduceMean", [f"{p}_sq", "axes_last"], [f"{p}_ms"], keepdims=1),
+              helper.make_node("Add", [f"{p}_ms", "eps"], [f"{p}_mse"]),
+              helper.make_node("Sqrt", [f"{p}_mse"], [f"{p}_rt"]),
+              helper.make_node("Reciprocal", [f"{p}_rt"], [f"{p}_inv"]),
+              helper.make_node("Mul", [x, f"{p}_inv"], [f"{p}_n"]),
+              helper.make_node("Mul", [f"{p}_n", gamma], [out])]
+
+
+def decoder(blocks: int = 2, d: int = 32, ff: int = 64, vocab: int = 96, seed: int = 0) -> onnx.ModelProto:
+    """A Llama-like decoder: embedding (tied lm_head), per block RMSNorm -> q/k/v -> causal single-head attention
+    -> o_proj -> residual Add -> RMSNorm -> gate/up -> SiLU(gate) * up -> down_proj -> residual Add; final RMSNorm
+    -> MatMul(h, Transpose(E)) -> logits."""
+    rng = np.random.default_rng(seed)
+    inits = [numpy_helper.from_array((rng.standard_normal((vocab, d)) * 0.5).astype(np.float32), "embed"),
+             numpy_helper.from_array(np.array([-1], np.int64), "axes_last"),
+             numpy_helper.from_array(np.array(1e-6, np.float32), "eps"),
+             numpy_helper.from_array(np.array(1 / np.sqrt(d), np.float32), "temp"),
+             numpy_helper.from_array(np.triu(np.full((64, 64), -1e4, np.float32), 1), "causal")]
+    nodes = [helper.make_node("Gather", ["embed", "input_ids"], ["h0"], name="embedding"),
+             helper.make_node("Shape", ["input_ids"], ["S"], start=1, end=2),
+             helper.make_node("Slice", ["causal", "zero", "S", "zero"], ["mask_r"]),
+             helper.make_node("Slice", ["mask_r", "zero", "S", "one"], ["mask"])]
+    inits += [numpy_helper.from_array(np.array([0], np.int64), "zero"),
+              numpy_helper.from_array(np.array([1], np.int64), "one")]
+
+    def w(name: str, k: int, n: int) -> str:
+        inits.append(numpy_helper.from_array((rng.standard_normal((k, n)) / np.sqrt(k)).astype(np.float32), name))
+        return name
+
+    h = "h0"
+    for b in range(blocks):
+        p = f"l{b}"
+        inits.append(numpy_helper.from_array((1 + 0.1 * rng.standard_normal(d)).astype(np.float32), f"{p}.g1"))
+        inits.append(numpy_helper.from_array((1 + 0.1 * rng.standard_normal(d)).astype(np.float32), f"{p}.g2"))
+        _rms_norm(h, f"{p}.g1", f"{p}_x", nodes, f"{p}_n1")
+        nodes += [helper.make_node("MatMul", [f"{p}_x", w(f"{p}.q", d, d)], [f"{p}_q"], name=f"{p}.q_proj"),
+                  helper.make_node("MatMul", [f"{p}_x", w(f"{p}.k", d, d)], [f"{p}_k"], name=f"{p}.k_proj"),
+                  helper.make_node("MatMul", [f"{p}_x", w(f"{p}.v", d, d)], [f"{p}_v"], name=f"{p}.v_proj"),
+                  helper.make_node("Transpose", [f"{p}_k"], [f"{p}_kt"], perm=[0, 2, 1]),
+                  helper.make_node("MatMul", [f"{p}_q", f"{p}_kt"], [f"{p}_s0"]),
+                  helper.make_node("Mul", [f"{p}_s0", "temp"], [f"{p}_s1"]),
+                  helper.make_node("Add", [f"{p}_s1", "mask"], [f"{p}_s"]),
+                  helper.make_node("Softmax", [f"{p}_s"], [f"{p}_a"], axis=-1),
+                  helper.make_node("MatMul", [f"{p}_a", f"{p}_v"], [f"{p}_ctx"]),
+                  helper.make_node("MatMul", [f"{p}_ctx", w(f"{p}.o", d, d)], [f"{p}_o"], name=f"{p}.o_proj"),
+                  helper.make_node("Add", [h, f"{p}_o"], [f"{p}_r"])]
+        _rms_norm(f"{p}_r", f"{p}.g2", f"{p}_y", nodes, f"{p}_n2")
+        nodes += [helper.make_node("MatMul", [f"{p}_y", w(f"{p}.gate", d, ff)], [f"{p}_gt"], name=f"{p}.gate_proj"),
+                  helper.make_node("MatMul", [f"{p}_y", w(f"{p}.up", d, ff)], [f"{p}_up"], name=f"{p}.up_proj"),
+                  helper.make_node("Sigmoid", [f"{p}_gt"], [f"{p}_sg"]),
+                  helper.make_node("Mul", [f"{p}_gt", f"{p}_sg"], [f"{p}_silu"]),
+                  helper.make_node("Mul", [f"{p}_silu", f"{p}_up"], [f"{p}_act"]),
+                  helper.make_node("MatMul", [f"{p}_act", w(f"{p}.down", ff, d)], [f"{p}_dn"],
+                                   name=f"{p}.down_proj"),
+                  helper.make_node("Add", [f"{p}_r", f"{p}_dn"], [f"{p}_out"])]
+        h = f"{p}_out"
+    inits.append(numpy_helper.from_array(np.ones(d, np.float32), "gf"))
+    _rms_norm(h, "gf", "hf", nodes, "nf")
+    nodes += [helper.make_node("Transpose", ["embed"], ["embed_t"], perm=[1, 0], name="lm_head_t"),
+              helper.make_node("MatMul", ["hf", "embed_t"], ["logits"], name="lm_head")]
+    g = helper.make_graph(nodes, "decoder", [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["B", "S"])],
+                          [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["B", "S", vocab])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 20)])
+    m.ir_version = 10
+    onnx.checker.check_model(m)
+    return m
+
+
+def _plan(m):
+    linears, skipped = find_linears(m)
+    return group_by_weight(linears, skipped, "decoder")
+
+
+def test_groups_follow_the_decoder_blocks():
+    m = decoder(blocks=3)
+    by_weight = _plan(m)
+    st = Staged(m, [], [{"input_ids": np.zeros((1, 4), np.int64)}])
+    groups = linear_groups(st.nodes, by_weight, {t.name for t in m.graph.initializer})
+    want = []
+    for b in range(3):
+        want += [[f"l{b}.q", f"l{b}.k", f"l{b}.v"], [f"l{b}.o"], [f"l{b}.gate", f"l{b}.up"], [f"l{b}.down"]]
+    assert [g.weights for g in groups] == want + [["embed"]]
+    # each cut is just before its group's first linear, except the lm_head's: before its Transpose (a constant node)
+    names = [n.name for n in st.nodes]
+    assert [names[g.cut] for g in groups[:-1]] == [f"l{b}.{p}_proj" for b in range(3)
+                                                   for p in ("q", "o", "gate", "down")]
+    assert names[groups[-1].cut] == "lm_head_t"
+
+
+def _rtn(w: np.ndarray) -> np.ndarray:
+    """A test quantizer: int4 per output channel, round to nearest (any change of the weights would do)."""
+    s = np.abs(w).max(axis=0, keepdims=True) / 7
+    return (np.clip(np.rint(w / s), -8, 7) * s).astype(np.float32)
+
+
+def _gram(xs: list[np.ndarray]) -> np.ndarray:
+    return sum(x.reshape(-1, x.shape[-1]).astype(np.float64).T @ x.reshape(-1, x.shape[-1]) for x in xs)
+
+
+def test_hessians_are_those_of_the_model_quantized_so_far(tmp_path):
+    m = decoder(blocks=2)
+    onnx.save(m, str(tmp_path / "m.onnx"), save_as_external_data=True, location="m.onnx.data", size_threshold=0)
+    mx = onnx.load(str(tmp_path / "m.onnx"), load_external_data=False)
+    tensors = Tensors(mx, tmp_path)
+    assert tensors.external
+    by_weight = _plan(mx)
+    data = lm_data(n=12, seq=10, vocab=96)["input_ids"]
+    batches = [{"input_ids": data[i:i + 5]} for i in range(0, 12, 5)]  # 3 batches, the last one short
+    seen: dict[str, np.ndarray] = {}
+    quantized: dict[str, np.ndarray] = {}
+
+    def quantize(name, hess):
+        seen[name] = hess[by_weight[name][0].input][0]
+        quantized[name] = _rtn(tensors.array(name))
+        return name, quantized[name]
+
+    order = []
+    out = quantize_sequential(mx, tensors, by_weight, batches, lambda n, h: (order.append(n), quantize(n, h))[1],
+                              spill_bytes=0)  # every tensor alive across a cut goes through a memory map
+    assert out == {n: n for n in by_weight} and len(order) == len(by_weight)
+    # the peer: ONNX Runtime on the whole model with every weight replaced by its quantized value, fetching the
+    # linears' inputs; a linear's input only depends on the linears before it, quantized when its group ran
+    # (the tied embedding is read float by the lookup: its group is the last)
+    q = onnx.load(str(tmp_path / "m.onnx"))
+    for t in q.graph.initializer:
+        if t.name in quantized and t.name != "embed":
+            t.CopyFrom(numpy_helper.from_array(quantized[t.name], t.name))
+    inputs = sorted({ls[0].input for ls in by_weight.values()})
+    q.graph.output.extend([onnx.ValueInfoProto(name=x) for x in inputs])
+    s = ort.InferenceSession(q.SerializeToString(), providers=["CPUExecutionProvider"])
+    got = {x: [] for x in inputs}
+    for b in batches_again(data):
+        for x, v in zip(inputs, s.run(inputs, b)):
+            got[x].append(v)
+    for name, lins in by_weight.items():
+        ref = _gram(got[lins[0].input])
+        np.testing.assert_allclose(seen[name], ref, rtol=2e-4, atol=2e-4 * np.abs(ref).max(), err_msg=name)
+    # and they are not the float model's Hessians (the check above can fail)
+    f = onnx.load(str(tmp_path / "m.onnx"))
+    f.graph.output.extend([onnx.ValueInfoProto(name="l1_act")])
+    fs = ort.InferenceSession(f.SerializeToString(), providers=["CPUExecutionProvider"])
+    ref_f = _gram([fs.run(["l1_act"], b)[0] for b in batches_again(data)])
+    assert np.abs(seen["l1.down"] - ref_f).max() > 1e-3 * np.abs(ref_f).max()
+
+
+def batches_again(data):
+    return [{"input_ids": data[i:i + 5]} for i in range(0, 12, 5)]
+
+
+def test_sequential_is_the_default_and_runs(tmp_path):
+    m, d = decoder(blocks=2), lm_data(n=24, seq=12, vocab=96)
+    cfg = {**WO, "weight_method": "gptq", "calibration_samples": 16, "evaluation_samples": 8, "batch_size": 4}
+    seq = qlinear.quantize(m, d, cfg)
+    one = qlinear.quantize(m, d, {**cfg, "gptq_sequential": False})
+    assert any("gptq sequential on 16 calibration samples" in n for n in seq.notes)
+    assert not any("sequential" in n for n in one.notes)
+    s1 = {r["weight"]: r["sqnr_db"] for r in seq.streamed.weight_stats()}
+    s2 = {r["weight"]: r["sqnr_db"] for r in one.streamed.weight_stats()}
+    assert s1["l0.q"] == s2["l0.q"]  # the first group sees the float model in both
+    assert s1["l1.down"] != s2["l1.down"]
+    files = seq.save(tmp_path / "out", report=False)
+    assert "model.qdq.onnx" in " ".join(files)
+    s = ort.InferenceSession(str(tmp_path / "out" / "model.qdq.onnx"), providers=["CPUExecutionProvider"])
+    y = s.run(None, {"input_ids": d["input_ids"][:2]})[0]
+    assert y.shape == (2, 12, 96) and np.isfinite(y).all()
