@@ -6,6 +6,7 @@ memory about one block's weights when the blocks together are several times that
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -195,3 +196,74 @@ def test_sequential_is_the_default_and_runs(tmp_path):
     s = ort.InferenceSession(str(tmp_path / "out" / "model.qdq.onnx"), providers=["CPUExecutionProvider"])
     y = s.run(None, {"input_ids": d["input_ids"][:2]})[0]
     assert y.shape == (2, 12, 96) and np.isfinite(y).all()
+
+
+K, N = 32, 65536  # one block: an 8 MiB float32 weight [K, N]
+
+
+def _big_decoder(path, blocks: int) -> int:
+    """``blocks`` blocks of a decoder-like chain with external data: RMS normalization -> MatMul [K, N] ->
+    mean of N/K groups -> residual Add. Returns the weights' bytes."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(np.array([-1], np.int64), "axes_last"),
+             numpy_helper.from_array(np.array(1e-6, np.float32), "eps"),
+             numpy_helper.from_array(np.array([0, 0, N // K, K], np.int64), "split"),
+             numpy_helper.from_array(np.array([2], np.int64), "axes_2")]
+    nodes, h = [], "x"
+    for b in range(blocks):
+        inits.append(numpy_helper.from_array(rng.standard_normal((K, N), dtype=np.float32) / 8, f"w{b}"))
+        nodes += [helper.make_node("Mul", [h, h], [f"sq{b}"]),
+                  helper.make_node("ReduceMean", [f"sq{b}", "axes_last"], [f"ms{b}"]),
+                  helper.make_node("Add", [f"ms{b}", "eps"], [f"mse{b}"]),
+                  helper.make_node("Sqrt", [f"mse{b}"], [f"rt{b}"]),
+                  helper.make_node("Div", [h, f"rt{b}"], [f"n{b}"]),
+                  helper.make_node("MatMul", [f"n{b}", f"w{b}"], [f"y{b}"], name=f"proj{b}"),
+                  helper.make_node("Reshape", [f"y{b}", "split"], [f"ys{b}"]),
+                  helper.make_node("ReduceMean", [f"ys{b}", "axes_2"], [f"m{b}"], keepdims=0),
+                  helper.make_node("Add", [h, f"m{b}"], [f"h{b}"])]
+        h = f"h{b}"
+    g = helper.make_graph(nodes, "big", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", "S", K])],
+                          [helper.make_tensor_value_info(h, TensorProto.FLOAT, ["B", "S", K])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 20)])
+    m.ir_version = 10
+    onnx.save(m, str(path), save_as_external_data=True, location=path.name + ".data")
+    return blocks * K * N * 4
+
+
+def test_peak_memory_is_about_one_block(tmp_path):
+    # one process quantizes 4 blocks (a warm-up: imports, ONNX Runtime's first session), then 4 and 16 blocks, each
+    # from a reset peak (/proc/self/clear_refs 5): 12 more blocks (96 MiB of weights) add their kept GPTQ integers
+    # (4-bit, packed: 1/8 of their float bytes) and noise to the peak; with gptq_sequential false the one-pass
+    # Hessians hold the whole model in ONNX Runtime
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    small, big = _big_decoder(tmp_path / "a" / "m.onnx", 4), _big_decoder(tmp_path / "b" / "m.onnx", 16)
+    np.savez(tmp_path / "x.npz", x=np.random.default_rng(1).standard_normal((4, 8, K)).astype(np.float32))
+    code = textwrap.dedent(f"""
+        import json
+        from qlinear.ptq import QuantizeConfig
+        from qlinear.ptq.weightonly import quantize_weights
+        cfg = QuantizeConfig(activation_type="float", weight_type="int4", weights="per-block", block_size=32,
+                             weight_method="gptq", gptq_sequential={os.environ.get("SEQ", "1") == "1"},
+                             calibration_samples=4, evaluation_samples=0, batch_size=2)
+
+        def status(key):
+            return int([l for l in open("/proc/self/status") if l.startswith(key)][0].split()[1]) * 1024
+
+        deltas = []
+        for i, folder in enumerate(("a", "a", "b")):
+            open("/proc/self/clear_refs", "w").write("5")  # VmHWM := VmRSS
+            base = status("VmRSS:")
+            qm = quantize_weights({str(tmp_path)!r} + "/" + folder + "/m.onnx", {str(tmp_path / 'x.npz')!r}, cfg)
+            assert len(qm.streamed.results) == (4 if folder == "a" else 16)
+            del qm
+            deltas.append(status("VmHWM:") - base)
+        print("DELTAS", json.dumps(deltas[1:]))
+    """)
+    # BLAS threads only slow small products on a busy machine; a fixed mmap threshold returns freed arrays to the
+    # system (the peak is the memory in use, not what the allocator kept)
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "MALLOC_MMAP_THRESHOLD_": "65536"}
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, env=env)
+    assert p.returncode == 0, p.stderr[-2000:]
+    a, b = json.loads(p.stdout.split("DELTAS")[1])
+    print("DELTAS MiB", a / 2 ** 20, b / 2 ** 20)
+    assert b - a < 0.35 * (big - small), f"peak grew by {(b - a) / 2 ** 20:.0f} MiB for {(big - small) / 2 ** 20:.0f} MiB"

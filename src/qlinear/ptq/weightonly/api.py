@@ -1,16 +1,18 @@
 """Weight-only quantization (``activation_type: "float"``): the MatMul/Gemm weights of a model become blocked (or
 per-channel, or LPBQ) integers, activations stay float — W4A16 / W8A16 for LLM decoders.
 
-Steps, the full-integer pipeline's own where they are the same (peak memory: the largest weight plus, with GPTQ,
-ONNX Runtime's session of the float model and one ``K x K`` Hessian per distinct linear input):
+Steps, the full-integer pipeline's own where they are the same (peak memory: the largest weight plus, with
+sequential GPTQ, one group of linears' weights, Hessians and boundary activations; with one-pass GPTQ, ONNX Runtime's
+session of the float model and one ``K x K`` Hessian per distinct linear input):
 
 1. the model is read and checked by :func:`qlinear.graph.load.load_checked` without its external data (weights read
    one at a time by :mod:`.tensors`); :func:`.plan.find_linears` finds the weights;
 2. ``minmax`` / ``mse``: round to nearest on each block's grid (:mod:`qlinear.ptq.algorithms.grids`; only the scales
    are kept, the integers are redone when written); ``gptq``: the Hessians of the linears' inputs are
-   :class:`~qlinear.ptq.stats.Gram` accumulators of the one statistics pass (:mod:`qlinear.ptq.stats`), then GPTQ
-   per weight (:mod:`qlinear.ptq.algorithms.gptq`), whose integers are kept (int8 storage, a quarter of the float
-   weights);
+   :class:`~qlinear.ptq.stats.Gram` matrices taken group by group on the model quantized so far (:mod:`.sequential`,
+   ``gptq_sequential``, the default), or of the one statistics pass of the float model (:mod:`qlinear.ptq.stats`),
+   then GPTQ per weight (:mod:`qlinear.ptq.algorithms.gptq`), whose integers are kept (4-bit ones packed two to a
+   byte, an eighth of the float weights);
 3. the result is a :class:`~qlinear.ptq.QuantizedModel` (the float graph, the weights' encodings, and the weights
    as :class:`StreamedWeights`: their integer sources); its ``save`` writes ``model.qdq.onnx`` (or
    ``model.matmulnbits.onnx``) built by :mod:`.writer` with the graph passes ``InsertQDQ`` and ``LowerMatMulNBits``,
@@ -364,8 +366,7 @@ def _quantize_weight(name: str, lins: list[Linear], tensors: Tensors, cfg: Quant
     h = hess.get(lin.input, (None, 0))[0]
     if method.endswith("gptq") and name not in shared:
         bq = _quantize_one(w, g, grid, method, cfg, h)
-        kept = _stored(bq.q, g)
-        integers = (lambda: kept)      # GPTQ's integers are the result: kept
+        integers = _kept(_stored(bq.q, g), g.bits)  # GPTQ's integers are the result: kept (4 bits: packed)
     else:  # round to nearest: the integers are redone from the scales when the weight is written
         method = method.removesuffix("gptq").rstrip("+") or "minmax"
         bq = _quantize_one(w, g, grid, method, None, h)
@@ -415,6 +416,27 @@ def _stored(q: np.ndarray, g: _Grid) -> np.ndarray:
     off = 2 ** (g.bits - 1) if g.unsigned else 0
     q = q.astype(np.int16) + off if off else q
     return np.ascontiguousarray(q.T) if g.lin.k_first else q
+
+
+def _kept(q: np.ndarray, bits: int) -> Callable[[], np.ndarray]:
+    """``q`` kept until written: integers of 4 bits or less two to a byte (half the memory of int8), returned as
+    they were (type, shape, values)."""
+    if bits > 4:
+        return lambda: q
+    dtype, shape, signed = q.dtype, q.shape, bool(q.min(initial=0) < 0)
+    flat = (q.reshape(-1) & 0xF).astype(np.uint8)
+    if flat.size % 2:
+        flat = np.append(flat, np.uint8(0))
+    packed = flat[0::2] | (flat[1::2] << 4)
+    del flat
+
+    def unpack() -> np.ndarray:
+        out = np.empty(packed.size * 2, np.int16)
+        out[0::2], out[1::2] = packed & 0xF, packed >> 4
+        if signed:
+            out[out >= 8] -= 16
+        return out[:int(np.prod(shape))].astype(dtype).reshape(shape)
+    return unpack
 
 
 def _requantize(tensors: Tensors, name: str, g: _Grid, scale: np.ndarray,
