@@ -138,7 +138,7 @@ def test_hessians_are_those_of_the_model_quantized_so_far(tmp_path):
     assert tensors.external
     by_weight = _plan(mx)
     data = lm_data(n=12, seq=10, vocab=96)["input_ids"]
-    batches = [{"input_ids": data[i:i + 5]} for i in range(0, 12, 5)]  # 3 batches, the last one short
+    batches = _batches(data)
     seen: dict[str, np.ndarray] = {}
     quantized: dict[str, np.ndarray] = {}
 
@@ -147,10 +147,9 @@ def test_hessians_are_those_of_the_model_quantized_so_far(tmp_path):
         quantized[name] = _rtn(tensors.array(name))
         return name, quantized[name]
 
-    order = []
-    out = quantize_sequential(mx, tensors, by_weight, batches, lambda n, h: (order.append(n), quantize(n, h))[1],
+    out = quantize_sequential(mx, tensors, by_weight, batches, quantize,
                               spill_bytes=0)  # every tensor alive across a cut goes through a memory map
-    assert out == {n: n for n in by_weight} and len(order) == len(by_weight)
+    assert out == {n: n for n in by_weight}
     # the peer: ONNX Runtime on the whole model with every weight replaced by its quantized value, fetching the
     # linears' inputs; a linear's input only depends on the linears before it, quantized when its group ran
     # (the tied embedding is read float by the lookup: its group is the last)
@@ -162,7 +161,7 @@ def test_hessians_are_those_of_the_model_quantized_so_far(tmp_path):
     q.graph.output.extend([onnx.ValueInfoProto(name=x) for x in inputs])
     s = ort.InferenceSession(q.SerializeToString(), providers=["CPUExecutionProvider"])
     got = {x: [] for x in inputs}
-    for b in batches_again(data):
+    for b in _batches(data):
         for x, v in zip(inputs, s.run(inputs, b)):
             got[x].append(v)
     for name, lins in by_weight.items():
@@ -172,12 +171,12 @@ def test_hessians_are_those_of_the_model_quantized_so_far(tmp_path):
     f = onnx.load(str(tmp_path / "m.onnx"))
     f.graph.output.extend([onnx.ValueInfoProto(name="l1_act")])
     fs = ort.InferenceSession(f.SerializeToString(), providers=["CPUExecutionProvider"])
-    ref_f = _gram([fs.run(["l1_act"], b)[0] for b in batches_again(data)])
+    ref_f = _gram([fs.run(["l1_act"], b)[0] for b in _batches(data)])
     assert np.abs(seen["l1.down"] - ref_f).max() > 1e-3 * np.abs(ref_f).max()
 
 
-def batches_again(data):
-    return [{"input_ids": data[i:i + 5]} for i in range(0, 12, 5)]
+def _batches(data):
+    return [{"input_ids": data[i:i + 5]} for i in range(0, 12, 5)]  # 3 batches, the last one short
 
 
 def test_sequential_is_the_default_and_runs(tmp_path):
@@ -230,6 +229,7 @@ def _big_decoder(path, blocks: int) -> int:
     return blocks * K * N * 4
 
 
+@pytest.mark.slow
 def test_peak_memory_is_about_one_block(tmp_path):
     # one process quantizes 4 blocks (a warm-up: imports, ONNX Runtime's first session), then 4 and 16 blocks, each
     # from a reset peak (/proc/self/clear_refs 5): 12 more blocks (96 MiB of weights) add their kept GPTQ integers
@@ -243,7 +243,7 @@ def test_peak_memory_is_about_one_block(tmp_path):
         from qlinear.ptq import QuantizeConfig
         from qlinear.ptq.weightonly import quantize_weights
         cfg = QuantizeConfig(activation_type="float", weight_type="int4", weights="per-block", block_size=32,
-                             weight_method="gptq", gptq_sequential={os.environ.get("SEQ", "1") == "1"},
+                             weight_method="gptq",
                              calibration_samples=4, evaluation_samples=0, batch_size=2)
 
         def status(key):
@@ -265,5 +265,6 @@ def test_peak_memory_is_about_one_block(tmp_path):
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, env=env)
     assert p.returncode == 0, p.stderr[-2000:]
     a, b = json.loads(p.stdout.split("DELTAS")[1])
-    print("DELTAS MiB", a / 2 ** 20, b / 2 ** 20)
+    # measured here: 4 blocks 52 MiB, 16 blocks 75 MiB over the baseline (one-pass: 50 and 136 MiB)
     assert b - a < 0.35 * (big - small), f"peak grew by {(b - a) / 2 ** 20:.0f} MiB for {(big - small) / 2 ** 20:.0f} MiB"
+    assert b < 0.75 * big, f"peak {b / 2 ** 20:.0f} MiB above the baseline for {big / 2 ** 20:.0f} MiB of weights"
