@@ -268,3 +268,16 @@ def test_peak_memory_is_about_one_block(tmp_path):
     # measured here: 4 blocks 52 MiB, 16 blocks 75 MiB over the baseline (one-pass: 50 and 136 MiB)
     assert b - a < 0.35 * (big - small), f"peak grew by {(b - a) / 2 ** 20:.0f} MiB for {(big - small) / 2 ** 20:.0f} MiB"
     assert b < 0.75 * big, f"peak {b / 2 ** 20:.0f} MiB above the baseline for {big / 2 ** 20:.0f} MiB of weights"
+
+
+def test_workers_are_not_used_by_sequential_gptq(tmp_path):
+    # each group's Hessians need the groups before it quantized: one process, a note, the same files as workers 1
+    m, d = decoder(blocks=1), lm_data(n=12, seq=8, vocab=96)
+    cfg = {**WO, "weight_method": "gptq", "calibration_samples": 8, "evaluation_samples": 4, "batch_size": 4}
+    one, two = qlinear.quantize(m, d, cfg), qlinear.quantize(m, d, {**cfg, "workers": 2})
+    assert any("workers/ray_address not used" in n for n in two.notes)
+    assert not any("workers/ray_address not used" in n for n in one.notes)
+    one.save(tmp_path / "w1", report=False)
+    two.save(tmp_path / "w2", report=False)
+    for p in sorted((tmp_path / "w1").iterdir()):
+        assert p.read_bytes() == (tmp_path / "w2" / p.name).read_bytes(), p.name
