@@ -180,7 +180,7 @@ _keys = st.sampled_from(["weight_type", "activation_type", "weights", "block_siz
                          "weight_symmetric", "activation_symmetric", "policy", "percentile", "exclude_nodes",
                          "exclude_op_types", "target", "equalize", "bias_correction", "quantize_outputs",
                          "calibration_samples", "evaluation_samples", "batch_size", "seed", "colour", "output_format",
-                         "placement", "smoothing", "gptq_act_order", "gptq_damp"])
+                         "placement", "smoothing", "gptq_act_order", "gptq_damp", "gptq_sequential"])
 
 
 @FUZZ

@@ -57,7 +57,9 @@ def test_w8a8_two_workers_byte_identical(local_ray, tmp_path, method):
 
 def test_gptq_two_workers_byte_identical(local_ray, tmp_path):
     m, d = tiny_lm(d=64, ff=128, vocab=256), lm_data(n=40, seq=16, vocab=256)
-    cfg = {**WO, "weight_method": "gptq", "calibration_samples": 30, "evaluation_samples": 4, "batch_size": 4}
+    # the one-pass Hessians (sequential GPTQ, the default, runs in one process: workers are not used)
+    cfg = {**WO, "weight_method": "gptq", "gptq_sequential": False, "calibration_samples": 30, "evaluation_samples": 4,
+           "batch_size": 4}
     files = _same_files(m, d, cfg, tmp_path)
     assert any(name.endswith(".onnx") for name in files)
 

@@ -53,7 +53,8 @@ class QuantizeConfig:
             with integer per-block scales under a per-channel float scale, AIMET spec §1.2).
             With ``activation_type: "float"`` only the MatMul/Gemm weights are quantized (weight-only, see
             :mod:`qlinear.ptq.weightonly`): ``weight_method`` ``minmax`` (round to nearest), ``mse`` or ``gptq``
-            (``gptq_act_order``, ``gptq_damp``), ``output_format`` ``qdq`` or ``matmulnbits``, ``lm_head_type``
+            (``gptq_act_order``, ``gptq_damp``, ``gptq_sequential``: each block's Hessians on the outputs of the
+            blocks before it already quantized, in bounded memory, default true), ``output_format`` ``qdq`` or ``matmulnbits``, ``lm_head_type``
             (the tied embedding / lm_head, the MatMul producing the logits: ``int8`` per-channel by default when
             the weights are 4-bit or less, ``int4`` to follow the weights, ``float`` to leave it).
         weight_method / activation_method: calibration method per role. Default (``None``): ``minmax`` for both
@@ -140,6 +141,7 @@ class QuantizeConfig:
     smoothing: bool | None = None
     gptq_act_order: bool = True
     gptq_damp: float = 0.01
+    gptq_sequential: bool = True
     batch_axes: Any = None
     input_shapes: Any = None
     full_integer: bool = False
@@ -194,7 +196,7 @@ class QuantizeConfig:
             raise ConfigError(f"adaround_holdout: expected a fraction in [0, 0.5] of the calibration samples, got "
                               f"{self.adaround_holdout!r}")
         for name in ("weight_symmetric", "activation_symmetric", "bias_correction", "quantize_outputs",
-                     "gptq_act_order", "adaround_augment"):
+                     "gptq_act_order", "adaround_augment", "gptq_sequential"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name}: expected true or false, got {getattr(self, name)!r}")
         self._check_overrides()

@@ -230,6 +230,8 @@ class QuantizedModel:
         if self.config.w_method in WEIGHT_ONLY_DATA_METHODS:
             keep |= {"calibration_samples"} | ({"gptq_act_order", "gptq_damp"} if "gptq" in self.config.w_method
                                               else set())
+            if self.config.w_method in ("gptq", "aag+gptq"):  # sequential or one-pass Hessians
+                keep.add("gptq_sequential")
         d["weight_method"] = self.config.w_method
         return {k: v for k, v in d.items() if k in keep}
 

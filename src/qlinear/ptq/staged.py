@@ -6,11 +6,15 @@ its first consumer) are cut before given nodes. :meth:`Staged.advance` runs the 
 Runtime session over every batch, keeping only the tensors that later pieces consume. Constants of the piece can be
 overridden (:meth:`Staged.set_constant`): a refined weight replaces the initializer, or the output of the node that
 computed it from initializers (the weight's ``DequantizeLinear`` in a Q/DQ model). Every node runs exactly once, so
-the whole scheme costs one pass over the samples; memory is the tensors alive across one cut, for all samples.
+the whole scheme costs one pass over the samples; memory is the tensors alive across one cut, for all samples
+(with ``spill_dir``, each such tensor larger than ``spill_bytes`` over all batches is kept in a memory-mapped file
+there instead), and the constants set for the pieces not yet run (a constant is dropped after its last reader ran;
+with ``constant_inputs`` the constants are inputs of the piece's session, fed to each run, not copied into it).
 """
 
 from __future__ import annotations
 
+import os
 from typing import Iterable
 
 import numpy as np
@@ -71,8 +75,15 @@ class Staged:
     """A model run piece by piece over ``batches`` (module docstring)."""
 
     def __init__(self, model: onnx.ModelProto, cuts: Iterable[str], batches: list[dict[str, np.ndarray]], *,
-                 label: str = "model", disable_qdq_fusion: bool = False) -> None:
+                 label: str = "model", disable_qdq_fusion: bool = False, spill_dir: str | None = None,
+                 spill_bytes: int = 256 * 2 ** 20, arena: bool = True, constant_inputs: bool = False) -> None:
         self.model = model
+        self.constant_inputs = constant_inputs
+        self.arena = arena
+        self.files: dict[str, str] = {}  # tensor -> its spill file
+        self.spill_dir = spill_dir
+        self.spill_bytes = spill_bytes
+        self.spilled = 0  # files written to spill_dir
         self.label = label
         self.fusion_off = disable_qdq_fusion
         self.nodes = _order(model.graph)
@@ -104,7 +115,11 @@ class Staged:
 
     def advance(self, cut: int) -> None:
         """Run the nodes from the current position up to (not including) the node of cut number ``cut``."""
-        end = self.cuts[cut]
+        self.advance_to(self.cuts[cut])
+
+    def advance_to(self, end: int) -> None:
+        """Run the nodes from the current position up to (not including) ``self.nodes[end]`` (``len(self.nodes)``:
+        to the end); tensors and constants no later node reads are dropped."""
         if end <= self.pos:
             return
         piece = self.nodes[self.pos:end]
@@ -112,18 +127,36 @@ class Staged:
         self.pos = end
         for k in [k for k in self.cache if self.last_use.get(k, -1) < end]:
             del self.cache[k]
+            if k in self.files:  # the maps still open stay readable until dropped (POSIX unlink)
+                os.remove(self.files.pop(k))
+        for k in [k for k in self.constants if self.last_use.get(k, -1) < end]:
+            del self.constants[k]
+
+    def _spill_file(self, first: np.ndarray) -> str | None:
+        """A new file in ``spill_dir`` for a tensor whose batches (estimated from the first) pass ``spill_bytes``;
+        ``None`` to keep it in memory."""
+        if self.spill_dir is None or first.nbytes * self.n_batches <= self.spill_bytes:
+            return None
+        path = os.path.join(self.spill_dir, f"t{self.spilled}.bin")
+        self.spilled += 1
+        return path
 
     def _run(self, piece: list[onnx.NodeProto], end: int) -> None:
         from qlinear.ptq.session import Session
 
         kept = [n for n in piece if not (n.output and all(o in self.constants for o in n.output if o))]
         produced = {o for n in kept for o in n.output if o}
+        outs = [o for n in kept for o in n.output if o and self.last_use.get(o, -1) >= end]
+        if not outs:
+            return
         needed = list(dict.fromkeys(x for n in kept for x in node_inputs(n)))
-        inits, feeds = [], []
+        inits, feeds, given = [], [], {}
         for x in needed:
             if x in produced:
                 continue
-            if x in self.constants:
+            if x in self.constants and self.constant_inputs:  # fed to every run: no copy in the session
+                given[x] = self.constants[x]
+            elif x in self.constants:
                 inits.append(numpy_helper.from_array(self.constants[x], x))
             elif x in self.inits:
                 inits.append(self.inits[x])
@@ -131,22 +164,34 @@ class Staged:
                 feeds.append(x)
             else:
                 raise GraphError(f"{self.label}: tensor {x!r} is not available at node {_key(piece[0])!r}")
-        outs = [o for n in kept for o in n.output if o and self.last_use.get(o, -1) >= end]
-        if not outs:
-            return
         vi_in = [helper.make_tensor_value_info(x, helper.np_dtype_to_tensor_dtype(self.cache[x][0].dtype), None)
                  for x in feeds]
+        vi_in += [helper.make_tensor_value_info(x, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+                  for x, v in given.items()]
         g = helper.make_graph(kept, f"{self.model.graph.name}_piece", vi_in, [onnx.ValueInfoProto(name=o) for o in outs],
                               initializer=inits)
         m = helper.make_model(g, opset_imports=list(self.model.opset_import), ir_version=self.model.ir_version)
         m.functions.extend(self.model.functions)
         sess = Session(m, level="all", label=f"{self.label} (nodes {_key(piece[0])!r}..)",
-                       disable_qdq_fusion=self.fusion_off)
+                       disable_qdq_fusion=self.fusion_off, arena=self.arena)
+        del g, m, inits
         results: dict[str, list[np.ndarray]] = {o: [] for o in outs}
+        files: dict[str, str | None] = {}
         for b in range(self.n_batches):
-            vals = sess.run(outs, {x: self.cache[x][b] for x in feeds})
+            vals = sess.run(outs, {**{x: self.cache[x][b] for x in feeds}, **given})
             for o, v in zip(outs, vals):
+                if b == 0:
+                    files[o] = self._spill_file(v)
+                    if files[o]:
+                        self.files[o] = files[o]
+                path = files[o]
+                if path is not None and v.size:  # appended to the file, read back as a memory map
+                    with open(path, "ab") as f:
+                        off = f.tell()
+                        f.write(np.ascontiguousarray(v).tobytes())
+                    v = np.memmap(path, dtype=v.dtype, mode="r", offset=off, shape=v.shape)
                 results[o].append(v)
+            del vals
         self.cache.update(results)
 
 

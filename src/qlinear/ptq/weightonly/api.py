@@ -1,16 +1,18 @@
 """Weight-only quantization (``activation_type: "float"``): the MatMul/Gemm weights of a model become blocked (or
 per-channel, or LPBQ) integers, activations stay float — W4A16 / W8A16 for LLM decoders.
 
-Steps, the full-integer pipeline's own where they are the same (peak memory: the largest weight plus, with GPTQ,
-ONNX Runtime's session of the float model and one ``K x K`` Hessian per distinct linear input):
+Steps, the full-integer pipeline's own where they are the same (peak memory: the largest weight plus, with
+sequential GPTQ, one group of linears' weights, Hessians and boundary activations; with one-pass GPTQ, ONNX Runtime's
+session of the float model and one ``K x K`` Hessian per distinct linear input):
 
 1. the model is read and checked by :func:`qlinear.graph.load.load_checked` without its external data (weights read
    one at a time by :mod:`.tensors`); :func:`.plan.find_linears` finds the weights;
 2. ``minmax`` / ``mse``: round to nearest on each block's grid (:mod:`qlinear.ptq.algorithms.grids`; only the scales
    are kept, the integers are redone when written); ``gptq``: the Hessians of the linears' inputs are
-   :class:`~qlinear.ptq.stats.Gram` accumulators of the one statistics pass (:mod:`qlinear.ptq.stats`), then GPTQ
-   per weight (:mod:`qlinear.ptq.algorithms.gptq`), whose integers are kept (int8 storage, a quarter of the float
-   weights);
+   :class:`~qlinear.ptq.stats.Gram` matrices taken group by group on the model quantized so far (:mod:`.sequential`,
+   ``gptq_sequential``, the default), or of the one statistics pass of the float model (:mod:`qlinear.ptq.stats`),
+   then GPTQ per weight (:mod:`qlinear.ptq.algorithms.gptq`), whose integers are kept (4-bit ones packed two to a
+   byte, an eighth of the float weights);
 3. the result is a :class:`~qlinear.ptq.QuantizedModel` (the float graph, the weights' encodings, and the weights
    as :class:`StreamedWeights`: their integer sources); its ``save`` writes ``model.qdq.onnx`` (or
    ``model.matmulnbits.onnx``) built by :mod:`.writer` with the graph passes ``InsertQDQ`` and ``LowerMatMulNBits``,
@@ -54,6 +56,7 @@ from qlinear.ptq.result import QuantizedModel
 from qlinear.ptq.stats import Gram
 from qlinear.ptq.stats.stream import accumulate_model
 from qlinear.ptq.weightonly.plan import Linear, find_linears, lm_heads
+from qlinear.ptq.weightonly.sequential import quantize_sequential
 from qlinear.ptq.weightonly.tensors import Tensors
 from qlinear.ptq.weightonly.writer import WeightResult, build, write
 
@@ -164,18 +167,21 @@ def quantize_weights(model: Any, data: Any, cfg: QuantizeConfig, *, progress: Pr
     ds = _dataset(m, data, cfg, preprocess, notes)
     _check_upgrade(given, m, tensors, ds, label, notes)
     timings: dict[str, float] = {}
-    hess = _hessians(m, base, by_weight, ds, cfg, label, progress, timings, notes)
     shared = _other_readers(m, by_weight)
-    if "awq" in (cfg.weight_method or ""):
-        hess, awq_notes = apply_awq(m, tensors.array, by_weight, hess, _awq_quantizer(cfg), skip=set(shared))
-        tensors.by_name = {t.name: t for t in m.graph.initializer}  # the inserted Mul's 1/s too
-        notes += awq_notes
-    t0 = time.perf_counter()
-    adv = progress("quantizing weights", len(by_weight)) if progress else None
-    results = [_quantize_weight(name, lins, tensors, cfg, hess, shared, notes, adv,
-                                role=heads.get(name, ""))
-               for name, lins in by_weight.items()]
-    timings["quantize"] = time.perf_counter() - t0
+    if sequential(cfg, ds, label, notes):
+        results = _sequential_gptq(m, tensors, by_weight, ds, cfg, shared, heads, label, progress, timings, notes)
+    else:
+        hess = _hessians(m, base, by_weight, ds, cfg, label, progress, timings, notes)
+        if "awq" in (cfg.weight_method or ""):
+            hess, awq_notes = apply_awq(m, tensors.array, by_weight, hess, _awq_quantizer(cfg), skip=set(shared))
+            tensors.by_name = {t.name: t for t in m.graph.initializer}  # the inserted Mul's 1/s too
+            notes += awq_notes
+        t0 = time.perf_counter()
+        adv = progress("quantizing weights", len(by_weight)) if progress else None
+        results = [_quantize_weight(name, lins, tensors, cfg, hess, shared, notes, adv,
+                                    role=heads.get(name, ""))
+                   for name, lins in by_weight.items()]
+        timings["quantize"] = time.perf_counter() - t0
     timings["total"] = time.perf_counter() - t_all
     cov = coverage(m, set(by_weight), skipped)
     notes.append(coverage_note(cov))
@@ -269,6 +275,46 @@ def _hessians(m: onnx.ModelProto, base: Path | None, by_weight: dict[str, list[L
     return hess
 
 
+def sequential(cfg: QuantizeConfig, ds: Any, label: str, notes: list[str]) -> bool:
+    """Whether the run is sequential GPTQ (:mod:`.sequential`): ``gptq`` or ``aag+gptq`` with ``gptq_sequential``
+    (the default) and data; AWQ's variants take their statistics in the one pass (a note says so)."""
+    method = cfg.weight_method or "minmax"
+    if not (method.endswith("gptq") and cfg.gptq_sequential and ds is not None):
+        return False
+    if "awq" in method:
+        notes.append(f"weight_method {method}: AWQ's scales and GPTQ's Hessians come from the one statistics pass "
+                     "of the float model (sequential GPTQ covers gptq and aag+gptq)")
+        return False
+    if cfg.workers > 1 or cfg.ray_address:
+        notes.append(f"{label}: sequential GPTQ runs in this process (each block's Hessians need the blocks before "
+                     "it quantized): workers/ray_address not used; gptq_sequential false spreads the one-pass "
+                     "Hessians over Ray")
+    return True
+
+
+def _sequential_gptq(m: onnx.ModelProto, tensors: Tensors, by_weight: dict[str, list[Linear]], ds: Any,
+                     cfg: QuantizeConfig, shared: dict[str, set[str]], heads: dict[str, str], label: str,
+                     progress: Progress | None, timings: dict[str, float], notes: list[str]) -> list[WeightResult]:
+    """The weights quantized by :func:`.sequential.quantize_sequential`, in ``by_weight``'s order."""
+    n_cal = min(cfg.calibration_samples, len(ds))
+    t0 = time.perf_counter()
+    adv = progress("sequential GPTQ", len(by_weight)) if progress else None
+
+    def one(name: str, hess: dict[str, tuple[np.ndarray, int]]) -> tuple[WeightResult, np.ndarray]:
+        deq: dict[str, np.ndarray] = {}
+        r = _quantize_weight(name, by_weight[name], tensors, cfg, hess, shared, notes, None,
+                             role=heads.get(name, ""), dequantized=deq)
+        return r, deq[name]
+
+    done = quantize_sequential(m, tensors, by_weight, list(ds.batches(0, n_cal, cfg.batch_size)), one, label=label,
+                               progress=adv)
+    timings["calibration"] = timings["quantize"] = time.perf_counter() - t0
+    notes.append(f"{cfg.weight_method} sequential on {n_cal} calibration samples: each group of linears' Hessians "
+                 f"on the outputs of the linears before it already quantized ({len(by_weight)} weights), damp "
+                 f"{cfg.gptq_damp}, act_order {cfg.gptq_act_order}")
+    return [done[name] for name in by_weight]
+
+
 def _gram_matrices(m: onnx.ModelProto, base: Path | None, inputs: list[str], ds: Any, n: int, batch_size: int,
                    label: str, progress: Callable[[int], None] | None, *, workers: int = 1,
                    ray_address: str | None = None) -> dict[str, tuple[np.ndarray, int]]:
@@ -298,10 +344,12 @@ def _other_readers(m: onnx.ModelProto, by_weight: dict[str, list[Linear]]) -> di
 
 def _quantize_weight(name: str, lins: list[Linear], tensors: Tensors, cfg: QuantizeConfig,
                      hess: dict[str, tuple[np.ndarray, int]], shared: dict[str, set[str]], notes: list[str],
-                     adv: Callable[[int], None] | None, *, role: str = "") -> WeightResult:
+                     adv: Callable[[int], None] | None, *, role: str = "",
+                     dequantized: dict[str, np.ndarray] | None = None) -> WeightResult:
     """One weight's result: its encoding now; its integers GPTQ's (kept, int8) or round to nearest redone from the
     weight when written (only the scales are kept: memory holds one weight at a time). ``role``: why an lm_head
-    is quantized 8-bit per-channel (:func:`lm_head_plan`), empty for the other weights."""
+    is quantized 8-bit per-channel (:func:`lm_head_plan`), empty for the other weights. ``dequantized``: receives
+    the dequantized weight in the initializer's layout and type (sequential GPTQ runs the model on it)."""
     lin, grid = lins[0], grid_for(cfg)
     method = (cfg.weight_method or "minmax").removeprefix("awq+").replace("awq", "minmax")  # AWQ: weights scaled
     wtype = ("uint8" if cfg.weight_type.startswith("u") else "int8") if role else cfg.weight_type
@@ -318,13 +366,16 @@ def _quantize_weight(name: str, lins: list[Linear], tensors: Tensors, cfg: Quant
     h = hess.get(lin.input, (None, 0))[0]
     if method.endswith("gptq") and name not in shared:
         bq = _quantize_one(w, g, grid, method, cfg, h)
-        kept = _stored(bq.q, g)
-        integers = (lambda: kept)      # GPTQ's integers are the result: kept
+        integers = _kept(_stored(bq.q, g), g.bits)  # GPTQ's integers are the result: kept (4 bits: packed)
     else:  # round to nearest: the integers are redone from the scales when the weight is written
         method = method.removesuffix("gptq").rstrip("+") or "minmax"
         bq = _quantize_one(w, g, grid, method, None, h)
         integers = _requantize(tensors, name, g, bq.scale, bq.zero_point)
-    sqnr = weight_sqnr(w, bq.dequantize())
+    dq = bq.dequantize()
+    sqnr = weight_sqnr(w, dq)
+    if dequantized is not None:
+        dequantized[name] = np.ascontiguousarray(dq.T if lin.k_first else dq).astype(wdt, copy=False)
+    del dq
     rtn = sqnr if method == "minmax" else weight_sqnr(
         w, _quantize_one(w, replace(g, int_scale=None, pc_scale=None), grid, "minmax", None, None).dequantize())
     del w
@@ -365,6 +416,27 @@ def _stored(q: np.ndarray, g: _Grid) -> np.ndarray:
     off = 2 ** (g.bits - 1) if g.unsigned else 0
     q = q.astype(np.int16) + off if off else q
     return np.ascontiguousarray(q.T) if g.lin.k_first else q
+
+
+def _kept(q: np.ndarray, bits: int) -> Callable[[], np.ndarray]:
+    """``q`` kept until written: integers of 4 bits or less two to a byte (half the memory of int8), returned as
+    they were (type, shape, values)."""
+    if bits > 4:
+        return lambda: q
+    dtype, shape, signed = q.dtype, q.shape, bool(q.min(initial=0) < 0)
+    flat = (q.reshape(-1) & 0xF).astype(np.uint8)
+    if flat.size % 2:
+        flat = np.append(flat, np.uint8(0))
+    packed = flat[0::2] | (flat[1::2] << 4)
+    del flat
+
+    def unpack() -> np.ndarray:
+        out = np.empty(packed.size * 2, np.int16)
+        out[0::2], out[1::2] = packed & 0xF, packed >> 4
+        if signed:
+            out[out >= 8] -= 16
+        return out[:int(np.prod(shape))].astype(dtype).reshape(shape)
+    return unpack
 
 
 def _requantize(tensors: Tensors, name: str, g: _Grid, scale: np.ndarray,
