@@ -99,6 +99,7 @@ def test_weight_streamed_in_slabs_equals_whole(tmp_path, monkeypatch, k_first, o
     too."""
     import qlinear
     from qlinear.encodings import _json
+    from qlinear.graph.passes import lower_matmulnbits
     from qlinear.ptq.weightonly import api
 
     src = tmp_path / "m.onnx"
@@ -108,12 +109,15 @@ def test_weight_streamed_in_slabs_equals_whole(tmp_path, monkeypatch, k_first, o
     for slab in (1, 1 << 40):  # 1024 rows per slab / one slab
         monkeypatch.setattr(api, "SLAB_BYTES", slab)
         monkeypatch.setattr(_json, "STREAM_NUMBERS", 100 if slab == 1 else 1 << 20)
+        monkeypatch.setattr(lower_matmulnbits, "PACK_SLAB", 1000 if slab == 1 else 1 << 22)
         assert len(api.row_slabs(api.Tensors(onnx.load(str(src), load_external_data=False), tmp_path),
                                  "W", _linear(src))) == (3 if slab == 1 else 1)
         q = qlinear.quantize(str(src), None, cfg)
         out = tmp_path / f"out{slab}"
         q.save(out, report=False)
-        outs.append({f: (out / f).read_bytes() for f in ("model.qdq.onnx", "model.qdq.onnx.data", "model.encodings")})
+        q.save_onnx(out / "m.nbits.onnx", output_format="matmulnbits")
+        outs.append({f: (out / f).read_bytes() for f in ("model.qdq.onnx", "model.qdq.onnx.data", "model.encodings",
+                                                         "m.nbits.onnx", "m.nbits.onnx.data")})
         stats.append(q.streamed.weight_stats())
     assert outs[0] == outs[1]
     assert stats[0] == stats[1] and np.isfinite(stats[0][0]["sqnr_db"])
