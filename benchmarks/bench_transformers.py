@@ -8,7 +8,7 @@ held-out evaluation from GPL-3 (perplexity, 7658 tokens in windows of 512) and G
 and GPL-2/LGPL-2.1/MPL-1.1/BSD sentences (set 2). Every quantization runs in its own subprocess: wall time and peak RSS are that process's.
 
     python benchmarks/bench_transformers.py [--group smollm2|minilm|all] [--quick] [--methods awq,gptq]
-                                            [--eval-tokens N] [--no-peers]
+                                            [--eval-tokens N] [--no-peers] [--blocks 32,128]
 
 Without torch, ``benchmarks/_export_smollm2_gguf.py`` writes the same SmolLM2 files from the GGUF (its own graph and
 tokenizer: perplexities close to, not equal to, the torch export's).
@@ -113,7 +113,8 @@ def _head_node(src: Path) -> str:
     return "node_linear_210" if "node_linear_210" in names else "lm_head"
 
 
-def smollm2(quick: bool, methods: tuple[str, ...] = METHODS, eval_tokens: int = 0, peers: bool = True) -> list[tuple]:
+def smollm2(quick: bool, methods: tuple[str, ...] = METHODS, eval_tokens: int = 0, peers: bool = True,
+            blocks: tuple[int, ...] = (32, 128)) -> list[tuple]:
     src = CACHE / "smollm2.onnx"
     ids = np.load(CACHE / "smollm2-eval.npy")
     ids2 = np.load(CACHE / "smollm2-eval2.npy")
@@ -133,7 +134,7 @@ def smollm2(quick: bool, methods: tuple[str, ...] = METHODS, eval_tokens: int = 
     cfg = work / "lm_head_float.json"
     cfg.write_text(json.dumps({"exclude_nodes": [_head_node(src)]}))
     runs = []
-    for block in (32, 128) if not quick else (32,):
+    for block in blocks if not quick else (32,):
         runs.append((f"ORT MatMulNBitsQuantizer RTN sym b{block}", "ort", "rtn", block, ""))
         for method in methods:
             runs.append((f"qlinear {method} sym b{block} (qdq)", "qlinear", method, block, f"--config {cfg}"))
@@ -276,6 +277,7 @@ def main() -> None:
     ap.add_argument("--methods", default=",".join(METHODS), help="qlinear weight-only methods of the SmolLM2 rows")
     ap.add_argument("--eval-tokens", type=int, default=0, help="perplexity on the first N held-out tokens only")
     ap.add_argument("--no-peers", action="store_true", help="SmolLM2: ORT round to nearest only (no HQQ/GPTQ)")
+    ap.add_argument("--blocks", default="32,128", help="SmolLM2: the block sizes, comma-separated")
     a = ap.parse_args()
     import onnxruntime
 
@@ -288,7 +290,8 @@ def main() -> None:
         for r in rows:
             print("| " + " | ".join(r) + " |")
     if a.group in ("smollm2", "all"):
-        rows = smollm2(a.quick, tuple(a.methods.split(",")), a.eval_tokens, not a.no_peers)
+        rows = smollm2(a.quick, tuple(a.methods.split(",")), a.eval_tokens, not a.no_peers,
+                       tuple(int(b) for b in a.blocks.split(",")))
         print("\n| SmolLM2-135M W4A16 | block | ppl GPL-3 | ppl GPL-2 | wall s | peak RSS MB | file MB | prefill tok/s "
               "| RTN gap closed |\n|---|---|---|---|---|---|---|---|---|")
         for r in rows:

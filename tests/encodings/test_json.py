@@ -153,6 +153,18 @@ def test_streamed_write_equals_dumps(kind, tmp_path):
     assert p.read_text() == json.dumps(_json.plain(doc), indent=4, sort_keys=True)
 
 
+@settings(max_examples=60)
+@given(doc=_docs(), indent=st.sampled_from([4, 2, 1, "\t", "  ", 0]), sort=st.booleans(),
+       numbers=st.sampled_from([0, 1, 2, 5]))
+def test_write_of_large_arrays_in_slabs_equals_json_dumps(tmp_path_factory, doc, indent, sort, numbers):
+    """A document with an array above ``STREAM_NUMBERS`` numbers is written piece by piece, each large array in
+    slabs along its first axis (the block scales of a large weight): still ``json.dumps``'s exact text."""
+    p = tmp_path_factory.mktemp("w") / "out.json"
+    with mock.patch.object(_json, "STREAM_NUMBERS", numbers), open(p, "wb") as f:
+        _json.write(doc, indent, sort, f)
+    assert p.read_text() == json.dumps(_json.plain(doc), indent=indent, sort_keys=sort)
+
+
 # --- fast reader ---------------------------------------------------------------------------------------------
 def _goldens(shared_dir):
     return sorted((shared_dir / "aimet-golden").glob("*.encodings"))

@@ -335,6 +335,39 @@ class _Writer:
             raise AssertionError("JSON writer: emit failed")
         return dst
 
+    def stream(self, f: BinaryIO) -> None:
+        """Write the document to ``f`` piece by piece: the literal text between slots, and each array's text as it is
+        formatted (a large array in slabs of about :data:`STREAM_NUMBERS` numbers: no document-sized text)."""
+        pieces = "".join(self.out).split("\x00")
+        if len(pieces) != len(self.slots) + 1:  # pragma: no cover - a NUL outside the slots cannot come from emit
+            raise AssertionError("JSON writer: slot markers out of step")
+        for piece, (a, level) in zip(pieces, self.slots):
+            f.write(piece.encode("ascii"))
+            for text in self._slot_texts(a, level):
+                f.write(text.encode("ascii"))
+        f.write(pieces[-1].encode("ascii"))
+
+    def _slot_texts(self, a: Any, level: int) -> Iterator[str]:
+        """The text of one slot (``json.dumps``'s layout), a large array's in slabs along its first axis."""
+        if isinstance(a, list):
+            yield _layout([_scalar(v) for v in a], (len(a),), level, self.ind)
+            return
+        dt = np.float64 if a.dtype.kind == "f" else np.int64
+        if a.size <= STREAM_NUMBERS or not a.size:
+            yield _group_texts(a[None].astype(dt), level, self.ind)[0]
+            return
+        i0, i1 = "\n" + self.ind * level, "\n" + self.ind * (level + 1)
+        rows = max(1, STREAM_NUMBERS // max(1, math.prod(a.shape[1:])))
+        yield "[" + i1
+        for r0 in range(0, a.shape[0], rows):
+            sub = a[r0:r0 + rows].astype(dt)
+            if a.ndim == 1:
+                texts = format_floats(sub) if dt is np.float64 else format_ints(sub)
+            else:
+                texts = _group_texts(sub, level + 1, self.ind)
+            yield ("," + i1 if r0 else "") + ("," + i1).join(texts)
+        yield i0 + "]"
+
     def _render_py(self, lit: str) -> str:
         texts: list[str] = [""] * len(self.slots)
         for key, pos in self._groups().items():
@@ -447,9 +480,15 @@ def dumps(doc: Any, indent: int | str | None, sort_keys: bool) -> str:
     return r if isinstance(r, str) else str(r, "ascii")
 
 
+#: :func:`write` formats an array of more numbers than this in slabs of about this many (its text written as formatted)
+STREAM_NUMBERS = 1 << 20
+
+
 def write(doc: Any, indent: int | str | None, sort_keys: bool, f: BinaryIO) -> None:
     """``f.write(dumps(doc, ...).encode())`` for a binary file with a descriptor, streamed by the compiled helper
-    (no document-sized string)."""
+    (no document-sized string); a document with an array of more than :data:`STREAM_NUMBERS` numbers (the block
+    scales of a large weight) is written piece by piece as it is formatted (:meth:`_Writer.stream`: no text of a
+    whole array either)."""
     if indent is None:
         f.write(dumps(doc, indent, sort_keys).encode("utf-8"))
         return
@@ -457,6 +496,9 @@ def write(doc: Any, indent: int | str | None, sort_keys: bool, f: BinaryIO) -> N
     with gc_paused():
         w.emit(doc, 0)
         f.flush()
+        if any(not isinstance(a, list) and a.size > STREAM_NUMBERS for a, _ in w.slots):
+            w.stream(f)
+            return
         r = w.render(fd=f.fileno())
     if r is not None:
         f.write(r.encode("utf-8") if isinstance(r, str) else memoryview(r))

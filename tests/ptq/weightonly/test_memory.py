@@ -9,6 +9,7 @@ import textwrap
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 LAYERS, D = 24, 2048          # 24 weights of 2048 x 2048 float32: 384 MiB
@@ -63,3 +64,97 @@ def test_weights_larger_than_the_memory_limit(tmp_path):
     s = ort.InferenceSession(str(tmp_path / "out" / "model.qdq.onnx"), providers=["CPUExecutionProvider"])
     y = s.run(None, {"x": x})[0]
     assert y.shape == (2, D) and np.isfinite(y).all()
+
+
+def _external_weight_model(path, k, n, *, k_first=True, seed=0):
+    """One MatMul (``[K, N]`` weight; ``k_first=False``: Gemm ``transB=1``, ``[N, K]``) then Relu (not an lm_head),
+    its weight external data written through a memmap (never whole in memory)."""
+    data = path.parent / (path.name + ".data")
+    shape = (k, n) if k_first else (n, k)
+    w = np.memmap(data, dtype=np.float32, mode="w+", shape=shape)
+    rng = np.random.default_rng(seed)
+    for i in range(0, shape[0], 256):
+        w[i:i + 256] = rng.standard_normal((min(256, shape[0] - i), shape[1]), dtype=np.float32) * 0.02
+    w.flush()
+    del w
+    t = TensorProto(name="W", data_type=TensorProto.FLOAT, dims=shape, data_location=TensorProto.EXTERNAL)
+    for key, v in (("location", data.name), ("offset", "0"), ("length", str(k * n * 4))):
+        t.external_data.add(key=key, value=v)
+    node = helper.make_node("MatMul", ["X", "W"], ["Z"], name="mm") if k_first else \
+        helper.make_node("Gemm", ["X", "W"], ["Z"], name="mm", transB=1)
+    g = helper.make_graph([node, helper.make_node("Relu", ["Z"], ["Y"], name="relu")], "ext",
+                          [helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, k])],
+                          [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1, n])], [t])
+    path.write_bytes(helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)]).SerializeToString())
+
+
+@pytest.mark.parametrize("k_first", [True, False])
+@pytest.mark.parametrize("opts", [dict(weight_type="int4", weights="per-block", block_size=32),
+                                  dict(weight_type="uint4", weights="per-block", block_size=16, weight_symmetric=False,
+                                       weight_method="mse"),
+                                  dict(weight_type="int8", weights="per-channel")])
+def test_weight_streamed_in_slabs_equals_whole(tmp_path, monkeypatch, k_first, opts):
+    """Round to nearest of an external weight read in slabs of 1024 rows (3 slabs, the last partial), its encodings
+    written in slabs of numbers, writes the same files, byte for byte, as the weight read whole; the SQNRs are equal
+    too."""
+    import qlinear
+    from qlinear.encodings import _json
+    from qlinear.graph.passes import lower_matmulnbits
+    from qlinear.ptq.weightonly import api
+
+    src = tmp_path / "m.onnx"
+    _external_weight_model(src, 64, 2500, k_first=k_first)
+    cfg = dict(activation_type="float", **opts)
+    outs, stats = [], []
+    for slab in (1, 1 << 40):  # 1024 rows per slab / one slab
+        monkeypatch.setattr(api, "SLAB_BYTES", slab)
+        monkeypatch.setattr(_json, "STREAM_NUMBERS", 100 if slab == 1 else 1 << 20)
+        monkeypatch.setattr(lower_matmulnbits, "PACK_SLAB", 1000 if slab == 1 else 1 << 22)
+        assert len(api.row_slabs(api.Tensors(onnx.load(str(src), load_external_data=False), tmp_path),
+                                 "W", _linear(src))) == (3 if slab == 1 else 1)
+        q = qlinear.quantize(str(src), None, cfg)
+        out = tmp_path / f"out{slab}"
+        q.save(out, report=False)
+        q.save_onnx(out / "m.nbits.onnx", output_format="matmulnbits")
+        outs.append({f: (out / f).read_bytes() for f in ("model.qdq.onnx", "model.qdq.onnx.data", "model.encodings",
+                                                         "m.nbits.onnx", "m.nbits.onnx.data")})
+        stats.append(q.streamed.weight_stats())
+    assert outs[0] == outs[1]
+    assert stats[0] == stats[1] and np.isfinite(stats[0][0]["sqnr_db"])
+
+
+def _linear(src):
+    from qlinear.ptq.weightonly.plan import find_linears
+
+    return find_linears(onnx.load(str(src), load_external_data=False))[0][0]
+
+
+_PEAK = """
+import sys, qlinear
+q = qlinear.quantize(sys.argv[1], None, dict(activation_type="float", weight_type="int4", weights="per-block",
+                                              block_size=32))
+q.save(sys.argv[2], report=False)
+print("PEAK", int([l for l in open("/proc/self/status") if l.startswith("VmHWM:")][0].split()[1]) * 1024)
+"""
+
+
+@pytest.mark.slow
+def test_weight_only_peak_memory_is_about_the_largest_weight(tmp_path):
+    """A 256 MiB external weight (int4, blocks of 32, Q/DQ and AIMET encodings written): the process's peak RSS is
+    below 1.3 x the weight plus the baseline of the same run on a tiny model (imports, ONNX Runtime, graph)."""
+    big, tiny = tmp_path / "big" / "m.onnx", tmp_path / "tiny" / "m.onnx"
+    big.parent.mkdir()
+    tiny.parent.mkdir()
+    _external_weight_model(big, 4096, 16384)
+    _external_weight_model(tiny, 64, 64)
+    weight = 4096 * 16384 * 4
+
+    def peak(src):
+        p = subprocess.run([sys.executable, "-c", _PEAK, str(src), str(src.parent / "out")], capture_output=True,
+                           text=True, timeout=1200)
+        assert p.returncode == 0, p.stderr[-2000:]
+        return int(p.stdout.split("PEAK")[-1])
+
+    base, got = peak(tiny), peak(big)
+    assert (big.parent / "out" / "model.encodings").stat().st_size > 2 * 2 ** 20
+    assert got < base + 1.3 * weight, (base / 2 ** 20, got / 2 ** 20)

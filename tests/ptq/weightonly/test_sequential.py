@@ -16,7 +16,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
-from tiny_models import lm_data, tiny_lm
+from tiny_models import lm_data
 
 import qlinear
 from qlinear.ptq.staged import Staged

@@ -99,6 +99,10 @@ def _find(node: ir.Node) -> tuple[_Weight, ir.Node | None, ir.Value | None] | No
     return None
 
 
+#: ``B`` is packed in slabs of about this many integers (:meth:`_Lowering.packed_b`)
+PACK_SLAB = 1 << 22
+
+
 def _nk(a: np.ndarray, w: _Weight) -> np.ndarray:
     """A ``[K, N]`` (or ``[K-blocks, N]``) array of the weight's layout as ``[N, x]``; 1-D per-channel as ``[N, 1]``."""
     a = np.asarray(a)
@@ -146,13 +150,24 @@ class _Lowering:
         return _pack(full, self.w.bits)
 
     def packed_b(self) -> np.ndarray:
+        """``B`` ``[N, blocks, block * bits / 8]``, packed in slabs of rows (no wide temporaries of the weight)."""
         w = self.w
-        q = _nk(self.q.numpy(), w).astype(np.int16)
-        full = np.empty((w.n, self.nb * w.block), np.uint8)
-        full[:, :w.k] = (q + (self.off if w.signed else 0)).astype(np.uint8)
+        q = _nk(self.q.numpy(), w)
         pad = np.full((w.n,), self.off, np.uint8) if self.zu is None else self.zu[:, -1]
-        full[:, w.k:] = pad[:, None]  # padding dequantizes to 0
-        return _pack(full.reshape(w.n, self.nb, w.block), w.bits)
+        out = None
+        rows = max(1, PACK_SLAB // max(1, self.nb * w.block))
+        for r0 in range(0, w.n, rows):
+            r1 = min(w.n, r0 + rows)
+            full = np.empty((r1 - r0, self.nb * w.block), np.uint8)
+            full[:, :w.k] = (q[r0:r1].astype(np.int16) + (self.off if w.signed else 0)).astype(np.uint8)
+            full[:, w.k:] = pad[r0:r1, None]  # padding dequantizes to 0
+            b = _pack(full.reshape(r1 - r0, self.nb, w.block), w.bits)
+            if r1 - r0 == w.n:
+                return b
+            if out is None:
+                out = np.empty((w.n,) + b.shape[1:], np.uint8)
+            out[r0:r1] = b
+        return out
 
 
 def _initializer(graph: ir.Graph, name: str, arr: np.ndarray) -> ir.Value:

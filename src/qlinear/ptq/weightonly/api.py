@@ -62,6 +62,10 @@ from qlinear.ptq.weightonly.writer import WeightResult, build, write
 
 Progress = Callable[[str, int], Callable[[int], None]]
 
+#: round to nearest streams an external weight in slabs of about this many bytes of float32 rows (:func:`row_slabs`)
+SLAB_BYTES = 16 << 20
+SQNR_ROWS = 1024  #: :func:`weight_sqnr` sums its energies in blocks of this many rows
+
 
 def grid_for(cfg: QuantizeConfig) -> str:
     if not cfg.weight_symmetric:
@@ -214,12 +218,32 @@ def lm_head_plan(m: onnx.ModelProto, by_weight: dict[str, list[Linear]], skipped
 def weight_sqnr(w: np.ndarray, wq: np.ndarray) -> float:
     """``10 log10(sum w^2 / sum (w - wq)^2)`` in dB (inf when exact), by blocks of rows (no float64 copy of a
     large weight)."""
-    sig = noise = 0.0
-    for i in range(0, len(w), 1024):
-        a, d = w[i:i + 1024].astype(np.float32), w[i:i + 1024] - wq[i:i + 1024]
-        sig += float(np.dot(a.reshape(-1).astype(np.float64), a.reshape(-1)))
-        noise += float(np.dot(d.reshape(-1).astype(np.float64), d.reshape(-1)))
+    acc = [0.0, 0.0]
+    _sqnr_add(acc, w, wq)
+    return _db(acc)
+
+
+def _sqnr_add(acc: list[float], w: np.ndarray, wq: np.ndarray) -> None:
+    """Add the signal and noise energies of ``w`` and ``wq`` to ``acc``, in blocks of 1024 rows (a weight
+    streamed in slabs of a multiple of 1024 rows sums in the same order as whole)."""
+    for i in range(0, len(w), SQNR_ROWS):
+        a, d = w[i:i + SQNR_ROWS].astype(np.float32), w[i:i + SQNR_ROWS] - wq[i:i + SQNR_ROWS]
+        acc[0] += float(np.dot(a.reshape(-1).astype(np.float64), a.reshape(-1)))
+        acc[1] += float(np.dot(d.reshape(-1).astype(np.float64), d.reshape(-1)))
+
+
+def _db(acc: list[float]) -> float:
+    sig, noise = acc
     return float("inf") if noise <= 0 else float(10 * np.log10(max(sig, 1e-300) / noise))
+
+
+def row_slabs(tensors: Tensors, name: str, lin: Linear) -> list[tuple[int, int]]:
+    """The ``[start, stop)`` row slabs of ``W[N, K]`` a weight is streamed in: about :data:`SLAB_BYTES` of float32
+    each, a multiple of 1024 rows; one slab for an inline weight (already in memory)."""
+    if not tensors.is_external(name):
+        return [(0, lin.n)]
+    rows = max(1, SLAB_BYTES // (4 * lin.k * SQNR_ROWS)) * SQNR_ROWS
+    return [(i, min(lin.n, i + rows)) for i in range(0, lin.n, rows)]
 
 
 def weight_bits(weight_type: str) -> int:
@@ -362,23 +386,15 @@ def _quantize_weight(name: str, lins: list[Linear], tensors: Tensors, cfg: Quant
     if method.endswith("gptq") and name in shared:
         notes.append(f"{name}: also read by {', '.join(sorted(shared[name]))} (a tied embedding): GPTQ's error "
                      "compensation would shift the lookup too, so this weight is rounded to nearest")
-    w = _as_nk(tensors.array(name), lin)
-    h = hess.get(lin.input, (None, 0))[0]
-    if method.endswith("gptq") and name not in shared:
-        bq = _quantize_one(w, g, grid, method, cfg, h)
-        integers = _kept(_stored(bq.q, g), g.bits)  # GPTQ's integers are the result: kept (4 bits: packed)
-    else:  # round to nearest: the integers are redone from the scales when the weight is written
+    kept = method.endswith("gptq") and name not in shared
+    if not kept:
         method = method.removesuffix("gptq").rstrip("+") or "minmax"
-        bq = _quantize_one(w, g, grid, method, None, h)
+    if not kept and not g.lpbq and method in ("minmax", "mse") and dequantized is None:  # one slab of rows at a time
+        bq, sqnr, rtn = _rtn_streamed(tensors, name, g, grid, method)
         integers = _requantize(tensors, name, g, bq.scale, bq.zero_point)
-    dq = bq.dequantize()
-    sqnr = weight_sqnr(w, dq)
-    if dequantized is not None:
-        dequantized[name] = np.ascontiguousarray(dq.T if lin.k_first else dq).astype(wdt, copy=False)
-    del dq
-    rtn = sqnr if method == "minmax" else weight_sqnr(
-        w, _quantize_one(w, replace(g, int_scale=None, pc_scale=None), grid, "minmax", None, None).dequantize())
-    del w
+    else:
+        bq, integers, sqnr, rtn = _in_memory(tensors, name, g, grid, method, cfg if kept else None,
+                                             hess.get(lin.input, (None, 0))[0], kept, dequantized)
     if adv:
         adv(1)
     has_zp = (g.unsigned if g.lpbq else grid != "symmetric")
@@ -418,6 +434,26 @@ def _stored(q: np.ndarray, g: _Grid) -> np.ndarray:
     return np.ascontiguousarray(q.T) if g.lin.k_first else q
 
 
+def _in_memory(tensors: Tensors, name: str, g: _Grid, grid: str, method: str, cfg: QuantizeConfig | None,
+               h: np.ndarray | None, kept: bool, dequantized: dict[str, np.ndarray] | None
+               ) -> tuple[BlockQuant, Callable[[], np.ndarray], float, float]:
+    """A weight quantized whole in memory: GPTQ (its integers kept, 4 bits packed two to a byte), or round to
+    nearest / a grid search (integers redone from the scales when written); its SQNR and round to nearest's;
+    ``dequantized`` receives the dequantized weight in the initializer's layout and type."""
+    lin = g.lin
+    w = _as_nk(tensors.array(name), lin)
+    bq = _quantize_one(w, g, grid, method, cfg, h)
+    integers = _kept(_stored(bq.q, g), g.bits) if kept else _requantize(tensors, name, g, bq.scale, bq.zero_point)
+    dq = bq.dequantize()
+    sqnr = weight_sqnr(w, dq)
+    if dequantized is not None:
+        dequantized[name] = np.ascontiguousarray(dq.T if lin.k_first else dq).astype(g.weight_dtype, copy=False)
+    del dq
+    rtn = sqnr if method == "minmax" else weight_sqnr(
+        w, _quantize_one(w, replace(g, int_scale=None, pc_scale=None), grid, "minmax", None, None).dequantize())
+    return bq, integers, sqnr, rtn
+
+
 def _kept(q: np.ndarray, bits: int) -> Callable[[], np.ndarray]:
     """``q`` kept until written: integers of 4 bits or less two to a byte (half the memory of int8), returned as
     they were (type, shape, values)."""
@@ -441,13 +477,49 @@ def _kept(q: np.ndarray, bits: int) -> Callable[[], np.ndarray]:
 
 def _requantize(tensors: Tensors, name: str, g: _Grid, scale: np.ndarray,
                 zero_point: np.ndarray | None) -> Callable[[], np.ndarray]:
-    """Round to nearest of the weight on its known grid, when written (the integers of :func:`quantize_rtn`)."""
+    """Round to nearest of the weight on its known grid, when written (the integers of :func:`quantize_rtn`), one
+    slab of rows at a time (:func:`row_slabs`) into the stored integers."""
     def f() -> np.ndarray:
-        w = _as_nk(tensors.array(name), g.lin)
-        z = np.zeros(scale.shape, np.int64) if zero_point is None else zero_point.astype(np.int64)
-        q = quantize_blocks(padded(w, g.block), scale, z, g.bits).reshape(w.shape[0], -1)[:, :w.shape[1]]
-        return _stored(q, g)
+        lin, out = g.lin, None
+        slabs = row_slabs(tensors, name, lin)
+        for r0, r1 in slabs:
+            w = tensors.nk_rows(name, lin.k_first, r0, r1)
+            s = scale[r0:r1]
+            z = np.zeros(s.shape, np.int64) if zero_point is None else zero_point[r0:r1].astype(np.int64)
+            q = _stored(quantize_blocks(padded(w, g.block), s, z, g.bits).reshape(r1 - r0, -1)[:, :lin.k], g)
+            if len(slabs) == 1:
+                return q
+            if out is None:
+                out = np.empty((lin.k, lin.n) if lin.k_first else (lin.n, lin.k), q.dtype)
+            if lin.k_first:
+                out[:, r0:r1] = q
+            else:
+                out[r0:r1] = q
+        return out
     return f
+
+
+def _rtn_streamed(tensors: Tensors, name: str, g: _Grid, grid: str,
+                  method: str) -> tuple[BlockQuant, float, float]:
+    """Round to nearest (``minmax`` or ``mse``) of a weight read one slab of rows at a time (:func:`row_slabs`):
+    its scales and zero points (no integers: they are redone when written), the SQNR of the result and of
+    ``minmax``; equal to quantizing the weight whole (every block is its own)."""
+    scales, zps, acc, acc_rtn = [], [], [0.0, 0.0], [0.0, 0.0]
+    for r0, r1 in row_slabs(tensors, name, g.lin):
+        w = tensors.nk_rows(name, g.lin.k_first, r0, r1)
+        bq = _quantize_one(w, g, grid, method, None, None)
+        _sqnr_add(acc, w, bq.dequantize())
+        if method != "minmax":
+            _sqnr_add(acc_rtn, w, _quantize_one(w, g, grid, "minmax", None, None).dequantize())
+        scales.append(bq.scale)
+        zps.append(bq.zero_point)
+        del w, bq
+    z = None
+    if any(x is not None for x in zps):
+        z = np.concatenate([np.zeros(s.shape, np.int8) if x is None else x for s, x in zip(scales, zps)])
+    sqnr = _db(acc)
+    bq = BlockQuant(np.zeros((0, g.lin.k), np.int8), np.concatenate(scales), z, g.block)
+    return bq, sqnr, sqnr if method == "minmax" else _db(acc_rtn)
 
 
 def coverage(m: onnx.ModelProto, quantized: set[str], skipped: dict[str, str]) -> dict[str, Any]:

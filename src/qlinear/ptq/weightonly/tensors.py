@@ -1,7 +1,8 @@
 """Initializers read one at a time: a model loaded without its external data (``onnx.load(...,
 load_external_data=False)``) keeps only the graph in memory; :meth:`Tensors.array` reads one tensor from its
 external data file (``numpy.fromfile`` at its offset: exactly that tensor's bytes, nothing mapped beyond it) or
-from the proto. External paths are resolved inside the model's folder only (ONNX external data rule; a path that
+from the proto; :meth:`Tensors.nk_rows` reads a slab of output channels of an external weight (exactly its bytes: the
+process holds that slab only). External paths are resolved inside the model's folder only (ONNX external data rule; a path that
 leaves it is refused)."""
 
 from __future__ import annotations
@@ -48,6 +49,40 @@ class Tensors:
         if info is None:
             return numpy_helper.to_array(t)
         return self._read_external(t, info)
+
+    def is_external(self, name: str) -> bool:
+        return external_info(self.by_name[name]) is not None
+
+    def nk_rows(self, name: str, k_first: bool, start: int, stop: int) -> np.ndarray:
+        """Rows ``[start, stop)`` of the 2-D weight ``name`` seen as ``W[N, K]`` (stored ``[K, N]`` when ``k_first``),
+        float32, contiguous. An external weight's slab is read with exactly its bytes (contiguous rows: one read;
+        ``[K, N]`` storage: one ``preadv`` per stored row into the slab; no mapping of the file, whose neighbouring
+        pages would count in the process's memory); an inline one is converted whole and sliced."""
+        t = self.by_name[name]
+        info = external_info(t)
+        if info is None:
+            a = numpy_helper.to_array(t)
+            return np.array(a[:, start:stop].T if k_first else a[start:stop], np.float32, order="C")
+        dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(t.data_type))
+        path, (d0, d1) = self._path(t, info), tuple(t.dims)
+        off = int(info.get("offset", 0))
+        if not k_first:
+            a = np.fromfile(path, dtype=dtype, count=(stop - start) * d1, offset=off + start * d1 * dtype.itemsize)
+            got = a.size // d1 if d1 else 0
+            slab = a.reshape(got, d1)
+        else:
+            slab = np.empty((d0, stop - start), dtype)
+            width, got = (stop - start) * dtype.itemsize, d0
+            with open(path, "rb", buffering=0) as f:
+                fd = f.fileno()
+                for i in range(d0):
+                    if os.preadv(fd, [memoryview(slab[i]).cast("B")], off + (i * d1 + start) * dtype.itemsize) \
+                            != width:
+                        got = 0
+                        break
+        if got != (d0 if k_first else stop - start):
+            raise GraphError(f"{self.label}: external data of {t.name!r} in {path.name} is truncated")
+        return np.array(slab.T if k_first else slab, np.float32, order="C")
 
     def raw(self, name: str) -> bytes | None:
         """The external bytes of ``name`` as stored (``None`` for an inline tensor)."""
