@@ -16,7 +16,7 @@ import onnx
 from qlinear.calibration import Grouping, make_observer
 from qlinear.graph.model import GraphIndex
 from qlinear.graph.plan import make_plan
-from qlinear.ptq.collect import session
+from qlinear.ptq.stats.collect import session
 from qlinear.ptq.data import load_dataset
 
 METHODS = ("minmax", "percentile", "mse", "sqnr", "entropy")

@@ -1,4 +1,4 @@
-"""Mixed precision under a size budget (qlinear.ptq.budget): the size fits, the choice follows sensitivity, refusals
+"""Mixed precision under a size budget (qlinear.ptq.algorithms.budget): the size fits, the choice follows sensitivity, refusals
 come before any work."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import qlinear
 from qlinear.cli.main import main
 from qlinear.errors import ConfigError
 from qlinear.examples import DATA, MODEL
-from qlinear.ptq.budget import fill
+from qlinear.ptq.algorithms.budget import fill
 
 BASE = dict(calibration_samples=24, evaluation_samples=16)
 BITS = {"int4": 4, "int8": 8}

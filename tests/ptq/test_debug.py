@@ -1,4 +1,4 @@
-"""``qlinear.ptq.debug``: float against quantized tensor by tensor (the first jump names a corrupted scale, on
+"""``qlinear.ptq.report.debug``: float against quantized tensor by tensor (the first jump names a corrupted scale, on
 qlinear's and on ONNX Runtime's ``quantize_static`` models; SQNR against the ONNX reference evaluator), and
 ``run_integer`` against LiteRT / ONNX Runtime's fused kernels integer tensor by integer tensor."""
 
@@ -13,8 +13,8 @@ from onnx.reference import ReferenceEvaluator
 import qlinear
 from qlinear.errors import ConfigError, DataError
 from qlinear.examples import DATA, MODEL
-from qlinear.ptq.debug import compare_models, compare_runtime, match_tensors, to_json
-from qlinear.ptq.evaluate import int8_kernels_exact
+from qlinear.ptq.report.debug import compare_models, compare_runtime, match_tensors, to_json
+from qlinear.ptq.report.evaluate import int8_kernels_exact
 
 CFG = dict(calibration_samples=20, evaluation_samples=20)
 

@@ -15,7 +15,7 @@ from onnx import TensorProto, helper
 from tiny_models import make_model
 
 import qlinear
-from qlinear.ptq.evaluate import HEADLINE, kind_metrics, output_kind
+from qlinear.ptq.report.evaluate import HEADLINE, kind_metrics, output_kind
 
 CFG = dict(calibration_samples=24, evaluation_samples=40, batch_size=8)
 N_CAL = 24

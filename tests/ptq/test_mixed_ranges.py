@@ -17,8 +17,8 @@ from onnx_peers import run_reference
 
 import qlinear
 from qlinear.graph.plan import make_plan
-from qlinear.ptq.metrics import Target
-from qlinear.ptq.report import to_html, to_json
+from qlinear.ptq.report.html import to_html, to_json
+from qlinear.ptq.report.metrics import Target
 
 N_BOX, N_CLS = 4, 6
 

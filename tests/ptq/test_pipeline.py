@@ -15,7 +15,7 @@ from qlinear import graph as G
 from qlinear.errors import ConfigError, DataError, GraphError
 from qlinear.examples import DATA, MODEL
 from qlinear.ptq import QuantizeConfig, check_tflite
-from qlinear.ptq.equalize import equalize
+from qlinear.ptq.algorithms.equalize import equalize
 
 SMALL = QuantizeConfig(calibration_samples=20, evaluation_samples=20)
 
@@ -53,7 +53,7 @@ def test_report(example):
     rep = example.report()
     assert rep.samples == 20 and rep.outputs["logits"]["top1_agreement"] >= 0.9
     assert len(rep.ranking) == len(rep.tensors) and all(np.isfinite(t.sqnr_db) for t in rep.tensors)
-    from qlinear.ptq.report import to_html, to_json
+    from qlinear.ptq.report.html import to_html, to_json
 
     assert "<svg" in to_html(example, rep)
     assert json.loads(to_json(example, rep))["report"]["samples"] == 20

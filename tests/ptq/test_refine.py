@@ -1,4 +1,4 @@
-"""Data-driven weight methods: staged execution, layer statistics, SeqMSE, AdaRound (qlinear.ptq.refine and friends).
+"""Data-driven weight methods: staged execution, layer statistics, SeqMSE, AdaRound (qlinear.ptq.algorithms.refine and friends).
 
 Peers: ONNX Runtime (convolutions and whole-model runs the statistics must agree with), finite differences (the
 analytic AdaRound gradient), brute force (the SeqMSE search).
@@ -20,8 +20,8 @@ from qlinear.graph.plan import WeightSpec
 from qlinear.ptq.algorithms.adaround import AdaRoundOptions, _h, _Problem, adaround, grid, regularizer
 from qlinear.ptq.algorithms.seqmse import RATIOS, regrid, seqmse
 from qlinear.ptq.layers import Layer
-from qlinear.ptq.session import Session
-from qlinear.ptq.staged import Staged
+from qlinear.ptq.stats.session import Session
+from qlinear.ptq.stats.staged import Staged
 
 
 def _conv_model(w: np.ndarray, **attrs) -> onnx.ModelProto:
@@ -276,7 +276,7 @@ def test_adaround_early_stopping_picks_the_checkpoint_best_on_held_back_samples(
 
 
 def test_mirror_images_flips_only_nchw_images():
-    from qlinear.ptq.refine import held_back, image_like, mirror_images
+    from qlinear.ptq.algorithms.refine import held_back, image_like, mirror_images
 
     rng = np.random.default_rng(0)
     img = rng.normal(size=(2, 3, 6, 8)).astype(np.float32)

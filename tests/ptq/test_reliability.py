@@ -78,7 +78,7 @@ def test_bad_npz_is_a_clear_data_error_before_any_work(tmp_path, case, match, mo
     p = tmp_path / f"{case}.npz"
     np.savez(p, **arrays)
     # nothing runs: the data is rejected before calibration starts
-    import qlinear.ptq.collect as collect
+    import qlinear.ptq.stats.collect as collect
 
     monkeypatch.setattr(collect, "calibrate_activations", lambda *a, **k: pytest.fail("calibration started"))
     with pytest.raises(DataError, match=match) as ei:
@@ -308,7 +308,7 @@ def test_report_json_is_strict_and_histograms_cover_the_range(tmp_path):
     qm = qlinear.quantize(MODEL, DATA, SMALL)
     qm.report()
     qm._report.tensors[0].sqnr_db = float("inf")
-    from qlinear.ptq.report import to_html, to_json
+    from qlinear.ptq.report.html import to_html, to_json
 
     doc = json.loads(to_json(qm, qm._report), parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
     assert doc["report"]["tensors"][0]["sqnr_db"] is None
@@ -333,7 +333,7 @@ def test_outputs_get_the_umask_permissions(tmp_path):
 
 
 def test_output_folder_checked_before_work(tmp_path, monkeypatch):
-    import qlinear.ptq.collect as collect
+    import qlinear.ptq.stats.collect as collect
 
     monkeypatch.setattr(collect, "calibrate_activations", lambda *a, **k: pytest.fail("calibration started"))
     ro = tmp_path / "ro"

@@ -1,4 +1,4 @@
-"""Per-tensor overrides and automatic precision repair (qlinear.ptq.overrides, qlinear.ptq.repair)."""
+"""Per-tensor overrides and automatic precision repair (qlinear.ptq.overrides, qlinear.ptq.algorithms.repair)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from qlinear import graph as G
 from qlinear.cli.main import main
 from qlinear.errors import ConfigError
 from qlinear.examples import DATA, MODEL
-from qlinear.ptq.repair import Candidate, Target, ladder, repair
+from qlinear.ptq.algorithms.repair import Candidate, Target, ladder, repair
 
 BASE = dict(calibration_samples=24, evaluation_samples=16)
 

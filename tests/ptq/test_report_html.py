@@ -22,8 +22,8 @@ from onnx import helper, numpy_helper
 
 import qlinear
 from qlinear.examples import DATA, MODEL
-from qlinear.ptq.report import to_html
-from qlinear.ptq.svg import ticks
+from qlinear.ptq.report.html import to_html
+from qlinear.ptq.report.svg import ticks
 
 SVG = "{http://www.w3.org/2000/svg}"
 RUN = dict(calibration_samples=20, evaluation_samples=20)
@@ -350,7 +350,7 @@ def test_weight_only_matmulnbits_report(tmp_path):
 
 
 def test_deployed_tflite_without_litert_says_so(tfl, monkeypatch):
-    from qlinear.ptq import deployed
+    from qlinear.ptq.report import deployed
 
     qm, out, _, _ = tfl
     monkeypatch.setattr(deployed, "litert_available", lambda: False)
@@ -380,7 +380,7 @@ def test_worst_tensor_histograms_have_an_axis(tfl):
 def test_output_plot_accumulates_batches_of_any_shape():
     """Batches of different sequence lengths; an exactly reproduced sample has SQNR inf and is never among the
     worst; the worst samples are the ones with the most noise, by their index in the held-out set."""
-    from qlinear.ptq.plots import OutputPlot
+    from qlinear.ptq.report.plots import OutputPlot
 
     rng = np.random.default_rng(0)
     p = OutputPlot()
@@ -404,7 +404,7 @@ def test_output_plot_accumulates_batches_of_any_shape():
 def test_deployed_output_missing_from_the_tflite_is_not_compared(tfl, monkeypatch):
     """An output the .tflite does not have (or of another size) is listed, never compared with another tensor."""
     pytest.importorskip("ai_edge_litert", reason="ai-edge-litert is not installed: the .tflite cannot be run")
-    from qlinear.ptq import deployed
+    from qlinear.ptq.report import deployed
 
     qm, out, _, _ = tfl
     real = deployed._invoke

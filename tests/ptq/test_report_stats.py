@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from qlinear.encodings.model import Encoding
-from qlinear.ptq import evaluate as ev
+from qlinear.ptq.report import evaluate as ev
 
 
 def _both(e: Encoding, batches: list[np.ndarray], chunk: int, monkeypatch: pytest.MonkeyPatch):

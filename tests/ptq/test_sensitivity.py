@@ -1,4 +1,4 @@
-"""``qlinear.ptq.sensitivity``: the gated model is the Q/DQ model (all gates on) and the float model (all off) bit
+"""``qlinear.ptq.report.sensitivity``: the gated model is the Q/DQ model (all gates on) and the float model (all off) bit
 for bit; one tensor's "only quantized" metric equals the one of a model quantized independently at that tensor only
 (``qlinear.graph.apply`` of its encoding alone); weights and activations are ranked in ``report.json``."""
 
@@ -12,8 +12,8 @@ import pytest
 import qlinear
 from qlinear.encodings import EncodingSet
 from qlinear.examples import DATA, MODEL
-from qlinear.ptq.sensitivity import MASK, gated_model, sensitivity
-from qlinear.ptq.session import Session
+from qlinear.ptq.report.sensitivity import MASK, gated_model, sensitivity
+from qlinear.ptq.stats.session import Session
 
 CFG = dict(calibration_samples=20, evaluation_samples=20)
 
@@ -85,7 +85,7 @@ def test_ranked_in_report_json(tmp_path, qm):
 
 def test_suffix_runs_equal_full_runs(qm):
     """Runs started at a cut from the saved all-float / all-quantized tensors give the full runs' outputs exactly."""
-    from qlinear.ptq import sensitivity as S
+    from qlinear.ptq.report import sensitivity as S
 
     gm, gates = gated_model(qm.model, qm.encoded_model, _names(qm), {"flat_out": "gap_out"})
     feeds = [{"input": np.load(DATA)["input"][20:26]}]

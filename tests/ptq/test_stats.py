@@ -13,8 +13,8 @@ from tiny_models import make_model
 
 from qlinear.calibration import Grouping, make_observer
 from qlinear.ptq.data import load_dataset, model_inputs
-from qlinear.ptq.session import Session
 from qlinear.ptq.stats import ChannelMean, Gram, accumulate
+from qlinear.ptq.stats.session import Session
 from qlinear.ptq.stats.stream import fetched
 
 

@@ -12,8 +12,8 @@ from tiny_models import encoder_data, tiny_encoder
 
 import qlinear
 from qlinear.graph.plan import is_transformer, make_plan
+from qlinear.ptq.algorithms.smooth import smooth, smoothable
 from qlinear.ptq.data import load_dataset, model_inputs
-from qlinear.ptq.smooth import smooth, smoothable
 
 CFG = {"calibration_samples": 48, "evaluation_samples": 32}
 
@@ -71,7 +71,7 @@ def test_w8a8_transformer_runs_in_ort_and_beats_all_placement():
     rep = qm.report()
     out = rep.outputs["last_hidden_state"]
     assert {"cosine_mean", "cosine_min", "sqnr_db"} <= set(out)
-    from qlinear.ptq.session import Session
+    from qlinear.ptq.stats.session import Session
 
     y = Session(qm.model, level="all").run(["last_hidden_state"], {k: v[48:] for k, v in d.items()})[0]
     c = _cos(ref, y)

@@ -1,5 +1,5 @@
 """``qlinear debug``: compare a quantized model tensor by tensor with its float model, or qlinear's integer kernels
-with a runtime (thin shell over :mod:`qlinear.ptq.debug`)."""
+with a runtime (thin shell over :mod:`qlinear.ptq.report.debug`)."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def debug(
     --runtime ort_fused): run qlinear's integer kernels and the runtime, and name the first tensor that differs bit
     for bit. Exit status 1 when a jump or a difference is found."""
     from qlinear.errors import ConfigError
-    from qlinear.ptq import debug as D
+    from qlinear.ptq.report import debug as D
 
     if data is None:
         raise ConfigError("--data is required: the samples both models run on (an .npz or a folder of samples)")
@@ -78,7 +78,7 @@ def _console():
 
 
 def _print_models(res, first: Path, second: Path, as_json: bool) -> None:
-    from qlinear.ptq.debug import to_json
+    from qlinear.ptq.report.debug import to_json
 
     if as_json:
         typer.echo(to_json(res))
@@ -108,7 +108,7 @@ def _print_models(res, first: Path, second: Path, as_json: bool) -> None:
 
 
 def _print_runtime(rr, as_json: bool) -> None:
-    from qlinear.ptq.debug import to_json
+    from qlinear.ptq.report.debug import to_json
 
     if as_json:
         typer.echo(to_json(rr))

@@ -17,7 +17,7 @@ from typing import Any
 from qlinear.core.granularity import LPBQ, Granularity, PerAxis, PerBlock, PerTensor
 from qlinear.core.types import Kind, QType, qtype
 from qlinear.errors import ConfigError
-from qlinear.ptq.metrics import Target
+from qlinear.ptq.report.metrics import Target
 
 WEIGHT_TYPES = ("int8", "uint8", "int4", "uint4", "int2", "int16", "float8e4m3fn")
 #: ``float``: weight-only quantization (:mod:`qlinear.ptq.weightonly`), activations stay float
@@ -28,7 +28,7 @@ GRANULARITIES = ("per-channel", "per-tensor", "per-block", "lpbq")
 #: bits of an LPBQ block scale (AIMET's W4 LPBQ: 4-bit integer block scales)
 LPBQ_SCALE_BITS = 4
 METHODS = ("minmax", "moving_average", "sqnr", "mse", "percentile", "entropy")
-#: weight methods that use the layer inputs (calibration data): sequential MSE and AdaRound (:mod:`qlinear.ptq.refine`)
+#: weight methods that use the layer inputs (calibration data): sequential MSE and AdaRound (:mod:`qlinear.ptq.algorithms.refine`)
 DATA_WEIGHT_METHODS = ("seqmse", "adaround")
 #: weight-only methods (:mod:`qlinear.ptq.weightonly`): round to nearest (``minmax``), per-block clipping search
 #: (``mse``), GPTQ (needs data)
@@ -64,7 +64,7 @@ class QuantizeConfig:
             rounding, ``adaround_iterations`` Adam steps per layer; opt-in: ``adaround_holdout`` (e.g. 0.2) holds
             that fraction of the calibration samples back from its fit and keeps the checkpoint with the lowest
             output error on them, ``adaround_augment`` adds the mirror images of NCHW image inputs; both measured
-            worse on EfficientNet-Lite0's held-out images, so off by default); see :mod:`qlinear.ptq.refine`.
+            worse on EfficientNet-Lite0's held-out images, so off by default); see :mod:`qlinear.ptq.algorithms.refine`.
         weight_symmetric / activation_symmetric: symmetric grids (default: weights yes, activations no).
         policy: range-to-parameters rule (``aimet``, ``onnxruntime``, ``tflite``); the target may impose one.
         percentile: for the percentile method.
@@ -85,7 +85,7 @@ class QuantizeConfig:
             (default: ``matmul`` for transformer graphs with target ort, else ``all``); see
             :func:`qlinear.graph.plan.make_plan`. Attention masks and tensors computed from shapes are never quantized.
         smoothing: SmoothQuant-style migration of activation outliers into the weights before calibration
-            (:mod:`qlinear.ptq.smooth`); default: on with ``matmul`` placement and 8-bit activations.
+            (:mod:`qlinear.ptq.algorithms.smooth`); default: on with ``matmul`` placement and 8-bit activations.
         batch_axes: ``{input name: axis}``, the batch axis of inputs whose first dynamic dimension is not it (see
             :mod:`qlinear.ptq.data`; CLI ``--batch-axis NAME=AXIS``).
         input_shapes: ``{input name: [d0, d1, ...]}`` fixes the dynamic dimensions of graph inputs before any data is
@@ -100,11 +100,11 @@ class QuantizeConfig:
         accuracy_target: ``METRIC>=VALUE`` (``top1_agreement``, ``cosine_mean``, ``cosine_min``, ``sqnr_db``):
             precision repair raises the tensors that hurt most until it holds on the last ``repair_samples``
             calibration samples (at most half of them), which are then held back from fitting; see
-            :mod:`qlinear.ptq.repair`.
+            :mod:`qlinear.ptq.algorithms.repair`.
         size_budget / average_bits: mixed precision: per-layer int4/int8 weights, chosen from their sensitivity on
             the held-back ``repair_samples``, so that the model is at most this fraction of the float size / this
             many bits per quantized weight element (with ``accuracy_target``: the smallest such model meeting it);
-            see :mod:`qlinear.ptq.budget`.
+            see :mod:`qlinear.ptq.algorithms.budget`.
     """
 
     weight_type: str = "int8"

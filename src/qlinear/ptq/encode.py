@@ -1,6 +1,6 @@
 """From calibrated statistics to encodings: the configuration in effect per tensor (:class:`TensorConfigs`), weight
 encodings, the int32 biases, and the Q/DQ model (:func:`apply_encodings`). Shared by the pipeline
-(:mod:`qlinear.ptq.pipeline`) and precision repair (:mod:`qlinear.ptq.repair`)."""
+(:mod:`qlinear.ptq.pipeline`) and precision repair (:mod:`qlinear.ptq.algorithms.repair`)."""
 
 from __future__ import annotations
 

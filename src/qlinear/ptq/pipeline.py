@@ -5,7 +5,7 @@
    against the model's inputs (:meth:`~qlinear.ptq.data.Dataset.validate`);
 2. the exact float rewrites run as ``onnx_ir`` passes on one :class:`onnx_ir.Model` (:mod:`qlinear.graph.passes`):
    fold BatchNorm into Conv, optional cross-layer equalization, smoothing of transformer MatMul inputs (its
-   statistics from one ONNX Runtime pass, :mod:`qlinear.ptq.smooth`); the model is a proto again only after them;
+   statistics from one ONNX Runtime pass, :mod:`qlinear.ptq.algorithms.smooth`); the model is a proto again only after them;
 3. plan the quantizers (:mod:`qlinear.graph.plan`);
 4. one streaming ONNX Runtime pass over the calibration samples feeds the activation observers (and the input means
    bias correction needs); weights are calibrated directly;
@@ -37,13 +37,13 @@ from qlinear.graph.passes.normalize import check_upgrade
 from qlinear.graph.passes.shapes import fix_input_shapes
 from qlinear.graph.plan import make_plan
 from qlinear.ptq import targets
+from qlinear.ptq.algorithms.smooth import smooth_model
 from qlinear.ptq.config import DATA_WEIGHT_METHODS, QuantizeConfig
 from qlinear.ptq.data import Dataset, ImagePreprocess, load_dataset, model_inputs
 from qlinear.ptq.encode import TensorConfigs, apply_encodings, build_encodings, int32_biases
 from qlinear.ptq.mixed import bounded_parts, fill_ranges, keep_parts
 from qlinear.ptq.result import QuantizedModel
 from qlinear.ptq.settle import placement_for, settle
-from qlinear.ptq.smooth import smooth_model
 from qlinear.ptq.stats.distributed import connect as connect_ray
 from qlinear.ptq.weightonly import quantize_weights
 
@@ -186,7 +186,7 @@ def _calibrate(run: _Run, reference: onnx.ModelProto, placement: str) -> Quantiz
                          "min-max elsewhere")
     tcfg = TensorConfigs(cfg, m, plan, implicit)
     if cfg.size_budget is not None or cfg.average_bits is not None:  # refused before calibration if out of reach
-        from qlinear.ptq.budget import check_before
+        from qlinear.ptq.algorithms.budget import check_before
 
         check_before(m, plan, tcfg, run.label)
     t0 = time.perf_counter()
@@ -205,7 +205,7 @@ def _calibrate(run: _Run, reference: onnx.ModelProto, placement: str) -> Quantiz
     done: set[str] = set()
     methods = {s.name: tcfg.weight(s.name).w_method for s in plan.weights}
     if any(v in DATA_WEIGHT_METHODS for v in methods.values()):
-        from qlinear.ptq.refine import refine_weights
+        from qlinear.ptq.algorithms.refine import refine_weights
 
         t1 = time.perf_counter()
         r = refine_weights(es, m, plan, run.ds, run.n_fit, cfg, methods, label=run.label, progress=progress,
@@ -214,14 +214,14 @@ def _calibrate(run: _Run, reference: onnx.ModelProto, placement: str) -> Quantiz
         timings["refine"] = time.perf_counter() - t1
     t0 = time.perf_counter()
     if cfg.bias_correction:  # the layers the data-driven methods corrected already are skipped
-        from qlinear.ptq.bias import correct_biases
+        from qlinear.ptq.algorithms.bias import correct_biases
 
         correct_biases(m, plan, {e.name: e for e in es.params}, means, skip=done)
     decisions: list[dict] = []
     curve: list[dict] = []
-    if cfg.size_budget is not None or cfg.average_bits is not None:  # with accuracy_target too: qlinear.ptq.budget
-        from qlinear.ptq.budget import run_budget
-        from qlinear.ptq.repair import RepairInputs
+    if cfg.size_budget is not None or cfg.average_bits is not None:  # with accuracy_target too: qlinear.ptq.algorithms.budget
+        from qlinear.ptq.algorithms.budget import run_budget
+        from qlinear.ptq.algorithms.repair import RepairInputs
 
         t1 = time.perf_counter()
         es, m, decisions, curve = run_budget(RepairInputs(es, m, reference, plan, obs, means, tcfg, run.ds,
@@ -229,7 +229,7 @@ def _calibrate(run: _Run, reference: onnx.ModelProto, placement: str) -> Quantiz
                                              progress=progress, notes=notes)
         timings["repair"] = time.perf_counter() - t1
     elif cfg.accuracy_target:
-        from qlinear.ptq.repair import RepairInputs, run_repair
+        from qlinear.ptq.algorithms.repair import RepairInputs, run_repair
 
         t1 = time.perf_counter()
         es, m, decisions = run_repair(RepairInputs(es, m, reference, plan, obs, means, tcfg, run.ds,
@@ -276,7 +276,7 @@ def _version() -> str:
 
 
 def _collect(m, ds, n_cal, tensors, cfg, means_for, adv, label, keep=None, tcfg=None):  # noqa: ANN001, ANN202
-    from qlinear.ptq.collect import calibrate_activations
+    from qlinear.ptq.stats.collect import calibrate_activations
 
     # graph outputs keep their full range (min-max): clipping logits changes the argmax, whatever the method
     outputs = {o.name for o in m.graph.output}
@@ -300,7 +300,7 @@ def _collect(m, ds, n_cal, tensors, cfg, means_for, adv, label, keep=None, tcfg=
 def _check_loads(qm: onnx.ModelProto, label: str) -> None:
     """The written model must load in ONNX Runtime at its default optimization level (what users run), not only at
     the basic level the report evaluates at."""
-    from qlinear.ptq.session import Session
+    from qlinear.ptq.stats.session import Session
 
     try:
         Session(qm, level="all", label=f"the quantized {label}")

@@ -33,7 +33,7 @@ class QuantizedModel:
     equalized), what the report compares against; ``encoded_model`` that model with the changes quantization made to
     its float parameters (bias correction, weights moved onto their AdaRound/SeqMSE grid, layers restored by
     precision repair): the float model the encodings apply to, ``apply(encodings, encoded_model) == model``.
-    ``decisions`` lists the precision repair's changes (:mod:`qlinear.ptq.repair`).
+    ``decisions`` lists the precision repair's changes (:mod:`qlinear.ptq.algorithms.repair`).
 
     Weight-only runs (``config.weight_only``, activations float) hold no quantized model in memory: ``streamed``
     writes it one tensor at a time (:class:`qlinear.ptq.weightonly.StreamedWeights`); ``float_model`` is the float
@@ -172,11 +172,11 @@ class QuantizedModel:
     def report(self, *, samples: int | None = None, progress: Callable[[int], None] | None = None,  # noqa: ANN201
                model_path: Path | None = None, sensitivity: int = 0,
                sensitivity_progress: Callable[[str, int], Callable[[int], None]] | None = None):
-        """Accuracy report on the held-out samples (computed once), see :mod:`qlinear.ptq.evaluate`: output
+        """Accuracy report on the held-out samples (computed once), see :mod:`qlinear.ptq.report.evaluate`: output
         agreement; per-tensor SQNR (full-integer), or per-weight SQNR against round to nearest, sizes and coverage
         (weight-only). ``model_path``: the weight-only model as written (else written to a temporary folder first);
         a full-integer result evaluates the model in memory. ``sensitivity``: also the output's sensitivity to each
-        quantized tensor on that many held-out samples (:mod:`qlinear.ptq.sensitivity`; 0: not computed; full-integer
+        quantized tensor on that many held-out samples (:mod:`qlinear.ptq.report.sensitivity`; 0: not computed; full-integer
         only), with a progress bar from ``sensitivity_progress(task, total)``."""
         check_samples(samples)
         if isinstance(sensitivity, bool) or not isinstance(sensitivity, (int, np.integer)) or sensitivity < 0:
@@ -186,15 +186,15 @@ class QuantizedModel:
         if sensitivity and not self._report.sensitivity:
             if self.streamed is not None:
                 raise ConfigError("sensitivity: not available for weight-only results (activation_type float)")
-            from qlinear.ptq.sensitivity import as_dicts
-            from qlinear.ptq.sensitivity import sensitivity as sensitivity_of
+            from qlinear.ptq.report.sensitivity import as_dicts
+            from qlinear.ptq.report.sensitivity import sensitivity as sensitivity_of
 
             self._report.sensitivity = as_dicts(sensitivity_of(self, samples=sensitivity,
                                                                progress=sensitivity_progress))
         return self._report
 
     def _evaluate(self, samples: int | None, progress: Callable[[int], None] | None, model_path: Path | None):  # noqa: ANN202
-        from qlinear.ptq.evaluate import evaluate
+        from qlinear.ptq.report.evaluate import evaluate
 
         if self.dataset is None:
             raise ConfigError("report: no data was given; pass --data (or --no-report)")
@@ -265,9 +265,9 @@ class QuantizedModel:
             if self.reportable(report):
                 rep = self.report(progress=progress, model_path=stage / self.model_file)
                 from qlinear._atomic import write_text
-                from qlinear.ptq.deployed import deployed
+                from qlinear.ptq.report.deployed import deployed
                 rep.deployed = deployed(self, rep, stage, self.model_file)
-                from qlinear.ptq.report import to_html, to_json
+                from qlinear.ptq.report.html import to_html, to_json
 
                 write_text(stage / "report.json", to_json(self, rep))
                 write_text(stage / "report.html", to_html(self, rep))

@@ -17,7 +17,7 @@ from qlinear.encodings import Encoding
 from qlinear.graph.ir import to_ir, to_proto
 from qlinear.graph.passes.correct_bias import CorrectBias
 from qlinear.graph.plan import BiasSpec
-from qlinear.ptq.collect import ChannelMean
+from qlinear.ptq.stats.collect import ChannelMean
 
 RNG = np.random.default_rng(4)
 

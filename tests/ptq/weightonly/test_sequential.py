@@ -19,7 +19,7 @@ from onnx import TensorProto, helper, numpy_helper
 from tiny_models import lm_data
 
 import qlinear
-from qlinear.ptq.staged import Staged
+from qlinear.ptq.stats.staged import Staged
 from qlinear.ptq.weightonly.api import group_by_weight
 from qlinear.ptq.weightonly.plan import find_linears
 from qlinear.ptq.weightonly.sequential import linear_groups, quantize_sequential

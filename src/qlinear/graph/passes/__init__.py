@@ -10,7 +10,7 @@ attributes), in the order :func:`qlinear.quantize` runs them on one :class:`onnx
 * :class:`~qlinear.graph.passes.equalize.Equalize`: cross-layer equalization of Conv pairs (Clip -> per-channel
   Max/Min);
 * :class:`~qlinear.graph.passes.smooth.Smooth`: SmoothQuant scaling of normalization outputs feeding MatMuls, given
-  their per-channel ``max|x|`` (measured with ONNX Runtime in :mod:`qlinear.ptq.smooth`);
+  their per-channel ``max|x|`` (measured with ONNX Runtime in :mod:`qlinear.ptq.algorithms.smooth`);
 * :class:`~qlinear.graph.passes.correct_bias.CorrectBias`: bias correction for quantized weights, given the layer
   input means;
 * :class:`~qlinear.graph.passes.raise_opset.RaiseOpset`: the opset the encodings need (``onnx.version_converter``);

@@ -1,5 +1,5 @@
 """Activation smoothing for transformer MatMuls (SmoothQuant, Xiao et al. 2023, arXiv:2211.10438, eq. 4) as one
-``onnx_ir`` pass; the per-channel statistics it needs are an input (:mod:`qlinear.ptq.smooth` measures them with
+``onnx_ir`` pass; the per-channel statistics it needs are an input (:mod:`qlinear.ptq.algorithms.smooth` measures them with
 ONNX Runtime).
 
 A MatMul input ``X[..., K]`` with outlier channels (the LayerNorm outputs of BERT-like encoders) loses most of its

@@ -79,7 +79,7 @@ def _worker_class() -> Any:
         """One ONNX Runtime session of the float model and empty accumulators; returns one batch's states."""
 
         def __init__(self, model: bytes, fetch: list[str], session_kw: dict, templates: dict) -> None:
-            from qlinear.ptq.session import Session
+            from qlinear.ptq.stats.session import Session
 
             m = onnx.ModelProto()
             m.ParseFromString(model)

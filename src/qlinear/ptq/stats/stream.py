@@ -8,9 +8,9 @@ from typing import Any, Callable
 import onnx
 
 from qlinear.ptq.data import Dataset
-from qlinear.ptq.session import Session
 from qlinear.ptq.stats import distributed
 from qlinear.ptq.stats.accumulators import Accumulator
+from qlinear.ptq.stats.session import Session
 
 
 def fetched(inputs: Sequence[str], tensors: Sequence[str]) -> list[str]:
@@ -23,7 +23,7 @@ def accumulate(session: Any, ds: Dataset, start: int, stop: int, batch_size: int
                accumulators: Mapping[str, Sequence[Accumulator]], *, inputs: Sequence[str] = (),
                progress: Callable[[int], None] | None = None) -> list[str]:
     """Update every tensor's ``accumulators`` with its values on samples ``[start, stop)`` of ``ds``, one batch
-    at a time (each batch dropped after its updates). ``session``: a :class:`qlinear.ptq.session.Session` of the float
+    at a time (each batch dropped after its updates). ``session``: a :class:`qlinear.ptq.stats.session.Session` of the float
     model exposing the watched tensors that are not graph ``inputs`` (those are read from the data). Returns the
     tensors fetched from the session."""
     fetch = fetched(inputs, list(accumulators))
@@ -45,7 +45,7 @@ def accumulate_model(m: onnx.ModelProto, ds: Dataset, start: int, stop: int, bat
                      accumulators: Mapping[str, Sequence[Accumulator]], *, session_kw: Mapping[str, Any],
                      workers: int = 1, ray_address: str | None = None, keep_session: bool = False,
                      progress: Callable[[int], None] | None = None) -> tuple[Session | None, list[str]]:
-    """:func:`accumulate` over a :class:`~qlinear.ptq.session.Session` of ``m`` (``session_kw``: its options) built
+    """:func:`accumulate` over a :class:`~qlinear.ptq.stats.session.Session` of ``m`` (``session_kw``: its options) built
     here, or, with ``workers > 1`` or a ``ray_address``, on Ray actors (:mod:`.distributed`; byte-identical
     statistics). Returns the local session (``None`` on Ray unless ``keep_session``) and the fetched tensors."""
     inputs = [i.name for i in m.graph.input]

@@ -18,7 +18,7 @@ session of the float model and one ``K x K`` Hessian per distinct linear input):
    ``model.matmulnbits.onnx``) built by :mod:`.writer` with the graph passes ``InsertQDQ`` and ``LowerMatMulNBits``,
    with external data when the input had it or the tensors pass :func:`qlinear.graph.save.needs_external`, the
    AIMET encodings of the weights (LPBQ for ``lpbq``), and with data the report of
-   :func:`qlinear.ptq.evaluate.evaluate` (outputs against the float model on held-out samples, perplexity for
+   :func:`qlinear.ptq.report.evaluate.evaluate` (outputs against the float model on held-out samples, perplexity for
    token logits; per-weight SQNR against round to nearest; sizes; coverage).
 
 Grids: symmetric weights use the full-range grid of ONNX Runtime's MatMulNBits quantizer on target ``ort`` and

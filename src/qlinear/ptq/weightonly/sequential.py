@@ -1,7 +1,7 @@
 """Sequential GPTQ (``gptq_sequential``, the default for ``gptq`` and ``aag+gptq``): the Hessian of each linear's
 input is taken on the outputs of the linears before it *already quantized*, as GPTQ is defined, in bounded memory.
 
-The float graph (in :class:`qlinear.ptq.staged.Staged`'s order: each constant-only node, such as a tied lm_head's
+The float graph (in :class:`qlinear.ptq.stats.staged.Staged`'s order: each constant-only node, such as a tied lm_head's
 ``Transpose``, just before its first reader) is cut before groups of linears (:func:`linear_groups`): a group starts
 at a linear whose input is computed by the nodes before the cut, and takes every following linear whose input is
 also ready there (the q/k/v projections reading one norm's output, gate/up of an MLP); the next linear whose input
@@ -29,8 +29,8 @@ from typing import Any, Callable
 import numpy as np
 import onnx
 
-from qlinear.ptq.staged import Staged, node_inputs
 from qlinear.ptq.stats import Gram
+from qlinear.ptq.stats.staged import Staged, node_inputs
 from qlinear.ptq.weightonly.plan import Linear
 from qlinear.ptq.weightonly.tensors import Tensors, external_info
 

@@ -36,11 +36,11 @@ from onnx import helper
 
 from qlinear.errors import ConfigError
 from qlinear.graph.model import GraphIndex
+from qlinear.ptq.algorithms.repair import RepairInputs, _Builder, _measure
 from qlinear.ptq.config import DATA_WEIGHT_METHODS
 from qlinear.ptq.encode import weight_encoding
-from qlinear.ptq.metrics import Target
-from qlinear.ptq.repair import RepairInputs, _Builder, _measure
-from qlinear.ptq.session import Session
+from qlinear.ptq.report.metrics import Target
+from qlinear.ptq.stats.session import Session
 
 LOW, HIGH = "int4", "int8"
 
@@ -350,26 +350,5 @@ def _notes(budget: Budget, s: Sizes, res: Outcome, samples: tuple[int, int], met
     return out
 
 
-def chart(curve: list[dict], width: int = 520, height: int = 260) -> str:
-    """An inline SVG of the measured candidates: size (fraction of float) against the metric, the chosen one red."""
-    pts = [c for c in curve if math.isfinite(c["metric"])]
-    if not pts:
-        return ""
-    xs, ys = [c["size_fraction"] for c in pts], [c["metric"] for c in pts]
-    x0, x1 = min(xs), max(xs) if max(xs) > min(xs) else min(xs) + 1e-3
-    y0, y1 = min(ys), max(ys) if max(ys) > min(ys) else min(ys) + 1e-3
-    p = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-size="9" '
-         'font-family="sans-serif"><text x="40" y="12">metric (calibration samples held back) against size '
-         '(fraction of float)</text>']
-    for c in sorted(pts, key=lambda c: c["size_fraction"]):
-        x = 40 + (c["size_fraction"] - x0) / (x1 - x0) * (width - 80)
-        y = height - 30 - (c["metric"] - y0) / (y1 - y0) * (height - 60)
-        col = "#c0392b" if c.get("chosen") else "#2e86c1"
-        p.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="4" fill="{col}"/><text x="{x + 6:.1f}" y="{y + 3:.1f}">'
-                 f'{c["size_fraction"]:.3f}, {c["metric"]:.4f}</text>')
-    p.append(f'<text x="40" y="{height - 8}">size {x0:.3f} .. {x1:.3f}; metric {y0:.4f} .. {y1:.4f}</text></svg>')
-    return "".join(p)
-
-
-__all__ = ["Budget", "Outcome", "Sizes", "chart", "choose", "fill", "orders", "run_budget", "sizes",
+__all__ = ["Budget", "Outcome", "Sizes", "choose", "fill", "orders", "run_budget", "sizes",
            "weight_noise"]

@@ -1,5 +1,5 @@
 """Accuracy targets ``METRIC>=VALUE`` over a model's outputs (the report's output metrics): parsed by the
-configuration, used by precision repair (:mod:`qlinear.ptq.repair`)."""
+configuration, used by precision repair (:mod:`qlinear.ptq.algorithms.repair`)."""
 
 from __future__ import annotations
 

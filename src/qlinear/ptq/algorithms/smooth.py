@@ -32,7 +32,7 @@ def channel_absmax(m: onnx.ModelProto, tensors: list[str], ds: Any, n: int, batc
     optimizations off: the session only reads normalization outputs, and ORT's fusions, whose setup grows faster
     than the graph at level ``all``, leave these values bit-identical on the models measured, see
     ``benchmarks/bench_scaling.py``)."""
-    from qlinear.ptq.collect import session
+    from qlinear.ptq.stats.collect import session
 
     s = session(m, tensors, label=label, level=SESSION_LEVEL)
     acc: dict[str, np.ndarray] = {}

@@ -142,7 +142,7 @@ class Staged:
         return path
 
     def _run(self, piece: list[onnx.NodeProto], end: int) -> None:
-        from qlinear.ptq.session import Session
+        from qlinear.ptq.stats.session import Session
 
         kept = [n for n in piece if not (n.output and all(o in self.constants for o in n.output if o))]
         produced = {o for n in kept for o in n.output if o}

@@ -1,7 +1,7 @@
 """The data of the report's output plots, accumulated batch by batch (an LLM's logits are too large to keep): for one
 graph output, a strided sample of its values as pairs (float, quantized) for a scatter plot and their differences
 for an error histogram, and the held-out samples that agree worst with the float model (lowest per-sample SQNR).
-Pure NumPy; :mod:`qlinear.ptq.report` draws it."""
+Pure NumPy; :mod:`qlinear.ptq.report.html` draws it."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@
 * **per-tensor SQNR** of each activation's own quantization, ``10 log10(sum x^2 / sum (x - DQ(Q(x)))^2)`` with ``x``
   the float model's tensor and its encoding, on the first ``stat_samples`` held-out samples. It is local (no error
   carried from earlier layers) and costs one pass of the float model, which calibration already has warm; the tensors
-  are ranked by it (lowest first) and the effect of each on the output is what :mod:`qlinear.ptq.repair` measures;
+  are ranked by it (lowest first) and the effect of each on the output is what :mod:`qlinear.ptq.algorithms.repair` measures;
 * **histograms** of the worst tensors, from a strided sample of the float values of those samples, over a span that
   covers both the data and the chosen range.
 
@@ -41,7 +41,7 @@ from qlinear.errors import DataError
 from qlinear.graph.ops import EMBEDDING_PRODUCERS, LAYOUT_PASSTHROUGH, QUANTIZE_OPS
 from qlinear.graph.plan import resolve_inherit
 from qlinear.ptq.mixed import MIXED_RATIO, REMEDY, mixed, part_slices
-from qlinear.ptq.plots import OutputPlot, output_plots
+from qlinear.ptq.report.plots import OutputPlot, output_plots
 
 HIST_CAP = 100_000  # float values kept per tensor for its histogram
 
@@ -69,12 +69,12 @@ class Report:
     engine: str = "onnx"   #: how the quantized model's outputs were computed (:func:`output_engine`)
     kinds: dict[str, str] = field(default_factory=dict)  #: output -> kind (:func:`output_kind`)
     headlines: dict[str, str | None] = field(default_factory=dict)  #: output -> the metric of its kind (None: skipped)
-    sensitivity: list[dict[str, Any]] = field(default_factory=list)  #: :mod:`qlinear.ptq.sensitivity`, when asked
+    sensitivity: list[dict[str, Any]] = field(default_factory=list)  #: :mod:`qlinear.ptq.report.sensitivity`, when asked
     mixed: list[dict[str, Any]] = field(default_factory=list)  #: Concats of mixed ranges (:func:`mixed_concats`)
     weights: list[dict[str, Any]] = field(default_factory=list)  #: weight-only: per-weight SQNR vs round to nearest
     sizes: dict[str, int] = field(default_factory=dict)  #: weight-only: initializer bytes before / after
     coverage: dict[str, Any] = field(default_factory=dict)  #: weight-only: weights quantized / left float by kind
-    plots: dict[str, dict[str, Any]] = field(default_factory=dict)  #: output -> :mod:`qlinear.ptq.plots` data
+    plots: dict[str, dict[str, Any]] = field(default_factory=dict)  #: output -> :mod:`qlinear.ptq.report.plots` data
     deployed: dict[str, Any] = field(default_factory=dict)  #: the written artifact's own accuracy (report.json)
 
     def to_dict(self) -> dict[str, Any]:
@@ -160,7 +160,7 @@ def _range(e: Any) -> tuple[float, float]:
 
 def float_stats_session(qm: Any, names: list[str]) -> Any:
     """An ONNX Runtime session of the float model exposing ``names``: calibration's own (warm) when it does."""
-    from qlinear.ptq.session import Session
+    from qlinear.ptq.stats.session import Session
 
     warm, exposed = getattr(qm, "_float_session", None) or (None, [])
     outputs = {o.name for o in qm.reference_model.graph.output}
@@ -445,7 +445,7 @@ def _outputs(qm: Any, engine: str, outputs: list[str], start: int, stop: int, pr
     """The float and the quantized model's outputs on samples ``start..stop - 1``, batch by batch, and the number
     of samples in each batch. Each model has a thread of its own (its session is built there, then runs the batches
     in order; ONNX Runtime releases the GIL), fed each batch as it is read, at most ``AHEAD`` batches ahead."""
-    from qlinear.ptq.session import Session
+    from qlinear.ptq.stats.session import Session
 
     ds = qm.dataset
     out_f: dict[str, list[np.ndarray]] = {o: [] for o in outputs}
@@ -717,7 +717,7 @@ def evaluate_weight_only(qm: Any, model_path: Any, *, samples: int | None = None
 
     import onnx
 
-    from qlinear.ptq.session import Session
+    from qlinear.ptq.stats.session import Session
 
     ds = qm.dataset
     start, stop = qm.held_out()

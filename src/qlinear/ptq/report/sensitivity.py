@@ -30,8 +30,8 @@ from onnx import helper, numpy_helper
 
 from qlinear.graph.ops import bias_input
 from qlinear.graph.plan import resolve_inherit
-from qlinear.ptq.session import Session
-from qlinear.ptq.staged import _order, node_inputs
+from qlinear.ptq.stats.session import Session
+from qlinear.ptq.stats.staged import _order, node_inputs
 
 MASK = "qlinear_sensitivity_mask"
 

@@ -8,10 +8,9 @@ import json
 import math
 from typing import Any
 
-from qlinear.ptq.budget import chart as budget_chart
-from qlinear.ptq.deployed import weight_stats
-from qlinear.ptq.evaluate import Report
-from qlinear.ptq.svg import Bar, bar_chart, histogram, scatter, table, text_of, ticks
+from qlinear.ptq.report.deployed import weight_stats
+from qlinear.ptq.report.evaluate import Report
+from qlinear.ptq.report.svg import Bar, bar_chart, budget_chart, histogram, scatter, table, text_of, ticks
 
 
 def _finite(v: Any) -> Any:
@@ -277,7 +276,7 @@ def _decisions_section(qm: Any) -> str:
 
 
 def _sensitivity_chart(items: list[dict[str, Any]], limit: int = 60) -> str:
-    """The ranking (:mod:`qlinear.ptq.sensitivity`): per tensor the output SQNR with only it quantized (bar) and with
+    """The ranking (:mod:`qlinear.ptq.report.sensitivity`): per tensor the output SQNR with only it quantized (bar) and with
     only it left float (tick), most harmful first, on a ticked axis; inf as text."""
     bars = [Bar(f"{r['tensor']} ({r['role'][0]})", r["only_quantized"], ROLE_COLORS.get(r["role"], "#7f8c8d"),
                 mark=r["only_float"], text=f"{text_of(r['only_quantized'])} / {text_of(r['only_float'])} dB")

@@ -44,7 +44,7 @@ from qlinear.kernels.profiles import PROFILES
 from qlinear.kernels.run import IntegerModel
 from qlinear.kernels.steps import Env
 from qlinear.ptq.data import load_dataset, model_inputs
-from qlinear.ptq.session import Session
+from qlinear.ptq.stats.session import Session
 
 JUMP_DB = 15.0       #: default drop (dB) against the inputs that marks a jump
 EXCESS_DB = 12.0     #: default excess (dB) over a min-max grid that marks a jump (a scale 10x too large: ~20 dB)

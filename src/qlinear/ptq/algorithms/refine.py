@@ -2,7 +2,7 @@
 layer by layer, each layer seeing the inputs that the already-refined layers before it give.
 
 The float model and its Q/DQ model (activation encodings, min-max weight encodings) run side by side, piece by piece
-(:class:`qlinear.ptq.staged.Staged`), over the calibration samples. At each weighted layer, in topological order:
+(:class:`qlinear.ptq.stats.staged.Staged`), over the calibration samples. At each weighted layer, in topological order:
 
 1. the layer's input in both models gives its Gram matrices (:class:`qlinear.ptq.layers.Layer`): ``X_f`` from the
    float model, ``X_q`` from the Q/DQ model, which carries the quantization of everything before the layer;
@@ -65,7 +65,7 @@ def refine_weights(es: EncodingSet, m: onnx.ModelProto, plan: Plan, ds: Any, n_c
     from qlinear.ptq.algorithms.adaround import AdaRoundOptions, adaround
     from qlinear.ptq.algorithms.seqmse import gains, regrid, seqmse
     from qlinear.ptq.layers import layers_of
-    from qlinear.ptq.staged import Staged
+    from qlinear.ptq.stats.staged import Staged
 
     encs = {e.name: e for e in es}
     specs = [s for s in plan.weights if s.name in encs and encs[s.name].qtype.is_int

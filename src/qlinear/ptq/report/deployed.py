@@ -1,4 +1,4 @@
-"""What the report adds around :func:`qlinear.ptq.evaluate.evaluate`: the SQNR of each quantized weight of a
+"""What the report adds around :func:`qlinear.ptq.report.evaluate.evaluate`: the SQNR of each quantized weight of a
 full-integer run (the report joins it with the activations' by tensor name) and the accuracy of the deployed artifact
 itself, the file written: the ``.tflite`` run by LiteRT (``ai-edge-litert``, default resolver) on the held-out samples
 against the float model, judged by each output's kind; the ONNX model (Q/DQ or MatMulNBits) is what the report's
@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 from onnx import numpy_helper
 
-from qlinear.ptq.evaluate import HEADLINE, Report, kind_metrics
+from qlinear.ptq.report.evaluate import HEADLINE, Report, kind_metrics
 
 
 def weight_stats(qm: Any) -> list[dict[str, Any]]:
@@ -85,7 +85,7 @@ def tflite_artifact(qm: Any, rep: Report, path: Path) -> dict[str, Any]:
                 "(pip install ai-edge-litert): the .tflite was not run"}
     from ai_edge_litert.interpreter import Interpreter
 
-    from qlinear.ptq.session import Session
+    from qlinear.ptq.stats.session import Session
 
     ds = qm.dataset
     start, stop = qm.held_out()

@@ -157,3 +157,24 @@ def table(head: list[str], rows: list[list[Any]], cls: str = "") -> str:
     c = f' class="{cls}"' if cls else ""
     return (f"<table{c}><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr>"
             + "".join("<tr>" + "".join(f"<td>{v}</td>" for v in r) + "</tr>" for r in rows) + "</table>")
+
+
+def budget_chart(curve: list[dict], width: int = 520, height: int = 260) -> str:
+    """An inline SVG of the measured candidates: size (fraction of float) against the metric, the chosen one red."""
+    pts = [c for c in curve if math.isfinite(c["metric"])]
+    if not pts:
+        return ""
+    xs, ys = [c["size_fraction"] for c in pts], [c["metric"] for c in pts]
+    x0, x1 = min(xs), max(xs) if max(xs) > min(xs) else min(xs) + 1e-3
+    y0, y1 = min(ys), max(ys) if max(ys) > min(ys) else min(ys) + 1e-3
+    p = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-size="9" '
+         'font-family="sans-serif"><text x="40" y="12">metric (calibration samples held back) against size '
+         '(fraction of float)</text>']
+    for c in sorted(pts, key=lambda c: c["size_fraction"]):
+        x = 40 + (c["size_fraction"] - x0) / (x1 - x0) * (width - 80)
+        y = height - 30 - (c["metric"] - y0) / (y1 - y0) * (height - 60)
+        col = "#c0392b" if c.get("chosen") else "#2e86c1"
+        p.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="4" fill="{col}"/><text x="{x + 6:.1f}" y="{y + 3:.1f}">'
+                 f'{c["size_fraction"]:.3f}, {c["metric"]:.4f}</text>')
+    p.append(f'<text x="40" y="{height - 8}">size {x0:.3f} .. {x1:.3f}; metric {y0:.4f} .. {y1:.4f}</text></svg>')
+    return "".join(p)

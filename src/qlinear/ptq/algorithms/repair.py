@@ -27,12 +27,12 @@ from qlinear.core.types import int_type, qtype
 from qlinear.encodings import EncodingSet
 from qlinear.graph.model import GraphIndex
 from qlinear.graph.plan import resolve_inherit
-from qlinear.ptq.bias import correct_biases
+from qlinear.ptq.algorithms.bias import correct_biases
 from qlinear.ptq.config import DATA_WEIGHT_METHODS
 from qlinear.ptq.encode import apply_encodings, int32_biases, weight_encoding
-from qlinear.ptq.evaluate import MIXED_RATIO, concat_parts, kind_metrics, output_metrics, part_ratio
-from qlinear.ptq.metrics import METRICS, Target
-from qlinear.ptq.session import Session
+from qlinear.ptq.report.evaluate import MIXED_RATIO, concat_parts, kind_metrics, output_metrics, part_ratio
+from qlinear.ptq.report.metrics import METRICS, Target
+from qlinear.ptq.stats.session import Session
 
 
 @dataclass(frozen=True)

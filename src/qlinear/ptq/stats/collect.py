@@ -21,8 +21,8 @@ from qlinear.ptq.stats.stream import accumulate_model
 def session(m: onnx.ModelProto, outputs: list[str], label: str = "model", level: str = "all") -> Any:
     """An ONNX Runtime session of the float model exposing ``outputs``, by default at the full optimization level
     (float fusions change the last bits of a few values, not the ranges calibration needs; see
-    :mod:`qlinear.ptq.session`)."""
-    from qlinear.ptq.session import Session
+    :mod:`qlinear.ptq.stats.session`)."""
+    from qlinear.ptq.stats.session import Session
 
     return Session(m, outputs, level=level, label=label)
 
