@@ -355,3 +355,28 @@ def resolve_inherit(plan: Plan, name: str) -> str:
         name = plan.inherit[name]
     return name
 
+
+
+def float_weight_note(m: onnx.ModelProto, plan: Plan) -> list[str]:
+    """A note naming the constant weights of the main graph the plan leaves float (none of its runtimes' integer
+    kernels takes them): recurrent and attention weights (``WEIGHT_BEARING`` operators outside ``WEIGHTED``) and the
+    float tables of embedding lookups (``LOOKUPS``)."""
+    inits = {t.name: t for t in m.graph.initializer}
+    planned = {w.name for w in plan.weights}
+    left: list[str] = []
+    for n in m.graph.node:
+        if n.op_type in ops.WEIGHT_BEARING and n.op_type not in WEIGHTED:
+            idx = (1, 2)
+        elif n.op_type in ops.LOOKUPS:
+            idx = (0,)
+        else:
+            continue
+        for i in idx:
+            t = inits.get(n.input[i]) if i < len(n.input) else None
+            if t is not None and t.name not in planned and len(t.dims) >= 2 \
+                    and t.data_type in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16):
+                left.append(f"{t.name} ({n.op_type} {n.name or n.output[0]})")
+    if not left:
+        return []
+    return [f"{len(left)} weight(s) stay float (no integer kernel for their operator in this pipeline): "
+            + ", ".join(left[:6]) + (" ..." if len(left) > 6 else "")]

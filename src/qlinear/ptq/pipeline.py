@@ -35,7 +35,7 @@ from qlinear.graph.passes.equalize import Equalize
 from qlinear.graph.passes.fold_batchnorm import FoldBatchNorm
 from qlinear.graph.passes.normalize import check_upgrade
 from qlinear.graph.passes.shapes import fix_input_shapes
-from qlinear.graph.plan import make_plan
+from qlinear.graph.plan import float_weight_note, make_plan
 from qlinear.ptq import targets
 from qlinear.ptq.algorithms.smooth import smooth_model
 from qlinear.ptq.config import DATA_WEIGHT_METHODS, QuantizeConfig
@@ -176,6 +176,7 @@ def _calibrate(run: _Run, reference: onnx.ModelProto, placement: str) -> Quantiz
     model = to_ir(m) if run.model is None else run.model  # the ir model the rewrites left: no new index
     plan = make_plan(model, exclude_nodes=cfg.exclude_nodes, exclude_op_types=cfg.exclude_op_types,
                      quantize_outputs=cfg.quantize_outputs, placement=placement, target=cfg.target, proto=m)
+    notes += float_weight_note(m, plan)
     implicit: dict[str, str] = {}
     if placement == "matmul" and cfg.activation_method is None:
         from qlinear.graph.plan import activation_fn_outputs
