@@ -118,6 +118,20 @@ def without_weights(m: onnx.ModelProto) -> onnx.ModelProto:
     return light
 
 
+def _value_infos(m: onnx.ModelProto, infer: bool) -> list[onnx.ValueInfoProto]:
+    """The value infos of ``m``'s graph inputs, outputs and ``value_info``, plus (``infer``) what ONNX shape
+    inference adds on the model without its weights (best effort)."""
+    g = m.graph
+    vis = list(g.input) + list(g.output) + list(g.value_info)
+    if infer:
+        try:
+            inferred = onnx.shape_inference.infer_shapes(without_weights(m), strict_mode=False)
+            vis += list(inferred.graph.value_info) + list(inferred.graph.output)
+        except Exception:  # noqa: BLE001 - shape inference is best effort
+            pass
+    return vis
+
+
 @dataclass
 class GraphIndex:
     """Lookups over a model's main graph (rebuilt after every edit). :meth:`from_ir` indexes an ``onnx_ir`` model: its
@@ -147,14 +161,7 @@ class GraphIndex:
                     g.consumers.setdefault(name, []).append((n, i))
         g.inputs = {v.name for v in graph.input} - set(g.initializers)
         g.outputs = {v.name for v in graph.output}
-        vis = list(graph.input) + list(graph.output) + list(graph.value_info)
-        if infer_shapes:
-            try:
-                inferred = onnx.shape_inference.infer_shapes(without_weights(m), strict_mode=False)
-                vis += list(inferred.graph.value_info) + list(inferred.graph.output)
-            except Exception:  # noqa: BLE001 - shape inference is best effort
-                pass
-        g._read_types(vis)
+        g._read_types(_value_infos(m, infer_shapes))
         for name, t in g.initializers.items():
             g.shapes[name] = tuple(t.dims)
             g.elem_types[name] = t.data_type
@@ -177,13 +184,7 @@ class GraphIndex:
                     g.consumers.setdefault(v.name, []).append((n, i))
         g.inputs = {v.name for v in graph.inputs} - set(g.initializers)
         g.outputs = {v.name for v in graph.outputs}
-        vis = list(m.graph.input) + list(m.graph.output) + list(m.graph.value_info)
-        try:
-            inferred = onnx.shape_inference.infer_shapes(without_weights(m), strict_mode=False)
-            vis += list(inferred.graph.value_info) + list(inferred.graph.output)
-        except Exception:  # noqa: BLE001 - shape inference is best effort
-            pass
-        g._read_types(vis)
+        g._read_types(_value_infos(m, True))
         for name, v in g.initializers.items():
             t = v.const_value
             if t is not None:
