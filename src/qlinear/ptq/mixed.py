@@ -15,20 +15,25 @@ scores in [0, 1]).
   strongest detection of the calibration images, which a confident detection on another image exceeds (clipped to
   it under min-max). 16 bits keep the step of the whole range far below that of the calibrated 8-bit range (ort and
   qnn run uint16 Q/DQ; the function then runs in float, on the few elements of a head).
-* What this does not fix (measured on nudenet-320n, YOLOv8n, 16 calibration / 32 held-out images,
-  ``benchmarks/mixed_scores.py``): the scores' error is carried from the shared backbone, not made at the Concat, the
-  Sigmoid or the head. The part's SQNR (plain, every element against float) is ~5.5 dB under W8A8; with the whole
-  head's activations in float it is 5.7, with the first five layers' in float 13, with every activation in float 26:
-  a score ``sigmoid(z)`` below ~0.5 turns an absolute error of its logit into the same relative error, and the
-  8-bit activations leave the logits ~0.5 off. 16-bit activations reach ~14 dB, limited by held-out activations
-  beyond the calibrated min-max ranges; with those ranges twice as wide, 23 dB (at ~4x the W8A8 latency in ONNX
-  Runtime's CPU session).
+* The activations such a part is computed from (its producers back to the graph inputs: in a detector the whole
+  backbone and neck) are quantized at 16 bits over ``HEADROOM`` (2) times their calibrated min-max range (a
+  ``BOUNDED`` function's outputs, e.g. a SiLU's Sigmoid, over the function's range): the scores' error is carried
+  from the shared network, not made at the Concat, the Sigmoid or the head. A score ``sigmoid(z)`` below ~0.5 turns
+  an absolute error of its logit into the same relative error; the 8-bit activations leave the logits ~0.5 off.
+  Measured on nudenet-320n (YOLOv8n, 16 calibration / 32 held-out images, ``benchmarks/mixed_scores.py``): scores
+  SQNR (plain, every element against float) 5.5 dB under W8A8, 25.5 dB with this rule; with the head's activations
+  in float 5.7, with the first three layers at 16 bits 13, with the 57 activations of the worst 8-bit own SQNR at 16
+  bits 13.6, with every activation at 16 bits over min-max ranges 13.9 (held-out activations beyond the calibrated
+  ranges are clipped): no smaller set reached 15. The cost: ONNX Runtime's CPU session runs 16-bit layers in float,
+  ~3.5x the W8A8 latency (above the float model's); QNN's HTP runs 16-bit activations natively. An ``overrides`` rule
+  setting a tensor's type keeps it (``{"name": "*", "role": "activation", "type": "uint8"}``: W8A8 throughout).
 * Target ``tflite`` requires one scale in and out: nothing changes; every mixed Concat is noted here and flagged in
   the report with each part's SQNR and the remedy (``REMEDY``).
 """
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Any
 
 import numpy as np
@@ -40,6 +45,8 @@ from qlinear.graph import ops
 from qlinear.graph.plan import ConcatSpec, Plan, resolve_inherit
 
 MIXED_RATIO = 16.0
+#: how many times its calibrated range a 16-bit activation feeding a bounded part covers (:func:`bounded_parts`)
+HEADROOM = 2.0
 #: functions whose output range is known whatever their input: (low, high) (the operator registry's ``output_range``)
 BOUNDED = ops.OUTPUT_RANGES
 REMEDY = ("use target ort or qnn (each Concat input keeps its own parameters), or split the output / quantize the "
@@ -97,12 +104,14 @@ def keep_parts(plan: Plan, m: Any, target: str, notes: list[str]) -> list[Concat
 
 
 def bounded_parts(encs: list[Encoding], floated: list[ConcatSpec], plan: Plan, m: Any, tcfg: Any,
-                  notes: list[str]) -> list[Encoding]:
+                  notes: list[str], obs: dict[str, Any]) -> list[Encoding]:
     """``encs`` with the parts of the Concats left in float (:func:`keep_parts`) that a ``BOUNDED`` function computes
-    quantized over the function's range at 16 bits (module docstring). A part read by another operator, set by an
+    quantized over the function's range at 16 bits, and the activations they are computed from at 16 bits with
+    headroom (module docstring; ``obs``: the calibration observers). A part read by another operator, set by an
     ``overrides`` rule or of a non-integer type keeps its encoding."""
     by_name = {e.name: e for e in encs}
     prod = {o: n for n in m.graph.node for o in n.output}
+    parts = []
     for c in floated:
         for t in c.inputs:
             src = resolve_inherit(plan, t)
@@ -126,7 +135,71 @@ def bounded_parts(encs: list[Encoding], floated: list[ConcatSpec], plan: Plan, m
                          f"at {wide} over the {n.op_type} range [{lo:g}, {hi:g}], not {old.dtype} over its calibrated "
                          f"range up to {_hi(old):.3g}: values above the calibration maximum (e.g. a more confident "
                          "score on another input) are not clipped")
+            parts.append(n)
+    if parts:
+        _wide_cone(by_name, parts, plan, m, tcfg, notes, obs)
     return list(by_name.values())
+
+
+def _wide_cone(by_name: dict[str, Encoding], parts: list[Any], plan: Plan, m: Any, tcfg: Any,
+               notes: list[str], obs: dict[str, Any]) -> None:
+    """The activations the ``parts`` nodes are computed from (their producers back to the graph inputs) at 16 bits
+    (the run's integer type widened) over ``HEADROOM`` times their observed range (``obs``: minimum and maximum on
+    the calibration data), or a ``BOUNDED`` function's range (module docstring). Activations set by an ``overrides``
+    rule, of a non-integer type, tied to others, wider than 16 bits or not observed keep their encodings."""
+    done = {resolve_inherit(plan, n.output[0]) for n in parts}
+    tied = {t for g in plan.tied for t in g}
+    prod = {o: n for n in m.graph.node for o in n.output}
+    acts = set(plan.activations)
+    followers: dict[str, list[str]] = {}
+    for k in plan.inherit:
+        followers.setdefault(resolve_inherit(plan, k), []).append(k)
+    raised, wide = [], ""
+    for t in _cone(parts, prod):
+        root = resolve_inherit(plan, t)
+        if root in done or root not in acts or root not in by_name or root in tcfg.resolved or root in tied:
+            continue
+        done.add(root)
+        cfg = tcfg.activation(root)
+        q, o = cfg.activation_qtype, obs.get(root)
+        if not q.is_int or q.bits > 16 or np.asarray(by_name[root].scale).size != 1 \
+                or getattr(o, "min", None) is None:
+            continue
+        n = prod.get(root)
+        lo, hi = BOUNDED[n.op_type] if n is not None and n.op_type in BOUNDED else \
+            (HEADROOM * min(float(np.min(o.min)), 0.0), HEADROOM * max(float(np.max(o.max)), 0.0))
+        wide = int_type(16, q.signed).name
+        e = C.calibrate(np.array([lo, hi], np.float32), wide, method="minmax", policy=cfg.policy,
+                        symmetric=cfg.activation_symmetric, name=root)
+        for k in [root] + followers.get(root, []):
+            if k in by_name:
+                by_name[k] = e.replace(name=k)
+        raised.append(root)
+    if raised:
+        notes.append(f"{len(raised)} activations that {', '.join(sorted(n.output[0] for n in parts))} "
+                     f"{'is' if len(parts) == 1 else 'are'} computed from (back to the graph inputs) are quantized at "
+                     f"{wide} over {HEADROOM:g}x their calibrated ranges (a bounded function's outputs over its "
+                     "range): a score sigmoid(z) below ~0.5 has the relative error of the absolute error of z, which "
+                     "the 8-bit noise of every layer before it makes large; ONNX Runtime's CPU session runs 16-bit "
+                     "layers in float (slower than 8-bit); an overrides rule setting a tensor's type keeps it")
+
+
+def _cone(parts: list[Any], prod: dict[str, Any]) -> list[str]:
+    """The tensors the ``parts`` nodes read, directly or through other nodes (graph inputs and initializers
+    included), each once, nearest first."""
+    seen: set[str] = set()
+    out: list[str] = []
+    todo = deque(t for n in parts for t in n.input if t)
+    while todo:
+        t = todo.popleft()
+        if t in seen:
+            continue
+        seen.add(t)
+        out.append(t)
+        n = prod.get(t)
+        if n is not None:
+            todo.extend(x for x in n.input if x and x not in seen)
+    return out
 
 
 def _hi(e: Encoding) -> float:

@@ -199,7 +199,7 @@ def _calibrate(run: _Run, reference: onnx.ModelProto, placement: str) -> Quantiz
     t0 = time.perf_counter()
     fill_ranges(plan, obs)
     floated = keep_parts(plan, m, cfg.target, notes)
-    encs = bounded_parts(build_encodings(m, plan, obs, tcfg), floated, plan, m, tcfg, notes)
+    encs = bounded_parts(build_encodings(m, plan, obs, tcfg), floated, plan, m, tcfg, notes, obs)
     es = EncodingSet(tuple(encs), producer={"package": "qlinear", "version": _version()}, version="2.0.0")
     es = targets.finalize(es, m, plan, cfg)
     timings["quantize"] = time.perf_counter() - t0
