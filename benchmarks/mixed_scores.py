@@ -88,8 +88,8 @@ def main() -> None:
     every = [{"name": "*", "role": "activation"}]
     for label, extra in (("qlinear", {}), ("W8A8 throughout", {"overrides": [dict(every[0], type="uint8")]}),
                          ("every activation uint16, min-max", {"overrides": [dict(every[0], type="uint16")]}),
-                         ("W8A8, /model.0-2/ uint16", {"overrides": [{"name": "/model.[0-2]/*", "role": "activation",
-                                                                      "type": "uint16"}]})):
+                         ("W8A8, /model.0-2/ uint16", {"overrides": [dict(every[0], type="uint8"), {
+                             "name": "/model.[0-2]/*", "role": "activation", "type": "uint16"}]})):
         qm = qlinear.quantize(str(e.file), data, dict(calibration_samples=a.cal, evaluation_samples=0, **extra))
         models[label] = work / f"{len(models)}.onnx"
         onnx.save(qm.model, str(models[label]))

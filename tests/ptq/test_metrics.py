@@ -12,6 +12,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
+from onnx_peers import run_reference
 from tiny_models import make_model
 
 import qlinear
@@ -189,7 +190,9 @@ def test_mixed_range_output_is_judged_per_part():
     r = rep.outputs["det"]
     assert rep.kinds["det"] == "mixed" and rep.headlines["det"] == "sqnr_db_worst_part"
     assert {"sqnr_db[0:4]", "sqnr_db[4:6]"} <= set(r)
-    f, q = _run(m, {"x": x[20:]})["det"].astype(np.float64), _run(qm.model, {"x": x[20:]})["det"].astype(np.float64)
+    f = _run(m, {"x": x[20:]})["det"].astype(np.float64)
+    # the Q/DQ model as ONNX defines it (the scores at 16 bits, ~56 dB: ORT's optimized session differs by ~3 dB there)
+    q = run_reference(qm.model, {"x": x[20:]})[0].astype(np.float64)
 
     def sqnr(a, b):
         return 10 * np.log10(np.sum(a ** 2) / np.sum((a - b) ** 2))
