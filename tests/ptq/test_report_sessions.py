@@ -53,3 +53,22 @@ def test_save_without_report_drops_the_session(tmp_path) -> None:
     assert qm._quant_session is not None
     qm.save(tmp_path / "out", report=False)
     assert qm._quant_session is None
+
+
+def test_sessions_sleep_when_idle_with_the_same_outputs() -> None:
+    """ONNX Runtime's worker threads do not spin by default (qlinear runs sessions beside numpy work and three at
+    once in the report); the outputs are those of a spinning session."""
+    import numpy as np
+
+    qm = qlinear.quantize(MODEL, DATA, dict(calibration_samples=4, evaluation_samples=4))
+    feed = next(qm.dataset.batches(0, 4, 4))
+    outs = [o.name for o in qm.model.graph.output]
+    got = {}
+    for spin in (False, True):
+        s = sessions.Session(qm.model, level="all", spin=spin)
+        assert s.sess.get_session_options().get_session_config_entry(
+            "session.intra_op.allow_spinning") == ("1" if spin else "0")
+        got[spin] = s.run(outs, feed)
+    default = sessions.Session(qm.model, level="all")
+    assert default.sess.get_session_options().get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    assert all(np.array_equal(a, b) for a, b in zip(got[False], got[True]))
