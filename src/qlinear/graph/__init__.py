@@ -8,6 +8,7 @@
 Importing this package loads ``onnx``.
 """
 
+import qlinear.graph.deferred  # noqa: F401 - first: onnx_ir imported with sympy deferred until used
 from qlinear.graph.bridge import Problem, Report, apply, extract, validate
 from qlinear.graph.check import IntegerCheck, LayerCheck, check_integer
 from qlinear.graph.resolving import load_encodings, resolve

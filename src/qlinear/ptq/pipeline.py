@@ -238,27 +238,29 @@ def _calibrate(run: _Run, reference: onnx.ModelProto, placement: str) -> Quantiz
                                       progress=progress, notes=notes)
         timings["repair"] = time.perf_counter() - t1
     es = int32_biases(es, m, plan, notes)
-    qm = _finish(es, m, cfg, run.label, notes)
+    qm, loaded = _finish(es, m, cfg, run.label, notes)
     timings["quantize"] += time.perf_counter() - t0 - timings.get("repair", 0.0)
     out = QuantizedModel(qm, m, reference, es, cfg, plan, run.ds, timings, notes, None, m, decisions)
     out.integer_check = _integer_check(qm, notes)
     out.budget = curve  # the size-vs-metric points measured under size_budget / average_bits
     out._float_session = keep.get("session"), keep.get("outputs", [])
+    out._quant_session = qm, loaded  # the load check's session, reused by the report when it runs the same one
     return out
 
 
-def _finish(es: EncodingSet, m: onnx.ModelProto, cfg: QuantizeConfig, label: str, notes: list[str]) -> onnx.ModelProto:
-    """The Q/DQ model, checked: it loads in ONNX Runtime at its default level; for target tflite it keeps the TFLite
-    rules (:func:`~qlinear.ptq.targets.check_tflite`; what the export needs of the graph was checked before work,
-    :func:`qlinear.ptq.settle.settle`)."""
+def _finish(es: EncodingSet, m: onnx.ModelProto, cfg: QuantizeConfig, label: str,
+            notes: list[str]) -> tuple[onnx.ModelProto, Any]:
+    """The Q/DQ model, checked: it loads in ONNX Runtime at its default level (the session is returned with it); for
+    target tflite it keeps the TFLite rules (:func:`~qlinear.ptq.targets.check_tflite`; what the export needs of the
+    graph was checked before work, :func:`qlinear.ptq.settle.settle`)."""
     qm = apply_encodings(es, m)
-    _check_loads(qm, label)
+    loaded = _check_loads(qm, label)
     if cfg.target == "tflite":
         bad = targets.check_tflite(qm)
         if bad:
             raise GraphError(f"{label}: the quantized model breaks the TFLite rules ({len(bad)}): "
                              + "; ".join(str(v) for v in bad[:3]) + "; please report this with the model")
-    return qm
+    return qm, loaded
 
 
 def _integer_check(qm: onnx.ModelProto, notes: list[str]) -> Any:
@@ -298,13 +300,13 @@ def _collect(m, ds, n_cal, tensors, cfg, means_for, adv, label, keep=None, tcfg=
     return obs, means
 
 
-def _check_loads(qm: onnx.ModelProto, label: str) -> None:
+def _check_loads(qm: onnx.ModelProto, label: str) -> Any:
     """The written model must load in ONNX Runtime at its default optimization level (what users run), not only at
-    the basic level the report evaluates at."""
+    the basic level the report evaluates at; returns that session."""
     from qlinear.ptq.stats.session import Session
 
     try:
-        Session(qm, level="all", label=f"the quantized {label}")
+        return Session(qm, level="all", label=f"the quantized {label}")
     except GraphError as e:
         raise GraphError(f"{e}; the Q/DQ model is valid ONNX but this ONNX Runtime build cannot run it: choose "
                          "another activation/weight type for this target") from None

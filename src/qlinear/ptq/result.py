@@ -55,6 +55,7 @@ class QuantizedModel:
     decisions: list[dict] = field(default_factory=list)
     _report: Any = None
     _float_session: Any = field(default=None, repr=False)  # calibration's ORT session (float model, every tensor)
+    _quant_session: Any = field(default=None, repr=False)  # (model, the load check's ORT session of it, level all)
     streamed: Any = field(default=None, repr=False)  #: weight-only: the quantized weights, written when saved
 
     def __post_init__(self) -> None:
@@ -251,6 +252,8 @@ class QuantizedModel:
             raise OutputError(f"save: expected an output folder path, got {type(outdir).__name__}")
         folder = outdir if isinstance(outdir, OutputFolder) else OutputFolder(outdir)
         folder.check()
+        if not self.reportable(report):   # no report to run the load check's session: its memory goes now
+            self._quant_session = None
         with folder.transaction() as stage:
             t0 = time.perf_counter()
             self.save_onnx(stage / self.model_file)

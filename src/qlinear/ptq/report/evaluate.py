@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Callable, Iterator
@@ -464,8 +464,8 @@ def _outputs(qm: Any, engine: str, outputs: list[str], start: int, stop: int, pr
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="qlinear-eval-float") as tf, \
             ThreadPoolExecutor(max_workers=1, thread_name_prefix="qlinear-eval-quant") as tq:
         fs = tf.submit(Session, qm.reference_model, (), level="all", label="the float model")
-        qs = tq.submit(Session, qm.model, (), level="all", label="the quantized model",
-                       disable_qdq_fusion=engine != "ort-int8")
+        qs = loaded_session(qm, engine) or tq.submit(Session, qm.model, (), level="all", label="the quantized model",
+                                                     disable_qdq_fusion=engine != "ort-int8")
         done = start
         for feed in (read or SerialReader(ds)).batches(start, stop, qm.config.batch_size):
             b = ds.batch_len(feed)
@@ -482,6 +482,19 @@ def _outputs(qm: Any, engine: str, outputs: list[str], start: int, stop: int, pr
 
 
 AHEAD = 4  #: batches read ahead of the slower output session
+
+
+def loaded_session(qm: Any, engine: str) -> Future | None:
+    """The session the pipeline's load check built of ``qm.model`` (ONNX Runtime's default level, as the ``ort-int8``
+    engine runs it: the same options, so the same outputs), as a done future, taken once (its memory goes with the
+    report's run); None when the engine runs another one or none was kept."""
+    kept, qm._quant_session = getattr(qm, "_quant_session", None), None
+    if engine != "ort-int8" or kept is None or kept[0] is not qm.model or kept[1] is None:
+        return None
+    kept[1].label = "the quantized model"
+    done: Future = Future()
+    done.set_result(kept[1])
+    return done
 
 
 def _run_on(sess: Any, outputs: list[str], feed: dict[str, np.ndarray], where: str) -> list[np.ndarray]:

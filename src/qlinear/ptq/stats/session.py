@@ -15,6 +15,7 @@ import onnx
 from qlinear.errors import DataError, GraphError
 
 LEVELS = ("disable", "basic", "extended", "all")
+SPIN = False  #: the default of ``Session(spin=...)``
 
 
 def _first_line(e: Exception) -> str:
@@ -27,12 +28,15 @@ class Session:
 
     ``outputs`` are exposed as extra graph outputs; ``disable_qdq_fusion`` keeps ORT from fusing Q/DQ groups into its
     int8 kernels (the float emulation of a Q/DQ graph, at any optimization level); ``external_dir`` is the folder
-    the external data of ``m`` (a graph loaded without it) is read from.
+    the external data of ``m`` (a graph loaded without it) is read from; ``spin``: ONNX Runtime's idle worker threads
+    busy-wait for work (its default) instead of sleeping. Off by default: qlinear runs its sessions beside numpy work
+    and the report runs three at once, where spinning threads take the cores that work needs (ppocr-v4-det's report
+    run: a quarter of its CPU time); which thread computes what, and so every output, is the same either way.
     """
 
     def __init__(self, m: onnx.ModelProto, outputs: Sequence[str] = (), *, level: str = "basic",
                  label: str = "model", threads: int | None = None, disable_qdq_fusion: bool = False,
-                 external_dir: str | None = None, arena: bool = True) -> None:
+                 external_dir: str | None = None, arena: bool = True, spin: bool = SPIN) -> None:
         import onnxruntime as ort
 
         mm = m
@@ -49,6 +53,8 @@ class Session:
             "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
             "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}[level]
         so.log_severity_level = 4  # failures are raised as qlinear errors, not logged
+        # idle worker threads sleep unless ``spin``: results alike, without burning the cores other work needs
+        so.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
         if threads:
             so.intra_op_num_threads = int(threads)
         if disable_qdq_fusion:  # run QuantizeLinear/DequantizeLinear as ONNX defines them, not as int8 kernels
@@ -83,4 +89,4 @@ def session(m: onnx.ModelProto, outputs: Sequence[str] = (), **kw: Any) -> Sessi
     return Session(m, outputs, **kw)
 
 
-__all__ = ["LEVELS", "Session", "session"]
+__all__ = ["LEVELS", "SPIN", "Session", "session"]

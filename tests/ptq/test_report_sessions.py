@@ -1,0 +1,74 @@
+"""The report runs the quantized model in the session the pipeline's load check built (ONNX Runtime's default level,
+what the ``ort-int8`` engine runs) instead of building a second one: the same numbers as a session of its own."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import qlinear
+from qlinear.examples import DATA, MODEL
+from qlinear.ptq.report import evaluate as ev
+from qlinear.ptq.stats import session as sessions
+
+
+def _report(qm, monkeypatch: pytest.MonkeyPatch) -> tuple[str, list[str]]:
+    built: list[str] = []
+    real = sessions.Session
+
+    def counting(*a, **k):
+        built.append(k.get("label", ""))
+        return real(*a, **k)
+
+    with monkeypatch.context() as m:
+        m.setattr(ev, "output_engine", lambda qm: "ort-int8")   # the engine that runs the load check's session
+        m.setattr(sessions, "Session", counting)
+        d = ev.evaluate(qm).to_dict()
+    d.pop("timings")
+    return json.dumps(d, sort_keys=True, default=str), built
+
+
+def test_report_reuses_the_load_check_session(monkeypatch: pytest.MonkeyPatch) -> None:
+    qm = qlinear.quantize(MODEL, DATA, dict(calibration_samples=8, evaluation_samples=12, batch_size=4))
+    kept_model, kept = qm._quant_session
+    assert kept_model is qm.model and isinstance(kept, sessions.Session)
+    reused, built = _report(qm, monkeypatch)
+    assert "the quantized model" not in built and "the float model" in built
+    assert qm._quant_session is None   # taken once: its memory goes with the report's run
+    fresh, built = _report(qm, monkeypatch)
+    assert "the quantized model" in built
+    assert reused == fresh and json.loads(fresh)["outputs"]
+
+
+def test_no_reuse_for_another_engine_or_model() -> None:
+    qm = qlinear.quantize(MODEL, DATA, dict(calibration_samples=8, evaluation_samples=4))
+    assert ev.loaded_session(qm, "onnx") is None and qm._quant_session is None   # dropped all the same
+    qm._quant_session = (qm.model.__class__(), object())   # a session of another model
+    assert ev.loaded_session(qm, "ort-int8") is None
+
+
+def test_save_without_report_drops_the_session(tmp_path) -> None:
+    qm = qlinear.quantize(MODEL, DATA, dict(calibration_samples=8, evaluation_samples=4))
+    assert qm._quant_session is not None
+    qm.save(tmp_path / "out", report=False)
+    assert qm._quant_session is None
+
+
+def test_sessions_sleep_when_idle_with_the_same_outputs() -> None:
+    """ONNX Runtime's worker threads do not spin by default (qlinear runs sessions beside numpy work and three at
+    once in the report); the outputs are those of a spinning session."""
+    import numpy as np
+
+    qm = qlinear.quantize(MODEL, DATA, dict(calibration_samples=4, evaluation_samples=4))
+    feed = next(qm.dataset.batches(0, 4, 4))
+    outs = [o.name for o in qm.model.graph.output]
+    got = {}
+    for spin in (False, True):
+        s = sessions.Session(qm.model, level="all", spin=spin)
+        assert s.sess.get_session_options().get_session_config_entry(
+            "session.intra_op.allow_spinning") == ("1" if spin else "0")
+        got[spin] = s.run(outs, feed)
+    default = sessions.Session(qm.model, level="all")
+    assert default.sess.get_session_options().get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    assert all(np.array_equal(a, b) for a, b in zip(got[False], got[True]))
