@@ -27,6 +27,7 @@ def main() -> None:
     ap.add_argument("--shared", default=str(Path(__file__).resolve().parents[2] / "shared"))
     ap.add_argument("--budgets", default="size_budget=0.2,average_bits=4.5")
     ap.add_argument("--out", default="/tmp/bench_budget")
+    ap.add_argument("--set", action="append", default=[], help="extra QuantizeConfig field, key=value")
     a = ap.parse_args()
     model = Path(a.shared) / "models" / "efficientnet-lite0.onnx"
     ds = load_dataset(Path(a.shared) / "data" / "imagenet-dev", {"input": ("N", 3, 224, 224)})
@@ -41,7 +42,8 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|---|")
     for item in a.budgets.split(","):
         key, val = item.split("=")
-        cfg = QuantizeConfig(calibration_samples=100, evaluation_samples=0, **{key: float(val)})
+        extra = dict(kv.split("=", 1) for kv in a.set)
+        cfg = QuantizeConfig(calibration_samples=100, evaluation_samples=0, **{key: float(val)}, **extra)
         t0 = time.perf_counter()
         qm = qlinear.quantize(model, {"input": x, "labels": labels}, cfg)
         t = time.perf_counter() - t0
@@ -52,7 +54,7 @@ def main() -> None:
         init = sum(len(i.SerializeToString()) for i in m.graph.initializer)
         meta = sum(len(p.value) for p in m.metadata_props)
         q = run(f.read_bytes(), x[ev], "input", fused=True).argmax(1)
-        print(f"| {key} {val} | {f.stat().st_size} | {f.stat().st_size / fbytes:.4f} | {init / fbytes:.4f} | {meta} | "
+        print(f"| {key} {val} {' '.join(a.set)} | {f.stat().st_size} | {f.stat().st_size / fbytes:.4f} | {init / fbytes:.4f} | {meta} | "
               f"{np.mean(q == labels[ev]):.3f} | {np.mean(ftop == labels[ev]):.3f} | {np.mean(q == ftop):.3f} | "
               f"{t:.0f} |")
 

@@ -192,3 +192,22 @@ def test_packed_scales_of_edited_file_are_ignored(gold):
     back = G.extract(q)
     assert np.array_equal(back["conv.weight"].scale, a.astype(np.float64))
     assert np.array_equal(back["fc1.weight"].scale, es2["fc1.weight"].scale)
+
+
+def test_int32_bias_scales_are_stored_as_products():
+    """qlinear's int32 bias scale is the float64 product of its input's and weight's scales: the metadata names the
+    two instead of packing it, and extract gives the exact product back (bit for bit, as quantize computed it)."""
+    import qlinear
+    from qlinear.examples import DATA, MODEL
+
+    qm = qlinear.quantize(MODEL, DATA, dict(calibration_samples=8, evaluation_samples=0))
+    meta = json.loads(qm.model.metadata_props[0].value)[G.bridge.EXACT_KEY]
+    biases = [e for e in qm.encodings if e.dtype == "int32"]
+    prods = {k: v["product"] for k, v in meta.items() if "product" in v}
+    assert biases and set(prods) == {e.name for e in biases if e.name in meta}
+    for b in biases:
+        x, w = (qm.encodings[t] for t in prods[b.name])
+        assert np.array_equal(b.scale.reshape(-1), np.float64(x.scale) * w.scale.reshape(-1))
+    back = G.extract(qm.model)
+    assert back == qm.encodings
+    assert all(np.array_equal(back[b.name].scale.view(np.int64), b.scale.view(np.int64)) for b in biases)

@@ -252,15 +252,42 @@ def unpack_scale(x: dict[str, Any], stored: np.ndarray) -> np.ndarray | None:
     return s.reshape(x["shape"]) if s.size == int(np.prod(x["shape"])) else None
 
 
+def _products(m: onnx.ModelProto, es: EncodingSet) -> dict[str, list[str]]:
+    """The int32 biases whose scale is exactly the float64 product of their layer's input and weight scales (as
+    qlinear computes them): bias name -> [input encoding, weight encoding]."""
+    encs = {e.name: e for e in es}
+    producer = {o: n for n in m.graph.node for o in n.output}
+    out: dict[str, list[str]] = {}
+    for n in m.graph.node:
+        if len(n.input) < 3 or n.input[2] not in encs or encs[n.input[2]].dtype != "int32" or n.input[1] not in encs:
+            continue
+        dq = producer.get(n.input[0])
+        q = producer.get(dq.input[0]) if dq is not None and dq.op_type == "DequantizeLinear" else None
+        if q is None or q.op_type != "QuantizeLinear" or q.input[0] not in encs:
+            continue
+        b, x, w = encs[n.input[2]], encs[q.input[0]], encs[n.input[1]]
+        if x.scale is None or w.scale is None or np.size(x.scale) != 1 or np.size(w.scale) != np.size(b.scale):
+            continue
+        if np.array_equal(np.asarray(x.scale, np.float64).reshape(-1) * np.asarray(w.scale, np.float64).reshape(-1),
+                          np.asarray(b.scale, np.float64).reshape(-1)):
+            out[b.name] = [x.name, w.name]
+    return out
+
+
 def _store_metadata(m: onnx.ModelProto, es: EncodingSet) -> None:
     """Keep what float32 ONNX tensors cannot: the float64 scales (packed: :func:`pack_scale`; a single scale as its
-    decimal text, shorter than a packed entry), the order and the file-level fields."""
+    decimal text, shorter than a packed entry; an int32 bias's as the names of the input and weight whose scales'
+    product it is), the order and the file-level fields."""
     exact: dict[str, Any] = {}
+    products = _products(m, es)
     for e in es:
         two_bit = e.qtype.bits == 2 and e.role == "param"
         if e.scale is not None and (two_bit or not np.array_equal(e.scale.astype(np.float32).astype(np.float64),
                                                                    e.scale)):
-            exact[e.name] = pack_scale(e.scale) if np.size(e.scale) > 1 else {"scale": e.scale.tolist()}
+            if e.name in products:
+                exact[e.name] = {"product": products[e.name], "shape": list(np.shape(e.scale))}
+            else:
+                exact[e.name] = pack_scale(e.scale) if np.size(e.scale) > 1 else {"scale": e.scale.tolist()}
         if two_bit:
             exact[e.name]["dtype"] = e.dtype
             if e.zero_point is not None:
@@ -443,10 +470,15 @@ def _apply_metadata(es: EncodingSet, meta: dict) -> EncodingSet:
     out: list[Encoding] = []
     for e in es:
         x = exact.get(e.name)
-        if x is not None and e.scale is not None:
+        if x is not None and e.scale is not None and "product" not in x:
             out.append(_exact(e, x))
         else:
             out.append(e)
+    got = {e.name: e for e in out}
+    for i, e in enumerate(out):  # int32 bias scales: the product of the exact input and weight scales
+        x = exact.get(e.name)
+        if x is not None and e.scale is not None and "product" in x:
+            out[i] = _product(e, x, got)
     order = {n: i for i, n in enumerate(meta.get("order", []))}
     out.sort(key=lambda e: order.get(e.name, len(order)))
     st = meta.get("style") or {}
@@ -477,5 +509,20 @@ def _exact(e: Encoding, x: dict) -> Encoding:
     s64 = unpack_scale(x, e.scale)
     if s64 is not None and s64.shape == e.scale.shape and np.array_equal(s64.astype(np.float32).astype(np.float64),
                                                                          e.scale):
+        return e.replace(scale=s64)
+    return e
+
+
+def _product(e: Encoding, x: dict, got: dict[str, Encoding]) -> Encoding:
+    """``e`` (an int32 bias read from the file's float32 scale) with the scale ``x["product"]`` names: the float64
+    product of its input's and weight's exact scales, if that is what the file stores."""
+    parts = [got.get(t) for t in x["product"]]
+    if any(p is None or p.scale is None for p in parts):
+        return e
+    a, w = (np.asarray(p.scale, np.float64).reshape(-1) for p in parts)
+    if a.size != 1 or w.size != e.scale.size:
+        return e
+    s64 = (a * w).reshape(x["shape"])
+    if s64.shape == e.scale.shape and np.array_equal(s64.astype(np.float32).astype(np.float64), e.scale):
         return e.replace(scale=s64)
     return e
