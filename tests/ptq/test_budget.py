@@ -124,7 +124,9 @@ def test_average_bits_fits():
 def test_choice_follows_sensitivity():
     """With room for one int4 weight, the report's sensitivity ranking agrees with an independent measurement, and
     the weight picked is the least harmful per byte saved among the weights whose int4 alone fits."""
-    qm = qlinear.quantize(MODEL, DATA, dict(BASE, size_budget=0.345))  # all int8: 0.353
+    all8 = _size_fraction(qlinear.quantize(MODEL, DATA, BASE))
+    budget = round(all8 - 0.01, 4)  # int4 saves 0.014 on stem, 0.098 on pw, 0.005 on dw and fc
+    qm = qlinear.quantize(MODEL, DATA, dict(BASE, size_budget=budget))
     ws = [s.name for s in qm.plan.weights]
     noise = {t: _int4_noise(t, qm) for t in ws}
     picked = [d["tensor"] for d in qm.decisions]
@@ -136,7 +138,7 @@ def test_choice_follows_sensitivity():
     alone = []
     for t in ws:
         q2 = qlinear.quantize(MODEL, DATA, dict(BASE, overrides=[{"name": t, "type": "int4"}]))
-        if _size_fraction(q2) <= 0.345:
+        if _size_fraction(q2) <= budget:
             alone.append(t)
     assert picked[0] in alone and len(alone) > 1
     assert noise[picked[0]] == min(noise[t] for t in alone) or len(alone) == 1
@@ -208,10 +210,12 @@ def test_cli_size_budget_report_curve(tmp_path):
 
 def test_weight_type_overrides_are_kept_and_counted():
     """A weight whose type an override sets is not moved; its bytes count at its width."""
-    qm = qlinear.quantize(MODEL, DATA, dict(BASE, size_budget=0.54, overrides=[{"name": "pw.weight", "type": "int16"}]))
+    over = dict(BASE, overrides=[{"name": "pw.weight", "type": "int16"}])
+    budget = round(_size_fraction(qlinear.quantize(MODEL, DATA, over)) - 0.01, 4)  # below all int8 but pw
+    qm = qlinear.quantize(MODEL, DATA, dict(over, size_budget=budget))
     es = {e.name: e.dtype for e in qm.encodings}
     assert es["pw.weight"] == "int16" and "pw.weight" not in {d["tensor"] for d in qm.decisions}
-    assert _size_fraction(qm) <= 0.54  # all int8 but pw: 0.55
+    assert _size_fraction(qm) <= budget
     assert "int4" in es.values()
 
 

@@ -6,10 +6,12 @@ serialized size: with external data, the model and its ``.data``) against the by
 (its ``.onnx`` file). A quantized weight takes ``ceil(bits * elements / 8)`` bytes (int4 packed two a byte) plus its
 float32 scales and its zero points at its width, as Q/DQ stores them; the rest of the file (the graph, float
 weights, int32 biases with their scales and zero points, the activations' Q/DQ, the encodings metadata) is measured:
-the Q/DQ model of the run with every weight as configured is built and serialized once (:func:`calibrate`), and the
-kept choice is checked on its own written bytes (more weights go to int4 should it be over). Before calibration
-(:func:`check_before`) the rest is bounded below by the other initializers' bytes. ``average_bits`` counts only the
-quantized weights' elements (no scales).
+the Q/DQ models of the run with every movable weight int8 and with every one int4 are built and serialized
+(:func:`calibrate`: the model gives both exactly), and the kept choice is checked on its own written bytes (more
+weights go to int4 should it be over). Before calibration (:func:`check_before`) the rest is bounded below by what
+the file surely holds (the float graph, the other initializers, each bias element's scale and zero point), so only
+a budget surely out of reach is refused then. ``average_bits`` counts only the quantized weights' elements (no
+scales).
 
 Choice (:func:`choose`), judged on the held-back calibration samples (``repair_samples``, which nothing is fitted
 on; the report's held-out samples are never used for choices):
