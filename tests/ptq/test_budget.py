@@ -16,7 +16,7 @@ import qlinear
 from qlinear.cli.main import main
 from qlinear.errors import ConfigError
 from qlinear.examples import DATA
-from qlinear.ptq.algorithms.budget import fill
+from qlinear.ptq.algorithms.budget import fill, swap
 
 BASE = dict(calibration_samples=24, evaluation_samples=16)
 BITS = {"int4": 4, "int8": 8}
@@ -151,6 +151,17 @@ def test_fill_lowers_least_sensitive_then_raises_most_harmful_back():
     # a, b, c go to int4 (70 >= 55); back to int8, most harmful first: c is needed, b is not (60), then a is needed
     assert fill(["a", "b", "c", "d"], noise, fits) == {"a": "int4", "c": "int4"}
     assert fill(["d", "a"], noise, lambda a: True) == {}
+
+
+def test_swap_trades_one_int4_weight_for_others_that_add_less_noise():
+    saved = {"a": 100, "b": 70, "c": 40, "d": 10}
+    noise = {"a": 0.5, "b": 0.28, "c": 0.21, "d": 0.01}
+    fits = lambda a: sum(saved[t] for t in a) >= 100  # noqa: E731
+    order = sorted(saved, key=lambda t: noise[t] / saved[t])  # d, b, a, c
+    greedy = fill(order, noise, fits)
+    assert greedy == {"a": "int4"}  # d, b, a; then b and d back (a alone fits): noise 0.5
+    assert swap(greedy, order, noise, fits) == {"b": "int4", "c": "int4"}  # noise 0.49, still fits
+    assert swap({"b": "int4", "c": "int4"}, order, noise, fits) == {"b": "int4", "c": "int4"}  # nothing better
 
 
 @pytest.mark.parametrize("opts,msg", [

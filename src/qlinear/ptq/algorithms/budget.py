@@ -173,6 +173,32 @@ def fill(order: list[str], noise: dict[str, float], fits: Callable[[dict[str, st
         if fits(assign):
             break
         assign[t] = LOW
+    return _back_off(assign, noise, fits)
+
+
+def swap(assign: dict[str, str], order: list[str], noise: dict[str, float],
+         fits: Callable[[dict[str, str]], bool]) -> dict[str, str]:
+    """``assign`` improved on the summed noise: an int4 weight (most harmful first) back to int8 when the int8
+    weights that then go to int4 instead (in ``order``, while it does not fit) add less noise; the room the greedy
+    fill leaves (one weight too big to go back) is used so."""
+    for t in sorted(assign, key=lambda x: -noise[x]):
+        if t not in assign:
+            continue
+        trial = {k: v for k, v in assign.items() if k != t}
+        for u in order:
+            if fits(trial):
+                break
+            if u != t and u not in trial:
+                trial[u] = LOW
+        if fits(trial):
+            trial = _back_off(trial, noise, fits)
+            if sum(noise[k] for k in trial) < sum(noise[k] for k in assign):
+                assign = trial
+    return assign
+
+
+def _back_off(assign: dict[str, str], noise: dict[str, float], fits: Callable[[dict[str, str]], bool]) -> dict[str, str]:
+    """The most harmful int4 weights of ``assign`` back to int8 while it still fits."""
     for t in sorted(assign, key=lambda x: -noise[x]):
         trial = {k: v for k, v in assign.items() if k != t}
         if fits(trial):
@@ -210,7 +236,8 @@ def choose(budget: Budget, s: Sizes, noise: dict[str, float], measure: Callable[
 
     evaluate({}, "all int8")
     cands = [fill(o, noise, fits) for o in orders(s, noise)]
-    for a, how in zip(cands, ("least noise per byte", "least noise")):
+    cands.append(swap(cands[0], orders(s, noise)[0], noise, fits))
+    for a, how in zip(cands, ("least noise per byte", "least noise", "least noise per byte, swapped")):
         evaluate(a, how)
     chosen = None
     if target is not None:
