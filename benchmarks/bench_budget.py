@@ -57,6 +57,10 @@ def main() -> None:
         print(f"| {key} {val} {' '.join(a.set)} | {f.stat().st_size} | {f.stat().st_size / fbytes:.4f} | {init / fbytes:.4f} | {meta} | "
               f"{np.mean(q == labels[ev]):.3f} | {np.mean(ftop == labels[ev]):.3f} | {np.mean(q == ftop):.3f} | "
               f"{t:.0f} |")
+        for c in qm.budget:
+            print(f"  candidate {c['candidate']}: {c['int4_weights']} int4, file {c['size_fraction']:.4f}, "
+                  f"{c['average_bits']:.2f} bits, metric {c['metric']:.4f}, SQNR {c['sqnr_db']:.2f} dB"
+                  f"{' (chosen)' if c['chosen'] else ''}")
 
 
 if __name__ == "__main__":

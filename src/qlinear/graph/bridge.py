@@ -284,10 +284,9 @@ def _store_metadata(m: onnx.ModelProto, es: EncodingSet) -> None:
         two_bit = e.qtype.bits == 2 and e.role == "param"
         if e.scale is not None and (two_bit or not np.array_equal(e.scale.astype(np.float32).astype(np.float64),
                                                                    e.scale)):
-            if e.name in products:
-                exact[e.name] = {"product": products[e.name], "shape": list(np.shape(e.scale))}
-            else:
-                exact[e.name] = pack_scale(e.scale) if np.size(e.scale) > 1 else {"scale": e.scale.tolist()}
+            own = pack_scale(e.scale) if np.size(e.scale) > 1 else {"scale": e.scale.tolist()}
+            prod = {"product": products[e.name], "shape": list(np.shape(e.scale))} if e.name in products else own
+            exact[e.name] = min(own, prod, key=lambda x: len(json.dumps(x)))  # the shorter (a scalar: its value)
         if two_bit:
             exact[e.name]["dtype"] = e.dtype
             if e.zero_point is not None:
