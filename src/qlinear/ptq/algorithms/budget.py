@@ -20,6 +20,7 @@ on; the report's held-out samples are never used for choices):
    weights fed as inputs), turned into a relative output noise ``10^(-SQNR/10)``;
 2. candidates: weights go to int4 in order of least noise per byte saved (and, as a second candidate, of least
    noise) until the size fits; then the most harmful int4 weights go back to int8 while the budget still allows;
+   a third is the first improved by swaps (:func:`swap`) on the summed noise;
 3. each candidate is built and measured (the real quantized model) on the held-back samples; without an accuracy
    target the best metric within the budget is kept (``top1_agreement`` when the output is a classifier, else
    ``sqnr_db``; ties broken by SQNR). With an ``accuracy_target`` the smallest model within the budget that meets it
