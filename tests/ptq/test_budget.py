@@ -213,6 +213,8 @@ def test_cli_size_budget_report_curve(tmp_path):
     chosen = next(c for c in curve if c["chosen"])
     assert chosen["within_budget"] and chosen["size_fraction"] <= 0.3
     assert chosen["size_fraction"] == (out / "model.qdq.onnx").stat().st_size / MODEL.stat().st_size  # the file
+    assert (chosen["file_bytes"], chosen["float_bytes"]) == ((out / "model.qdq.onnx").stat().st_size,
+                                                             MODEL.stat().st_size)
     assert any(c["candidate"] == "all int8" and not c["within_budget"] for c in curve)
     assert rep["config"]["size_budget"] == 0.3
     html = (out / "report.html").read_text()

@@ -231,6 +231,7 @@ def choose(budget: Budget, s: Sizes, noise: dict[str, float], measure: Callable[
             seen[key] = measure(a)
             within = frac(a) <= budget.value + 1e-12 if budget.kind == "size_budget" else fits(a)
             curve.append({"candidate": how, "int4_weights": len(a), "size_fraction": frac(a),
+                          "file_bytes": round(frac(a) * s.float_bytes), "float_bytes": round(s.float_bytes),
                           "average_bits": s.average_bits(a), "within_budget": within,
                           "metric": _value(seen[key], metric), "sqnr_db": _value(seen[key], "sqnr_db")})
         return seen[key]
