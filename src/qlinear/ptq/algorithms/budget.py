@@ -390,7 +390,7 @@ def run_budget(inp: RepairInputs, *, progress: Callable[[str, int], Callable[[in
     target = Target.parse(cfg.accuracy_target) if cfg.accuracy_target else None
     classifier = any(v and v[0].ndim == 2 and v[0].shape[1] > 1 for v in float_out.values())  # has top-1
     metric = target.metric if target else ("top1_agreement" if classifier else "sqnr_db")
-    adv = progress("size budget", 3) if progress else None
+    adv = progress("size budget", 4) if progress else None  # all int8 and three candidates
 
     written: dict[tuple, int] = {}
 
