@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -128,3 +130,84 @@ def test_extract_reads_onnxruntime_quantize_static(gold, tmp_path):
     assert any(np.array_equal(v, es["x"].scale.astype(np.float32)) for v in ort_params.values())
     q = G.apply(es.with_encodings(e for e in es if e.role == "param" or e.name in ("x",)), model)
     assert _run(q, xs[0]).shape == (1, 16)
+
+
+# --------------------------------------------------------------------------------------------- metadata
+DATA = __import__("pathlib").Path(__file__).parent / "data"
+
+
+@pytest.mark.parametrize("name", ["aimet-onnx-2.42.0_per_channel_tf_v2.0.0",
+                                  "aimet-onnx-2.42.0_mixed_fp16_int16_int2_v2.0.0"])
+def test_files_of_earlier_versions_extract_exactly(gold, name):
+    """Q/DQ files written by qlinear before the scales were packed (decimal ``"exact"`` lists in the metadata, made by
+    ``apply`` of that version) still extract to the exact encodings; re-applied, they get the packed metadata."""
+    d, model, _ = gold
+    old = onnx.load(DATA / f"{name}.qlinear-0.qdq.onnx")
+    meta = json.loads(old.metadata_props[0].value)
+    assert "exact" in meta and G.bridge.EXACT_KEY not in meta and meta["exact"]  # really the old format
+    es = G.load_encodings(d / f"{name}.encodings", model)
+    assert G.extract(old) == es
+    new = G.apply(es, model)
+    assert G.extract(new) == es
+    new_meta = json.loads(new.metadata_props[0].value)
+    assert "exact" not in new_meta and set(new_meta[G.bridge.EXACT_KEY]) == set(meta["exact"])
+    assert len(new.metadata_props[0].value) < len(old.metadata_props[0].value)
+
+
+def test_packed_scales_are_exact_and_compact(gold):
+    """Random float64 scales (none exact in float32, some float32 subnormal) come back bit for bit; the metadata
+    takes ~5.3 characters a scale where decimal JSON took ~20."""
+    d, model, _ = gold
+    es = G.load_encodings(d / "aimet-onnx-2.42.0_per_channel_tf_v2.0.0.encodings", model)
+    rng = np.random.default_rng(0)
+    fl = []
+    for e in es:
+        s = np.exp(rng.uniform(-9, 2, np.shape(e.scale))) * (1 + 1e-12)
+        if e.name == "conv.weight":
+            s.reshape(-1)[:2] = [3e-39, 1.5e-40]  # float32 subnormal: the difference does not fit in int32
+        fl.append(e.replace(scale=s))
+    es2 = es.with_encodings(fl)
+    q = G.apply(es2, model)
+    back = G.extract(q)
+    for e in es2:
+        assert np.array_equal(back[e.name].scale.view(np.int64), e.scale.view(np.int64)), e.name
+    meta = json.loads(q.metadata_props[0].value)[G.bridge.EXACT_KEY]
+    assert "float64" in meta["conv.weight"]  # a single scale stays decimal text (shorter than a packed entry)
+    assert all(("ulps" in v) == (np.size(es2[k].scale) > 1) for k, v in meta.items() if k != "conv.weight")
+    n = sum(np.size(e.scale) for e in es2)
+    assert len(q.metadata_props[0].value) < 600 + 8 * n < len(json.dumps([e.scale.tolist() for e in es2]))
+
+
+def test_packed_scales_of_edited_file_are_ignored(gold):
+    """A scale changed in the file after it was written: its packed entry (relative to the old float32 scale) is not
+    applied; extract reads the file's float32 scale."""
+    d, model, _ = gold
+    es = G.load_encodings(d / "aimet-onnx-2.42.0_per_channel_tf_v2.0.0.encodings", model)
+    es2 = es.with_encodings(e.replace(scale=np.asarray(e.scale, np.float64) * (1 + 1e-12)) for e in es)
+    q = G.apply(es2, model)
+    t = next(i for i in q.graph.initializer if i.name == "conv.weight_scale")
+    a = numpy_helper.to_array(t).copy()
+    a[0] = np.nextafter(a[0], np.float32(1))
+    t.CopyFrom(numpy_helper.from_array(a, t.name))
+    back = G.extract(q)
+    assert np.array_equal(back["conv.weight"].scale, a.astype(np.float64))
+    assert np.array_equal(back["fc1.weight"].scale, es2["fc1.weight"].scale)
+
+
+def test_int32_bias_scales_are_stored_as_products():
+    """qlinear's int32 bias scale is the float64 product of its input's and weight's scales: the metadata names the
+    two instead of packing it, and extract gives the exact product back (bit for bit, as quantize computed it)."""
+    import qlinear
+    from qlinear.examples import DATA, MODEL
+
+    qm = qlinear.quantize(MODEL, DATA, dict(calibration_samples=8, evaluation_samples=0))
+    meta = json.loads(qm.model.metadata_props[0].value)[G.bridge.EXACT_KEY]
+    biases = [e for e in qm.encodings if e.dtype == "int32"]
+    prods = {k: v["product"] for k, v in meta.items() if "product" in v}
+    assert biases and set(prods) == {e.name for e in biases if e.name in meta}
+    for b in biases:
+        x, w = (qm.encodings[t] for t in prods[b.name])
+        assert np.array_equal(b.scale.reshape(-1), np.float64(x.scale) * w.scale.reshape(-1))
+    back = G.extract(qm.model)
+    assert back == qm.encodings
+    assert all(np.array_equal(back[b.name].scale.view(np.int64), b.scale.view(np.int64)) for b in biases)

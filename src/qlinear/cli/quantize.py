@@ -38,7 +38,8 @@ _HELP = {  # the help text of each option
                         'of the tensors that hurt most until it holds on calibration samples.'),
     "lm_head_type": ("Weight-only: the tied embedding / lm_head (the MatMul producing the logits): int8 per-channel "
                      "(default with 4-bit weights), int4 (follow the weights) or float."),
-    "size_budget": "FRACTION of the float size: per-layer int4/int8 weights chosen from their sensitivity to fit it.",
+    "size_budget": "FRACTION of the float .onnx file's bytes that the written model.qdq.onnx may take: per-layer "
+                   "int4/int8 weights chosen from their sensitivity to fit it.",
     "average_bits": "B (4..8) bits per quantized weight: per-layer int4/int8 weights chosen from their sensitivity.",
     "target": 'ort (default), tflite or qnn.',
     "config": 'JSON/TOML file of QuantizeConfig options; command-line options override it.',

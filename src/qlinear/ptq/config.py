@@ -102,9 +102,9 @@ class QuantizeConfig:
             calibration samples (at most half of them), which are then held back from fitting; see
             :mod:`qlinear.ptq.algorithms.repair`.
         size_budget / average_bits: mixed precision: per-layer int4/int8 weights, chosen from their sensitivity on
-            the held-back ``repair_samples``, so that the model is at most this fraction of the float size / this
-            many bits per quantized weight element (with ``accuracy_target``: the smallest such model meeting it);
-            see :mod:`qlinear.ptq.algorithms.budget`.
+            the held-back ``repair_samples``, so that the written Q/DQ file is at most this fraction of the float
+            model's file (its bytes as given) / this many bits per quantized weight element (with
+            ``accuracy_target``: the smallest such model meeting it); see :mod:`qlinear.ptq.algorithms.budget`.
     """
 
     weight_type: str = "int8"

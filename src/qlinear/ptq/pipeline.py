@@ -101,6 +101,8 @@ def quantize(model: Any, data: Any, config: QuantizeConfig | dict | None = None,
             raise ConfigError(f"{what}: needs at least 2 calibration samples, the data has {n_cal}")
         n_fit = n_cal - min(cfg.repair_samples, n_cal // 2)
     run = _Run(cfg, m, ds, label, notes, {}, progress, n_fit, n_cal)
+    if cfg.size_budget is not None:  # a fraction of the float model's file: its serialized bytes as given
+        run.float_bytes = float_model.ByteSize()
     reference, placement = _rewrite(run)
     out = _calibrate(run, reference, placement)
     out.float_model = float_model
@@ -129,6 +131,7 @@ class _Run:
     n_fit: int
     n_cal: int
     model: Any = None  # the onnx_ir.Model of ``m`` after the rewrites (planned without a new proto or index)
+    float_bytes: int = 0  # the float model's serialized bytes (size_budget's denominator)
 
 
 def _rewrite(run: _Run) -> tuple[onnx.ModelProto, str]:
@@ -189,11 +192,11 @@ def _calibrate(run: _Run, reference: onnx.ModelProto, placement: str) -> Quantiz
     if cfg.size_budget is not None or cfg.average_bits is not None:  # refused before calibration if out of reach
         from qlinear.ptq.algorithms.budget import check_before
 
-        check_before(m, plan, tcfg, run.label)
+        check_before(m, plan, tcfg, run.label, run.float_bytes)
     t0 = time.perf_counter()
     means_for = [b.input for b in plan.biases] if cfg.bias_correction else []
     adv = progress("calibrating", run.n_fit) if progress else None
-    keep: dict[str, Any] = {}
+    keep: dict[str, Any] = {"float_bytes": run.float_bytes}
     obs, means = _collect(m, run.ds, run.n_fit, list(plan.activations), cfg, means_for, adv, run.label, keep, tcfg)
     timings["calibration"] = time.perf_counter() - t0
     t0 = time.perf_counter()
