@@ -1,6 +1,6 @@
 """The weight-only method when none is given (:func:`qlinear.ptq.weightonly.api.default_method`): per-block weights
-with data get ``aag+gptq``, named in a note; without data, a given method, per-channel and LPBQ weights are left
-as they are (round to nearest); and ``mse``'s scales are its search's."""
+get ``mse`` (its scales are the search's) without data and ``aag+gptq`` with data, named in a note; a given method,
+per-channel and LPBQ weights are left as they are."""
 
 import numpy as np
 import pytest
@@ -16,8 +16,10 @@ def _methods(qm):
     return {r["weight"]: r["method"] for r in qm.streamed.weight_stats()}
 
 
-def test_mse_scales_are_the_search_and_never_worse_than_round_to_nearest():
-    qm = qlinear.quantize(tiny_lm(), None, {**WO, "weights": "per-block", "block_size": 16, "weight_method": "mse"})
+def test_no_data_default_is_the_mse_scale_search_never_worse_than_round_to_nearest():
+    qm = qlinear.quantize(tiny_lm(), None, {**WO, "weights": "per-block", "block_size": 16})
+    assert qm.config.weight_method == "mse"
+    assert any(n.startswith("weight_method mse (the default without data") for n in qm.notes)
     assert set(_methods(qm).values()) == {"mse"}
     for r in qm.streamed.weight_stats():
         assert r["sqnr_db"] >= r["rtn_sqnr_db"] - 1e-9  # the search keeps round to nearest where nothing is better
@@ -36,10 +38,9 @@ def test_data_default_is_aag_gptq():
     assert any(n.startswith("weight_method aag+gptq (the default with data") for n in qm.notes)
 
 
-@pytest.mark.parametrize("cfg", [{"weights": "per-block", "block_size": 16},
-                                 {"weights": "per-block", "block_size": 16, "weight_method": "minmax"},
+@pytest.mark.parametrize("cfg", [{"weights": "per-block", "block_size": 16, "weight_method": "minmax"},
                                  {"weights": "per-channel"}, {"weights": "lpbq", "block_size": 16}])
-def test_no_data_given_method_per_channel_and_lpbq_keep_round_to_nearest(cfg):
+def test_given_method_per_channel_and_lpbq_keep_round_to_nearest(cfg):
     qm = qlinear.quantize(tiny_lm(), None, {**WO, **cfg})
     assert qm.config.w_method == "minmax"
     assert set(_methods(qm).values()) == {"minmax"}

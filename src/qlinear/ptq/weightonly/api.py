@@ -195,19 +195,24 @@ def quantize_weights(model: Any, data: Any, cfg: QuantizeConfig, *, progress: Pr
     return QuantizedModel(None, m, m, sw.encodings(), cfg, None, ds, timings, notes, streamed=sw)
 
 
-#: the default ``weight_method`` of per-block weight-only runs with data: the best data method of
-#: ``benchmarks/bench_transformers.py`` on SmolLM2 (README, SmolLM2 tables). Without data it stays ``minmax``: no
-#: data-free search measured at least as good as round to nearest on both held-out texts (README).
+#: the default ``weight_method`` of per-block weight-only runs without data / with data: the best data-free and data
+#: methods of ``benchmarks/bench_transformers.py`` on SmolLM2 (README, SmolLM2 tables)
+DEFAULT_NO_DATA = "mse"
 DEFAULT_DATA = "aag+gptq"
 
 
 def default_method(cfg: QuantizeConfig, ds: Any, notes: list[str]) -> QuantizeConfig:
-    """``cfg`` with ``weight_method`` settled when not given, for per-block weights with data: :data:`DEFAULT_DATA`
-    (a printed note names it); without data, and for per-channel and LPBQ weights, ``minmax`` (round to nearest)."""
-    if cfg.weight_method is not None or cfg.weights != "per-block" or ds is None:
+    """``cfg`` with ``weight_method`` settled when not given, for per-block weights: :data:`DEFAULT_NO_DATA` without
+    data, :data:`DEFAULT_DATA` with it (a printed note names the method); per-channel and LPBQ weights keep
+    ``minmax`` (round to nearest)."""
+    if cfg.weight_method is not None or cfg.weights != "per-block":
         return cfg
+    if ds is None:
+        notes.append(f"weight_method {DEFAULT_NO_DATA} (the default without data: each block's scale searched by "
+                     "the weight error around the full range; --weight-method minmax for plain round to nearest)")
+        return cfg.settled(weight_method=DEFAULT_NO_DATA)
     notes.append(f"weight_method {DEFAULT_DATA} (the default with data: GPTQ on activation-aware grids; "
-                 "--weight-method minmax for round to nearest)")
+                 "--weight-method minmax for round to nearest, mse without using the data)")
     return cfg.settled(weight_method=DEFAULT_DATA)
 
 
