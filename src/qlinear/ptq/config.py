@@ -54,7 +54,7 @@ class QuantizeConfig:
             With ``activation_type: "float"`` only the MatMul/Gemm weights are quantized (weight-only, see
             :mod:`qlinear.ptq.weightonly`): ``weight_method`` ``minmax`` (round to nearest), ``mse`` (each block's
             scale searched by the weight error) or ``gptq``; by default (``None``) with per-block weights ``mse``
-            without data and ``aag+gptq`` with data (a note says so), else ``minmax``
+            without data (blocks up to 32) and ``aag+gptq`` with data (a note says so), else ``minmax``
             (``gptq_act_order``, ``gptq_damp``, ``gptq_sequential``: each block's Hessians on the outputs of the
             blocks before it already quantized, in bounded memory, default true), ``output_format`` ``qdq`` or ``matmulnbits``, ``lm_head_type``
             (the tied embedding / lm_head, the MatMul producing the logits: ``int8`` per-channel by default when

@@ -39,6 +39,7 @@ def test_data_default_is_aag_gptq():
 
 
 @pytest.mark.parametrize("cfg", [{"weights": "per-block", "block_size": 16, "weight_method": "minmax"},
+                                 {"weights": "per-block", "block_size": 64},
                                  {"weights": "per-channel"}, {"weights": "lpbq", "block_size": 16}])
 def test_given_method_per_channel_and_lpbq_keep_round_to_nearest(cfg):
     qm = qlinear.quantize(tiny_lm(), None, {**WO, **cfg})
