@@ -74,7 +74,7 @@ def test_search_lowers_the_error_of_heavy_tailed_weights():
         s0, z = params(wb, 4, grid)
         s, _ = search_scale(wb, 4, grid)
 
-        def err(sc):
+        def err(sc, z=z):
             q = quantize_blocks(wb, sc, z, 4).astype(np.float32)
             return float((((q - z[..., None]) * sc[..., None] - wb) ** 2).sum())
         assert err(s) < 0.97 * err(s0)  # not just "never worse": blocks do move
