@@ -19,7 +19,9 @@ ONNX Runtime's HQQ and GPTQ quantizers import torch: set ``QLINEAR_PEER_PYTHON``
 SmolLM2 rows: perplexity (lower is better; float 22.05), quantization wall time / peak RSS, model file size,
 prefill throughput of the result in ONNX Runtime (tokens/s, one 512-token window, 2 threads), and the share of the gap
 between ONNX Runtime's round to nearest and float that the row closes, ``(ppl_RTN - ppl) / (ppl_RTN - ppl_float)``
-on the first held-out text (issue 22's bar: 65 %). The weight-only methods on data (``gptq``, ``awq``, ``aag``:
+on the first held-out text (issue 22's bar: 65 %). ``--methods default``: the README's command as typed (no
+``--weight-method``, no data, the tied lm_head int8), issue 22's bar against ORT's default. The weight-only methods
+on data (``gptq``, ``awq``, ``aag``:
 activation-aware grid, ``awq+gptq``, ``aag+gptq``) calibrate on 17 windows of 512 tokens. MiniLM rows: mean and
 min cosine of mean-pooled embeddings to float over 300 held-out sentences.
 """
@@ -94,7 +96,8 @@ def _size_mb(path: Path) -> float:
     return sum(f.stat().st_size for f in path.parent.glob(path.name + "*")) / 1e6
 
 
-METHODS = ("minmax", "mse", "aag", "awq", "gptq", "awq+gptq", "aag+gptq")
+#: ``default``: the command without ``--weight-method`` (and without data), as a user types it
+METHODS = ("minmax", "mse", "aag", "awq", "gptq", "awq+gptq", "aag+gptq", "default")
 
 
 def _gap(ppl: float, rtn: float | None, flt: float) -> str:
@@ -137,6 +140,10 @@ def smollm2(quick: bool, methods: tuple[str, ...] = METHODS, eval_tokens: int = 
     for block in blocks if not quick else (32,):
         runs.append((f"ORT MatMulNBitsQuantizer RTN sym b{block}", "ort", "rtn", block, ""))
         for method in methods:
+            if method == "default":  # the README's command as it is: no --weight-method, no data, lm_head int8
+                runs.append((f"qlinear default command, no data (qdq, tied lm_head int8) b{block}", "qlinear",
+                             method, block, ""))
+                continue
             runs.append((f"qlinear {method} sym b{block} (qdq)", "qlinear", method, block, f"--config {cfg}"))
         if "gptq" in methods and not quick:
             runs.append((f"qlinear gptq sym b{block} (matmulnbits)", "qlinear-nbits", "gptq", block,
@@ -177,12 +184,12 @@ def smollm2(quick: bool, methods: tuple[str, ...] = METHODS, eval_tokens: int = 
         else:
             fmt = "matmulnbits" if tool == "qlinear-nbits" else "qdq"
             dat = f"--data {data} --calibration-samples 17 --evaluation-samples 0 " \
-                if method not in ("minmax", "mse") else ""
-            dat += extra + " "
+                if method not in ("minmax", "mse", "default") else ""
+            dat += extra + " " + ("" if method == "default" else f"--weight-method {method} ")
             res = _child(textwrap.dedent(f"""
                 import sys
                 from qlinear.cli.main import main
-                sys.argv = ["qlinear", "quantize", {str(src)!r}] + {(dat + f"--activation-type float --weight-type int4 --weights per-block --block-size {block} --weight-method {method} --format {fmt} --no-report -o " + str(out / "q")).split()!r}
+                sys.argv = ["qlinear", "quantize", {str(src)!r}] + {(dat + f"--activation-type float --weight-type int4 --weights per-block --block-size {block} --format {fmt} --no-report -o " + str(out / "q")).split()!r}
                 try:
                     main()
                 except SystemExit as e:

@@ -30,8 +30,8 @@ LPBQ_SCALE_BITS = 4
 METHODS = ("minmax", "moving_average", "sqnr", "mse", "percentile", "entropy")
 #: weight methods that use the layer inputs (calibration data): sequential MSE and AdaRound (:mod:`qlinear.ptq.algorithms.refine`)
 DATA_WEIGHT_METHODS = ("seqmse", "adaround")
-#: weight-only methods (:mod:`qlinear.ptq.weightonly`): round to nearest (``minmax``), per-block clipping search
-#: (``mse``), GPTQ (needs data)
+#: weight-only methods (:mod:`qlinear.ptq.weightonly`): round to nearest (``minmax``), per-block scale search by
+#: the weight error (``mse``), GPTQ (needs data)
 WEIGHT_ONLY_METHODS = ("minmax", "mse", "gptq")
 #: weight-only methods on the calibration data's Gram matrices (:mod:`qlinear.ptq.algorithms.awq`, ``aag``:
 #: :func:`qlinear.ptq.algorithms.grids.activation_aware_grid`), alone or before GPTQ
@@ -52,7 +52,9 @@ class QuantizeConfig:
         weights: ``per-channel`` (default), ``per-tensor``, ``per-block`` (``block_size``) or ``lpbq`` (4-bit blocks
             with integer per-block scales under a per-channel float scale, AIMET spec §1.2).
             With ``activation_type: "float"`` only the MatMul/Gemm weights are quantized (weight-only, see
-            :mod:`qlinear.ptq.weightonly`): ``weight_method`` ``minmax`` (round to nearest), ``mse`` or ``gptq``
+            :mod:`qlinear.ptq.weightonly`): ``weight_method`` ``minmax`` (round to nearest), ``mse`` (each block's
+            scale searched by the weight error) or ``gptq``; by default (``None``) with per-block weights ``mse``
+            without data (blocks up to 32) and ``aag+gptq`` with data (a note says so), else ``minmax``
             (``gptq_act_order``, ``gptq_damp``, ``gptq_sequential``: each block's Hessians on the outputs of the
             blocks before it already quantized, in bounded memory, default true), ``output_format`` ``qdq`` or ``matmulnbits``, ``lm_head_type``
             (the tied embedding / lm_head, the MatMul producing the logits: ``int8`` per-channel by default when

@@ -203,12 +203,12 @@ def test_gptq_needs_data_and_improves_output(tmp_path):
     with pytest.raises(ConfigError, match="needs calibration data"):
         qlinear.quantize(m, None, {**WO, "weight_method": "gptq"})
     cfg = {**WO, "calibration_samples": 48, "evaluation_samples": 24}
-    rtn = qlinear.quantize(m, d, cfg)
+    rtn = qlinear.quantize(m, d, {**cfg, "weight_method": "minmax"})
     g = qlinear.quantize(m, d, {**cfg, "weight_method": "gptq"})
     assert g.held_out() == (48, 72) and rtn.held_out()[0] == 0
     # the same held-out samples for both: GPTQ's output SQNR is higher
     s_g = g.report().outputs["logits"]["sqnr_db"]
-    rtn_eval = qlinear.quantize(m, {k: v[48:] for k, v in d.items()}, cfg)
+    rtn_eval = qlinear.quantize(m, {k: v[48:] for k, v in d.items()}, {**cfg, "weight_method": "minmax"})
     s_r = rtn_eval.report().outputs["logits"]["sqnr_db"]
     assert s_g > s_r
 
@@ -247,7 +247,7 @@ def test_one_result_type_with_the_full_integer_protocol(tmp_path):
     from qlinear.ptq import QuantizedModel
 
     m, d = tiny_lm(), lm_data()
-    wm = qlinear.quantize(m, d, {**WO, "calibration_samples": 8, "evaluation_samples": 4})
+    wm = qlinear.quantize(m, d, {**WO, "weight_method": "minmax", "calibration_samples": 8, "evaluation_samples": 4})
     assert isinstance(wm, QuantizedModel) and not wm.rewritten
     buf = io.BytesIO()
     assert wm.save_onnx(buf) == []
@@ -388,7 +388,8 @@ def test_lm_head_int8_per_channel_by_default(tmp_path, capsys):
     ref = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feed)[0]
     err = {}
     for head in ("int8", "int4", "float"):
-        wm, p = _write(m, tmp_path, {"lm_head_type": head} if head != "int8" else {}, name=f"{head}.onnx")
+        wm, p = _write(m, tmp_path, {"weight_method": "minmax", **({"lm_head_type": head} if head != "int8" else {})},
+                       name=f"{head}.onnx")
         enc = {e.name: e for e in wm.encodings}
         q = _sess(p).run(None, feed)[0]
         err[head] = float(np.abs(q - ref).max())
@@ -405,7 +406,7 @@ def test_lm_head_int8_per_channel_by_default(tmp_path, capsys):
             assert "embed.weight" in names
     assert err["float"] < err["int8"] < err["int4"]
     # matmulnbits output with the int8 lm_head runs in ONNX Runtime and matches the Q/DQ file
-    wm = qlinear.quantize(m, None, WO)
+    wm = qlinear.quantize(m, None, {**WO, "weight_method": "minmax"})
     wm.save_onnx(tmp_path / "n.onnx", output_format="matmulnbits")
     np.testing.assert_allclose(_sess(tmp_path / "n.onnx").run(None, feed)[0], _sess(tmp_path / "int8.onnx", acc=0).run(
         None, feed)[0], rtol=1e-4, atol=1e-4)

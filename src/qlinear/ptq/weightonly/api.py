@@ -65,6 +65,7 @@ Progress = Callable[[str, int], Callable[[int], None]]
 #: round to nearest streams an external weight in slabs of about this many bytes of float32 rows (:func:`row_slabs`)
 SLAB_BYTES = 16 << 20
 SQNR_ROWS = 1024  #: :func:`weight_sqnr` sums its energies in blocks of this many rows
+RTN_METHODS = ("minmax", "mse")  #: the data-free methods: round to nearest on the grid, or on searched scales
 
 
 def grid_for(cfg: QuantizeConfig) -> str:
@@ -169,6 +170,7 @@ def quantize_weights(model: Any, data: Any, cfg: QuantizeConfig, *, progress: Pr
     by_weight = group_by_weight(linears, skipped, label)
     heads = lm_head_plan(m, by_weight, skipped, cfg, notes, label)
     ds = _dataset(m, data, cfg, preprocess, notes)
+    cfg = default_method(cfg, ds, notes)
     _check_upgrade(given, m, tensors, ds, label, notes)
     timings: dict[str, float] = {}
     shared = _other_readers(m, by_weight)
@@ -191,6 +193,32 @@ def quantize_weights(model: Any, data: Any, cfg: QuantizeConfig, *, progress: Pr
     notes.append(coverage_note(cov))
     sw = StreamedWeights(m, tensors, results, label, model, skipped, cov)
     return QuantizedModel(None, m, m, sw.encodings(), cfg, None, ds, timings, notes, streamed=sw)
+
+
+#: the default ``weight_method`` of per-block weight-only runs without data / with data: the best data-free and data
+#: methods of ``benchmarks/bench_transformers.py`` on SmolLM2 (README, SmolLM2 tables)
+DEFAULT_NO_DATA = "mse"
+DEFAULT_DATA = "aag+gptq"
+#: the largest block the no-data default searches (measured on SmolLM2: better than round to nearest at block 32 on
+#: both texts, much worse at block 128, where the default stays ``minmax``)
+NO_DATA_MAX_BLOCK = 32
+
+
+def default_method(cfg: QuantizeConfig, ds: Any, notes: list[str]) -> QuantizeConfig:
+    """``cfg`` with ``weight_method`` settled when not given, for per-block weights: :data:`DEFAULT_NO_DATA` without
+    data (blocks of at most :data:`NO_DATA_MAX_BLOCK`), :data:`DEFAULT_DATA` with it (a printed note names the
+    method); larger blocks without data, per-channel and LPBQ weights keep ``minmax`` (round to nearest)."""
+    if cfg.weight_method is not None or cfg.weights != "per-block":
+        return cfg
+    if ds is None and int(cfg.block_size) > NO_DATA_MAX_BLOCK:
+        return cfg
+    if ds is None:
+        notes.append(f"weight_method {DEFAULT_NO_DATA} (the default without data: each block's scale searched by "
+                     "the weight error around the full range; --weight-method minmax for plain round to nearest)")
+        return cfg.settled(weight_method=DEFAULT_NO_DATA)
+    notes.append(f"weight_method {DEFAULT_DATA} (the default with data: GPTQ on activation-aware grids; "
+                 "--weight-method minmax for round to nearest, mse without using the data)")
+    return cfg.settled(weight_method=DEFAULT_DATA)
 
 
 def lm_head_plan(m: onnx.ModelProto, by_weight: dict[str, list[Linear]], skipped: dict[str, str],
@@ -389,7 +417,7 @@ def _quantize_weight(name: str, lins: list[Linear], tensors: Tensors, cfg: Quant
     kept = method.endswith("gptq") and name not in shared
     if not kept:
         method = method.removesuffix("gptq").rstrip("+") or "minmax"
-    if not kept and not g.lpbq and method in ("minmax", "mse") and dequantized is None:  # one slab of rows at a time
+    if not kept and not g.lpbq and method in RTN_METHODS and dequantized is None:  # one slab of rows at a time
         bq, sqnr, rtn = _rtn_streamed(tensors, name, g, grid, method)
         integers = _requantize(tensors, name, g, bq.scale, bq.zero_point)
     else:
@@ -577,7 +605,7 @@ def _quantize_one(w: np.ndarray, g: _Grid, grid: str, method: str, cfg: Quantize
                     scale_dtype=sd)
     if method == "aag" and h is not None:
         return activation_aware_grid(w, h, g.bits, g.block, grid, scale_dtype=sd)
-    bq = quantize_rtn(w, g.bits, g.block, grid, method="mse" if method == "mse" else "minmax", scale_dtype=sd)
+    bq = quantize_rtn(w, g.bits, g.block, grid, method=method if method in RTN_METHODS else "minmax", scale_dtype=sd)
     if g.lpbq:
         s, _ = _lpbq(g, bq.scale)
         wb = padded(w, g.block)
