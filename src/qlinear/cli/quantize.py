@@ -30,7 +30,9 @@ _HELP = {  # the help text of each option
     "weight_method": ('Weight method: minmax (default), sqnr, mse, percentile, seqmse (ranges by the '
                       "layer's output error) or adaround (learned rounding; uses the calibration "
                       'data); weight-only: minmax (round to nearest), mse, or with data gptq, awq, aag '
-                      '(activation-aware grid) and their + combinations (awq+gptq).'),
+                      '(activation-aware grid) and their + combinations (awq+gptq); the weight-only '
+                      'default for per-block weights is mse without data (blocks up to 32, minmax above) '
+                      'and aag+gptq with data (a note names it), minmax otherwise.'),
     "output_format": ('Weight-only output: qdq (default: blocked DequantizeLinear, which ONNX Runtime '
                       'fuses into MatMulNBits) or matmulnbits (com.microsoft.MatMulNBits written '
                       'directly).'),
