@@ -42,8 +42,17 @@ from qlinear.graph.ir import to_proto
 from qlinear.graph.load import load_checked, model_dir
 from qlinear.graph.ops import WEIGHT_BEARING
 from qlinear.graph.save import needs_external
-from qlinear.ptq.algorithms.awq import (Scaled, apply_awq, awq_inputs, awq_note, fold, rtn_quantizer, scale_weights,
-                                        scaled_gram, search_group)
+from qlinear.ptq.algorithms.awq import (
+    Scaled,
+    apply_awq,
+    awq_inputs,
+    awq_note,
+    fold,
+    rtn_quantizer,
+    scale_weights,
+    scaled_gram,
+    search_group,
+)
 from qlinear.ptq.algorithms.gptq import gptq
 from qlinear.ptq.algorithms.grids import (
     BlockQuant,
