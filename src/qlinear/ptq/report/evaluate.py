@@ -736,13 +736,14 @@ def evaluate_weight_only(qm: Any, model_path: Any, *, samples: int | None = None
     plots = {n: OutputPlot() for n in names}
     labels = None if ds.labels is None else np.asarray(ds.labels)
 
-    def sessions() -> tuple[Callable[[], Any], Callable[[], Any]]:
-        return (lambda: Session(sw.graph, level="all", label=sw.label, external_dir=str(base) if base else None),
+    def sessions(**kw: Any) -> tuple[Callable[[], Any], Callable[[], Any]]:
+        return (lambda: Session(sw.graph, level="all", label=sw.label, external_dir=str(base) if base else None,
+                                **kw),
                 lambda: Session(onnx.load(str(model_path), load_external_data=False), level="all",
-                                label=f"the quantized {sw.label}", external_dir=str(model_path.parent)))
+                                label=f"the quantized {sw.label}", external_dir=str(model_path.parent), **kw))
 
     if tokens:
-        _token_passes(qm, sessions(), names, (start, stop), acc, plots, progress)
+        _token_passes(qm, sessions(mem_pattern=False), names, (start, stop), acc, plots, progress)
     else:
         fl, qs = (make() for make in sessions())
         at = start
@@ -772,7 +773,8 @@ def _token_passes(qm: Any, sessions: tuple[Callable[[], Any], Callable[[], Any]]
     time; the float model runs first over up to :data:`ROUND_BYTES` of outputs, kept in a temporary file, and is
     dropped before the quantized model runs over the same samples (one session alive at a time, one sample's
     outputs of each model in memory). The metrics accumulate per batch of ``batch_size`` samples as before
-    (:meth:`Agreement.add_sample`, :meth:`OutputPlot.add_part`)."""
+    (:meth:`Agreement.add_sample`, :meth:`OutputPlot.add_part`). The sessions come from ``sessions`` (ONNX
+    Runtime's memory pattern off: no block for a whole run kept beside the arena)."""
     import tempfile
 
     ds = qm.dataset
@@ -792,9 +794,11 @@ def _token_passes(qm: Any, sessions: tuple[Callable[[], Any], Callable[[], Any]]
             fl, kept, last = sessions[0](), [], first
             while last < len(spans) and (last == first or f.tell() < ROUND_BYTES):
                 for i in range(spans[last][0], sum(spans[last])):
-                    for o in fl.run(names, one(i), where=f"{ds.source}, sample {i}"):
+                    outs = fl.run(names, one(i), where=f"{ds.source}, sample {i}")
+                    for o in outs:
                         kept.append((f.tell(), o.shape, o.dtype))
                         f.write(np.ascontiguousarray(o).data)
+                    del outs, o
                 last += 1
             del fl
             f.flush()
@@ -802,13 +806,15 @@ def _token_passes(qm: Any, sessions: tuple[Callable[[], Any], Callable[[], Any]]
             for at, k in spans[first:last]:
                 for part, i in enumerate(range(at, at + k)):
                     feed = one(i)
-                    for n, b in zip(names, qs.run(names, feed, where=f"{ds.source}, sample {i}")):
+                    outs = qs.run(names, feed, where=f"{ds.source}, sample {i}")
+                    for n, b in zip(names, outs):
                         off, shape, dtype = next(it)
                         f.seek(off)
                         a = np.fromfile(f, dtype, int(np.prod(shape))).reshape(shape)
                         acc[n].add_sample(a, b, None if labels is None else labels[i:i + 1], feed.get(tokens))
                         plots[n].add_part(a, b, i, part, k)
-                        del a
+                        del a, b
+                    del outs
                     if progress:
                         progress(1)
             del qs
