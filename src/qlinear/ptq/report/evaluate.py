@@ -25,6 +25,9 @@ QuantizeLinear/DequantizeLinear runs as the operator, float operators in between
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import gc
 import threading
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
@@ -777,6 +780,7 @@ def _token_passes(qm: Any, sessions: tuple[Callable[[], Any], Callable[[], Any]]
     Runtime's memory pattern off: no block for a whole run kept beside the arena)."""
     import tempfile
 
+    _release_heap()
     ds = qm.dataset
     tokens = token_input(qm.streamed.graph)
     labels = None if ds.labels is None else np.asarray(ds.labels)
@@ -819,6 +823,17 @@ def _token_passes(qm: Any, sessions: tuple[Callable[[], Any], Callable[[], Any]]
                         progress(1)
             del qs
         first = last
+
+
+def _release_heap() -> None:
+    """Return the memory freed by earlier steps (GPTQ's temporaries) to the system before the sessions are built:
+    ``gc.collect`` and, with glibc, ``malloc_trim(0)`` (no effect on any result)."""
+    gc.collect()
+    name = ctypes.util.find_library("c")
+    try:
+        ctypes.CDLL(name).malloc_trim(0)
+    except (OSError, AttributeError, TypeError):  # not glibc
+        pass
 
 
 def token_input(m: Any) -> str:
