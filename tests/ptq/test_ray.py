@@ -1,6 +1,6 @@
 """Calibration statistics on Ray actors (``workers``, ``ray_address``; qlinear.ptq.stats.distributed): the files
 written with 2 workers are byte-identical to the single-process run's (W8A8 with histogram and min-max observers
-plus bias correction's channel means, weight-only GPTQ's Hessians); a bad or unreachable address is one
+plus bias correction's channel means, weight-only GPTQ's one-pass Hessians, sequential GPTQ's pass); a bad or unreachable address is one
 ConfigError line before any work. One local Ray instance (2 CPUs) for the whole test session; skipped without
 Ray (``pip install 'qlinear[ray]'``)."""
 
@@ -62,6 +62,22 @@ def test_gptq_two_workers_byte_identical(local_ray, tmp_path):
            "batch_size": 4}
     files = _same_files(m, d, cfg, tmp_path)
     assert any(name.endswith(".onnx") for name in files)
+
+
+@pytest.mark.parametrize("method", ["gptq", "awq+gptq"])
+def test_sequential_gptq_two_workers_byte_identical(local_ray, tmp_path, method):
+    # sequential GPTQ (the default): each group's Hessians merged from the two actors' shares of the 8 batches (the
+    # last one short) in batch order, the pieces run by the actors on the dequantized weights the driver sends
+    m, d = tiny_lm(d=64, ff=128, vocab=256), lm_data(n=40, seq=16, vocab=256)
+    cfg = {**WO, "weight_method": method, "calibration_samples": 30, "evaluation_samples": 4, "batch_size": 4}
+    one, two = qlinear.quantize(m, d, cfg), qlinear.quantize(m, d, {**cfg, "workers": 2})
+    assert any("sequential GPTQ's pass on Ray (2 workers)" in n for n in two.notes)
+    assert not any("on Ray" in n for n in one.notes)
+    assert any(f"{method} sequential on 30 calibration samples" in n for n in two.notes)
+    a, b = _files(one, tmp_path / "w1"), _files(two, tmp_path / "w2")
+    assert sorted(a) == sorted(b) and any(name.endswith(".onnx") for name in a)
+    for name in a:
+        assert a[name] == b[name], f"{name} differs between workers 1 and 2"
 
 
 def test_unreachable_address_refused_before_work(tmp_path):

@@ -270,14 +270,52 @@ def test_peak_memory_is_about_one_block(tmp_path):
     assert b < 0.75 * big, f"peak {b / 2 ** 20:.0f} MiB above the baseline for {big / 2 ** 20:.0f} MiB of weights"
 
 
-def test_workers_are_not_used_by_sequential_gptq(tmp_path):
-    # each group's Hessians need the groups before it quantized: one process, a note, the same files as workers 1
-    m, d = decoder(blocks=1), lm_data(n=12, seq=8, vocab=96)
-    cfg = {**WO, "weight_method": "gptq", "calibration_samples": 8, "evaluation_samples": 4, "batch_size": 4}
-    one, two = qlinear.quantize(m, d, cfg), qlinear.quantize(m, d, {**cfg, "workers": 2})
-    assert any("workers/ray_address not used" in n for n in two.notes)
-    assert not any("workers/ray_address not used" in n for n in one.notes)
-    one.save(tmp_path / "w1", report=False)
-    two.save(tmp_path / "w2", report=False)
-    for p in sorted((tmp_path / "w1").iterdir()):
-        assert p.read_bytes() == (tmp_path / "w2" / p.name).read_bytes(), p.name
+@pytest.mark.parametrize("method", ["awq+gptq", "awq+aag+gptq"])
+def test_awq_sequential_statistics_are_those_of_the_written_model(tmp_path, monkeypatch, method):
+    # AWQ's scales and GPTQ's Hessians of each group come from the model quantized so far: the Hessian GPTQ gets
+    # for a linear is the Gram matrix of that linear's input in the *written* model (1/s folded into the norm or
+    # an inserted Mul, weights Q(W diag(s))) run by ONNX Runtime, for every group; the pass itself ran the unscaled
+    # float graph with Q(W diag(s)) diag(s)^-1
+    import qlinear.ptq.weightonly.api as api
+
+    seen: dict[str, np.ndarray] = {}
+    real = api._quantize_weight
+
+    def spy(name, lins, tensors, cfg, hess, *a, **kw):
+        if lins[0].input in hess:
+            seen[name] = np.array(hess[lins[0].input][0])
+        return real(name, lins, tensors, cfg, hess, *a, **kw)
+
+    monkeypatch.setattr(api, "_quantize_weight", spy)
+    m, d = decoder(blocks=2), lm_data(n=20, seq=12, vocab=96)
+    cfg = {**WO, "weight_method": method, "calibration_samples": 12, "evaluation_samples": 8, "batch_size": 4,
+           "lm_head_type": "float"}  # the tied embedding stays float: the lookup reads the same weights in both
+    qm = qlinear.quantize(m, d, cfg)
+    assert any(f"{method} sequential on 12 calibration samples" in n for n in qm.notes)
+    awq = next(n for n in qm.notes if n.startswith("AWQ:"))
+    assert int(awq.split("(")[1].split(" scaled")[0]) > 0, awq  # some groups were scaled (else nothing is tested)
+    qm.save(tmp_path / "out", report=False)
+    q = onnx.load(str(tmp_path / "out" / "model.qdq.onnx"))
+    by_node = {n.name: n for n in q.graph.node}
+    by_weight = _plan(m)
+    inputs = {name: by_node[lins[0].node].input[0] for name, lins in by_weight.items()}
+    fetch = sorted(set(inputs.values()))
+    q.graph.output.extend([onnx.ValueInfoProto(name=x) for x in fetch])
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC  # DQ -> MatMul not fused (exact)
+    s = ort.InferenceSession(q.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    got = {x: [] for x in fetch}
+    for i in range(0, 12, 4):
+        for x, v in zip(fetch, s.run(fetch, {"input_ids": d["input_ids"][i:i + 4]})):
+            got[x].append(v)
+    for name, x in inputs.items():
+        if name == "embed":  # the tied lm_head, left float
+            continue
+        ref = _gram(got[x])
+        np.testing.assert_allclose(seen[name], ref, rtol=1e-3, atol=1e-3 * np.abs(ref).max(), err_msg=name)
+    # and the folded scales reach the Hessians: the float model's Gram of the same input differs
+    f = onnx.load_from_string(m.SerializeToString())
+    f.graph.output.extend([onnx.ValueInfoProto(name="l1_act")])
+    fs = ort.InferenceSession(f.SerializeToString(), providers=["CPUExecutionProvider"])
+    ref_f = _gram([fs.run(["l1_act"], {"input_ids": d["input_ids"][i:i + 4]})[0] for i in range(0, 12, 4)])
+    assert np.abs(seen["l1.down"] - ref_f).max() > 1e-3 * np.abs(ref_f).max()

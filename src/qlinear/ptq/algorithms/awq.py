@@ -25,6 +25,7 @@ diag(s)^-1`` (the scaled input's), so GPTQ (``awq+gptq``) runs on the scaled pro
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -134,6 +135,76 @@ def _float_type(readers: list, inits: dict) -> int:
     return onnx.TensorProto.FLOAT
 
 
+@dataclass
+class Scaled:
+    """AWQ's choice for the weights ``names`` sharing input ``x`` (read by the linear nodes ``nodes``): scales
+    ``s[K]`` of exponent ``alpha`` (0: round to nearest, nothing to scale)."""
+
+    x: str
+    names: list[str]
+    nodes: set[str]
+    s: np.ndarray
+    alpha: float
+
+    @property
+    def inv(self) -> np.ndarray:
+        """``1/s`` as folded into the graph (float32)."""
+        return (1.0 / self.s.astype(np.float64)).astype(np.float32)
+
+
+def awq_inputs(by_weight: dict[str, list[Any]], skip: set[str] = frozenset()) -> dict[str, list[str]]:
+    """Input -> the weights AWQ scales together: the groups of weights sharing one input, less those with a weight
+    in ``skip`` (read by other nodes too) or read through several inputs (they keep their group unscaled)."""
+    groups: dict[str, list[str]] = {}
+    for name, lins in by_weight.items():
+        ins = {lin.input for lin in lins}
+        key = lins[0].input if len(ins) == 1 and name not in skip else None
+        for i in ins:
+            groups.setdefault(i, []).append(name if key else "")
+    return {x: names for x, names in groups.items() if "" not in names}
+
+
+def search_group(read: Callable[[str], np.ndarray], by_weight: dict[str, list[Any]], x: str, names: list[str],
+                 gram: tuple[np.ndarray, int], quantize: Quantizer,
+                 alphas: np.ndarray = ALPHAS) -> tuple[Scaled, list[np.ndarray]]:
+    """:func:`search_scales` for the weights ``names`` reading ``x`` (Gram matrix ``gram``); with the weights read
+    (``[N_i, K]`` float32)."""
+    h, rows = gram
+    ws = [_nk(read(nm), by_weight[nm][0].k_first) for nm in names]
+    x_mag = np.sqrt(np.maximum(np.diag(h).astype(np.float64), 0) / max(rows, 1))
+    s, alpha, _ = search_scales(ws, h, x_mag, quantize, alphas)
+    return Scaled(x, list(names), {lin.node for nm in names for lin in by_weight[nm]}, s, alpha), ws
+
+
+def scale_weights(m: onnx.ModelProto, by_weight: dict[str, list[Any]], sc: Scaled, ws: list[np.ndarray]) -> None:
+    """Write ``W diag(s)`` into ``m``'s initializers (inline) for the weights of ``sc`` (``ws``: as read)."""
+    inits = {t.name: t for t in m.graph.initializer}
+    for nm, w in zip(sc.names, ws):
+        ws_ = w * sc.s[None, :]
+        _replace(inits[nm], ws_.T if by_weight[nm][0].k_first else ws_)
+
+
+def scaled_gram(gram: tuple[np.ndarray, int], s: np.ndarray) -> tuple[np.ndarray, int]:
+    """The Gram matrix of the scaled input ``x diag(s)^-1``: ``diag(s)^-1 G diag(s)^-1``."""
+    h, rows = gram
+    inv = (1.0 / s).astype(np.float32)
+    return (h * inv[:, None] * inv[None, :]).astype(np.float32), rows
+
+
+def awq_note(alphas_used: list[float], where: dict[str, int]) -> str:
+    """The run's note on AWQ: groups, mean exponent, where the scales went (``where``: ``folded`` / ``mul``)."""
+    return (f"AWQ: {len(alphas_used)} input groups, alpha mean {np.mean(alphas_used) if alphas_used else 0:.2f}"
+            f" ({sum(a > 0 for a in alphas_used)} scaled: {where.get('folded', 0)} folded into a norm, "
+            f"{where.get('mul', 0)} through an inserted Mul); the weights in the output are W diag(s), the "
+            "encodings apply to the scaled model, not to the input model")
+
+
+def fold(m: onnx.ModelProto, sc: Scaled, read: Callable[[str], np.ndarray], where: dict[str, int]) -> None:
+    """:func:`fold_input_scale` of ``sc``'s ``1/s``, counted in ``where`` (``folded`` / ``mul``)."""
+    kind = "folded" if fold_input_scale(m, sc.x, sc.nodes, sc.inv, read).startswith("folded") else "mul"
+    where[kind] = where.get(kind, 0) + 1
+
+
 def apply_awq(m: onnx.ModelProto, read: Callable[[str], np.ndarray], by_weight: dict[str, list[Any]],
               grams: dict[str, tuple[np.ndarray, int]], quantize: Quantizer, *, skip: set[str] = frozenset(),
               alphas: np.ndarray = ALPHAS) -> tuple[dict[str, tuple[np.ndarray, int]], list[str]]:
@@ -141,48 +212,27 @@ def apply_awq(m: onnx.ModelProto, read: Callable[[str], np.ndarray], by_weight: 
     ``weight``, ``node``, ``input``, ``k_first``): scales searched (:func:`search_scales`), folded into ``m``
     (:func:`fold_input_scale`), weights ``W diag(s)`` written back into ``m``'s initializers (inline), Gram matrices
     of the scaled inputs returned (with the notes). Weights in ``skip`` (read by other nodes too, a tied embedding)
-    and weights read through several inputs keep their group unscaled."""
-    groups: dict[str, list[str]] = {}
-    for name, lins in by_weight.items():
-        ins = {lin.input for lin in lins}
-        key = lins[0].input if len(ins) == 1 and name not in skip else None
-        for i in ins:
-            groups.setdefault(i, []).append(name if key else "")
+    and weights read through several inputs keep their group unscaled (:func:`awq_inputs`)."""
     out = dict(grams)
-    notes: list[str] = []
     alphas_used: list[float] = []
     where: dict[str, int] = {}
-    for x, names in groups.items():
-        if "" in names or x not in grams:
+    for x, names in awq_inputs(by_weight, skip).items():
+        if x not in grams:
             continue
-        h, rows = grams[x]
-        lins = [(by_weight[nm][0], nm) for nm in names]
-        ws = [_nk(read(nm), lin.k_first) for lin, nm in lins]
-        x_mag = np.sqrt(np.maximum(np.diag(h).astype(np.float64), 0) / max(rows, 1))
-        s, alpha, _ = search_scales(ws, h, x_mag, quantize, alphas)
-        alphas_used.append(alpha)
-        if alpha == 0:
+        sc, ws = search_group(read, by_weight, x, names, grams[x], quantize, alphas)
+        alphas_used.append(sc.alpha)
+        if sc.alpha == 0:
             continue
-        nodes = {lin.node for nm in names for lin in by_weight[nm]}
-        kind = fold_input_scale(m, x, nodes, (1.0 / s.astype(np.float64)).astype(np.float32), read)
-        kind = "folded" if kind.startswith("folded") else "mul"
-        where[kind] = where.get(kind, 0) + 1
-        inits = {t.name: t for t in m.graph.initializer}
-        for (lin, nm), w in zip(lins, ws):
-            ws_ = w * s[None, :]
-            _replace(inits[nm], ws_.T if lin.k_first else ws_)
-        inv = (1.0 / s).astype(np.float32)
-        out[x] = ((h * inv[:, None] * inv[None, :]).astype(np.float32), rows)
-    notes.append(f"AWQ: {len(alphas_used)} input groups, alpha mean {np.mean(alphas_used) if alphas_used else 0:.2f}"
-                 f" ({sum(a > 0 for a in alphas_used)} scaled: {where.get('folded', 0)} folded into a norm, "
-                 f"{where.get('mul', 0)} through an inserted Mul); the weights in the output are W diag(s), the "
-                 "encodings apply to the scaled model, not to the input model")
-    return out, notes
+        fold(m, sc, read, where)
+        scale_weights(m, by_weight, sc, ws)
+        out[x] = scaled_gram(grams[x], sc.s)
+    return out, [awq_note(alphas_used, where)]
 
 
 def _nk(a: np.ndarray, k_first: bool) -> np.ndarray:
     return np.ascontiguousarray(a.T if k_first else a, np.float32)
 
 
-__all__ = ["ALPHAS", "apply_awq", "awq_scales", "fold_input_scale", "output_error", "rtn_quantizer",
-           "scaled_error", "search_scales"]
+__all__ = ["ALPHAS", "Scaled", "apply_awq", "awq_inputs", "awq_note", "awq_scales", "fold", "fold_input_scale",
+           "output_error", "rtn_quantizer", "scale_weights", "scaled_error", "scaled_gram", "search_group",
+           "search_scales"]

@@ -25,6 +25,9 @@ QuantizeLinear/DequantizeLinear runs as the operator, float operators in between
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import gc
 import threading
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -44,6 +47,8 @@ from qlinear.ptq.mixed import MIXED_RATIO, REMEDY, mixed, part_slices
 from qlinear.ptq.report.plots import OutputPlot, output_plots
 
 HIST_CAP = 100_000  # float values kept per tensor for its histogram
+SLICE = 2 ** 20  # values converted to float64 at a time by Agreement.add_sample
+ROUND_BYTES = 2 ** 31  # float outputs of token data kept on disk between the float and the quantized pass
 
 
 @dataclass
@@ -741,25 +746,33 @@ def evaluate_weight_only(qm: Any, model_path: Any, *, samples: int | None = None
     t0 = time.perf_counter()
     sw = qm.streamed
     base = sw.tensors.base
-    fl = Session(sw.graph, level="all", label=sw.label, external_dir=str(base) if base else None)
-    qs = Session(onnx.load(str(model_path), load_external_data=False), level="all",
-                 label=f"the quantized {sw.label}", external_dir=str(model_path.parent))
     names = [o.name for o in sw.graph.graph.output]
     tokens = token_input(sw.graph)
     acc = {n: Agreement() for n in names}
     plots = {n: OutputPlot() for n in names}
     labels = None if ds.labels is None else np.asarray(ds.labels)
-    at = start
-    for batch in ds.batches(start, stop, qm.config.batch_size):
-        where = f"{ds.source}, samples {at}..{at + ds.batch_len(batch) - 1}"
-        fo, qo = fl.run(names, batch, where=where), qs.run(names, batch, where=where)
-        k = len(fo[0])
-        for n, a, b in zip(names, fo, qo):
-            acc[n].add(a, b, None if labels is None else labels[at:at + k], batch.get(tokens) if tokens else None)
-            plots[n].add(a, b, at, k)
-        at += k
-        if progress:
-            progress(k)
+
+    def sessions(**kw: Any) -> tuple[Callable[[], Any], Callable[[], Any]]:
+        return (lambda: Session(sw.graph, level="all", label=sw.label, external_dir=str(base) if base else None,
+                                **kw),
+                lambda: Session(onnx.load(str(model_path), load_external_data=False), level="all",
+                                label=f"the quantized {sw.label}", external_dir=str(model_path.parent), **kw))
+
+    if tokens:
+        _token_passes(qm, sessions(mem_pattern=False), names, (start, stop), acc, plots, progress)
+    else:
+        fl, qs = (make() for make in sessions())
+        at = start
+        for batch in ds.batches(start, stop, qm.config.batch_size):
+            where = f"{ds.source}, samples {at}..{at + ds.batch_len(batch) - 1}"
+            fo, qo = fl.run(names, batch, where=where), qs.run(names, batch, where=where)
+            k = len(fo[0])
+            for n, a, b in zip(names, fo, qo):
+                acc[n].add(a, b, None if labels is None else labels[at:at + k], None)
+                plots[n].add(a, b, at, k)
+            at += k
+            if progress:
+                progress(k)
     outputs = {n: a.result() for n, a in acc.items()}
     kinds = {n: a.kind for n, a in acc.items()}
     return Report(samples=stop - start, tensors=[], outputs=outputs, ranking=[],
@@ -767,6 +780,73 @@ def evaluate_weight_only(qm: Any, model_path: Any, *, samples: int | None = None
                   headlines={n: HEADLINE[k] for n, k in kinds.items()}, weights=sw.weight_stats(),
                   sizes=sw.sizes(model_path), coverage=dict(sw.coverage),
                   plots={n: r for n, r in ((n, p.result()) for n, p in plots.items()) if r is not None})
+
+
+def _token_passes(qm: Any, sessions: tuple[Callable[[], Any], Callable[[], Any]], names: list[str],
+                  span: tuple[int, int], acc: dict[str, "Agreement"], plots: dict[str, OutputPlot],
+                  progress: Callable[[int], None] | None) -> None:
+    """The weight-only evaluation of a model over token ids, in bounded memory: ONNX Runtime runs one sample at a
+    time; the float model runs first over up to :data:`ROUND_BYTES` of outputs, kept in a temporary file, and is
+    dropped before the quantized model runs over the same samples (one session alive at a time, one sample's
+    outputs of each model in memory). The metrics accumulate per batch of ``batch_size`` samples as before
+    (:meth:`Agreement.add_sample`, :meth:`OutputPlot.add_part`). The sessions come from ``sessions`` (ONNX
+    Runtime's memory pattern off: no block for a whole run kept beside the arena)."""
+    import tempfile
+
+    _release_heap()
+    ds = qm.dataset
+    tokens = token_input(qm.streamed.graph)
+    labels = None if ds.labels is None else np.asarray(ds.labels)
+    spans, at = [], span[0]
+    for batch in ds.batches(span[0], span[1], qm.config.batch_size):
+        spans.append((at, ds.batch_len(batch)))
+        at += spans[-1][1]
+
+    def one(i: int) -> dict[str, np.ndarray]:
+        return next(iter(ds.batches(i, i + 1, 1)))
+
+    first = 0
+    while first < len(spans):
+        with tempfile.TemporaryFile(prefix="qlinear-eval-") as f:
+            fl, kept, last = sessions[0](), [], first
+            while last < len(spans) and (last == first or f.tell() < ROUND_BYTES):
+                for i in range(spans[last][0], sum(spans[last])):
+                    outs = fl.run(names, one(i), where=f"{ds.source}, sample {i}")
+                    for o in outs:
+                        kept.append((f.tell(), o.shape, o.dtype))
+                        f.write(np.ascontiguousarray(o).data)
+                    del outs, o
+                last += 1
+            del fl
+            f.flush()
+            qs, it = sessions[1](), iter(kept)
+            for at, k in spans[first:last]:
+                for part, i in enumerate(range(at, at + k)):
+                    feed = one(i)
+                    outs = qs.run(names, feed, where=f"{ds.source}, sample {i}")
+                    for n, b in zip(names, outs):
+                        off, shape, dtype = next(it)
+                        f.seek(off)
+                        a = np.fromfile(f, dtype, int(np.prod(shape))).reshape(shape)
+                        acc[n].add_sample(a, b, None if labels is None else labels[i:i + 1], feed.get(tokens))
+                        plots[n].add_part(a, b, i, part, k)
+                        del a, b
+                    del outs
+                    if progress:
+                        progress(1)
+            del qs
+        first = last
+
+
+def _release_heap() -> None:
+    """Return the memory freed by earlier steps (GPTQ's temporaries) to the system before the sessions are built:
+    ``gc.collect`` and, with glibc, ``malloc_trim(0)`` (no effect on any result)."""
+    gc.collect()
+    name = ctypes.util.find_library("c")
+    try:
+        ctypes.CDLL(name).malloc_trim(0)
+    except (OSError, AttributeError, TypeError):  # not glibc
+        pass
 
 
 def token_input(m: Any) -> str:
@@ -806,6 +886,25 @@ class Agreement:
                                                         1e-30))
         self.sig += float(np.sum(af ** 2))
         self.noise += float(np.sum((af - bf) ** 2))
+        self._decisions(a, b, labels, ids)
+
+    def add_sample(self, a: np.ndarray, b: np.ndarray, labels: np.ndarray | None, ids: np.ndarray | None) -> None:
+        """:meth:`add` of one sample (batch axis first, size 1) without a float64 copy of it: the sums over slices
+        of :data:`SLICE` values (equal to :meth:`add`'s up to their rounding; the token metrics are the same)."""
+        af, bf = a.reshape(-1), b.reshape(-1)
+        dot = ff = qq = noise = 0.0
+        for lo in range(0, af.size, SLICE):
+            x, y = af[lo:lo + SLICE].astype(np.float64), bf[lo:lo + SLICE].astype(np.float64)
+            dot, ff, qq = dot + float(np.sum(x * y)), ff + float(np.sum(x * x)), qq + float(np.sum(y * y))
+            y -= x
+            noise += float(np.sum(y * y))
+        self.cos.append(np.array([dot / max(np.sqrt(ff) * np.sqrt(qq), 1e-30)]))
+        self.sig += ff
+        self.noise += noise
+        self._decisions(a, b, labels, ids)
+
+    def _decisions(self, a: np.ndarray, b: np.ndarray, labels: np.ndarray | None, ids: np.ndarray | None) -> None:
+        """Top-1 (classifier) and next-token (token logits) metrics of one batch."""
         self.classifier = self.classifier and a.ndim == 2 and a.shape[1] > 1
         if self.classifier:
             fa, qa = a.argmax(1), b.argmax(1)
@@ -841,9 +940,14 @@ class Agreement:
         return r
 
 
-def _next_token_nll(logits: np.ndarray, ids: np.ndarray) -> float:
-    """The summed negative log-likelihood of ``ids[1:]`` under ``logits[:-1]`` (``[S, vocab]``)."""
-    x = logits[:-1].astype(np.float32)
-    m = x.max(-1, keepdims=True)
-    lse = (np.log(np.exp(x - m).sum(-1, dtype=np.float64)) + m[:, 0].astype(np.float64))
-    return float(np.sum(lse - x[np.arange(len(x)), ids[1:]].astype(np.float64)))
+def _next_token_nll(logits: np.ndarray, ids: np.ndarray, rows: int = 64) -> float:
+    """The summed negative log-likelihood of ``ids[1:]`` under ``logits[:-1]`` (``[S, vocab]``); the log-sum-exp
+    of ``rows`` positions at a time (each row's is the same whatever the rows, so is the sum)."""
+    n = len(logits) - 1
+    lse = np.empty(max(n, 0))
+    for lo in range(0, n, rows):
+        x = logits[lo:min(lo + rows, n)].astype(np.float32)
+        m = x.max(-1, keepdims=True)
+        lse[lo:lo + len(x)] = np.log(np.exp(x - m).sum(-1, dtype=np.float64)) + m[:, 0].astype(np.float64)
+    picked = logits[np.arange(n), ids[1:n + 1]].astype(np.float32).astype(np.float64)
+    return float(np.sum(lse - picked))

@@ -14,6 +14,7 @@ SCATTER = 600      #: points in the scatter plot
 ERRORS = 20_000    #: differences the error histogram counts
 WORST = 5          #: worst samples listed
 BINS = 40
+SLICE = 2 ** 20    #: values converted to float64 at a time by :meth:`OutputPlot.add_part`
 
 
 class OutputPlot:
@@ -43,6 +44,31 @@ class OutputPlot:
             sig, noise = float(np.dot(x, x)), float(np.dot(d, d))
             db = float("inf") if noise <= 0 else (float("-inf") if sig <= 0 else float(10 * np.log10(sig / noise)))
             self.per_sample.append((db, first + i, float(np.max(np.abs(d)))))
+
+    def add_part(self, a: np.ndarray, b: np.ndarray, first: int, part: int, parts: int) -> None:
+        """:meth:`add` of a batch of ``parts`` samples of one shape given one sample at a time: ``a``, ``b`` are
+        sample ``part`` of the batch (held-out sample ``first``, batch axis first of size 1). The strided values are
+        :meth:`add`'s; the sample's SQNR comes from float64 sums over slices of :data:`SLICE` values (equal up to the
+        rounding of the sums), never a float64 copy of the whole sample."""
+        if a.shape != b.shape or not a.size or a.dtype.kind not in "f":
+            return
+        fa, qa, n = a.reshape(-1), b.reshape(-1), a.size
+        step = max(1, n * parts // PER_BATCH)
+        at = np.arange(0, n * parts, step)[:PER_BATCH]
+        at = at[(at >= part * n) & (at < (part + 1) * n)] - part * n
+        self.f.append(fa[at].astype(np.float64))
+        self.q.append(qa[at].astype(np.float64))
+        self.values += n
+        sig = noise = worst = 0.0
+        for lo in range(0, n, SLICE):
+            x = fa[lo:lo + SLICE].astype(np.float64)
+            d = qa[lo:lo + SLICE].astype(np.float64)
+            d -= x
+            sig += float(np.dot(x, x))
+            noise += float(np.dot(d, d))
+            worst = float(np.maximum(worst, np.max(np.abs(d))))  # NaN kept, as in add()
+        db = float("inf") if noise <= 0 else (float("-inf") if sig <= 0 else float(10 * np.log10(sig / noise)))
+        self.per_sample.append((db, first, worst))
 
     def result(self) -> dict[str, Any] | None:
         """``scatter`` ([float values], [quantized values]), ``errors`` (histogram of quantized - float: ``counts``,

@@ -152,4 +152,6 @@ def accumulate_ray(m: onnx.ModelProto, fetch: Sequence[str], session_kw: dict, d
             ray.kill(a)
 
 
-__all__ = ["accumulate_ray", "active", "connect"]
+get = _get  #: ``ray.get`` with qlinear errors raised in an actor re-raised as themselves
+
+__all__ = ["accumulate_ray", "active", "connect", "get"]

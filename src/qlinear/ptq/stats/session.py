@@ -28,15 +28,18 @@ class Session:
 
     ``outputs`` are exposed as extra graph outputs; ``disable_qdq_fusion`` keeps ORT from fusing Q/DQ groups into its
     int8 kernels (the float emulation of a Q/DQ graph, at any optimization level); ``external_dir`` is the folder
-    the external data of ``m`` (a graph loaded without it) is read from; ``spin``: ONNX Runtime's idle worker threads
-    busy-wait for work (its default) instead of sleeping. Off by default: qlinear runs its sessions beside numpy work
-    and the report runs three at once, where spinning threads take the cores that work needs (ppocr-v4-det's report
-    run: a quarter of its CPU time); which thread computes what, and so every output, is the same either way.
+    the external data of ``m`` (a graph loaded without it) is read from; ``arena`` / ``mem_pattern`` false: ONNX
+    Runtime's CPU memory arena / memory pattern off (lower peak memory, the same outputs); ``spin``: ONNX Runtime's
+    idle worker threads busy-wait for work (its default) instead of sleeping. Off by default: qlinear runs its sessions
+    beside numpy work and the report runs three at once, where spinning threads take the cores that work needs
+    (ppocr-v4-det's report run: a quarter of its CPU time); which thread computes what, and so every output, is the
+    same either way.
     """
 
     def __init__(self, m: onnx.ModelProto, outputs: Sequence[str] = (), *, level: str = "basic",
                  label: str = "model", threads: int | None = None, disable_qdq_fusion: bool = False,
-                 external_dir: str | None = None, arena: bool = True, spin: bool = SPIN) -> None:
+                 external_dir: str | None = None, arena: bool = True, mem_pattern: bool = True,
+                 spin: bool = SPIN) -> None:
         import onnxruntime as ort
 
         mm = m
@@ -61,6 +64,8 @@ class Session:
             so.add_session_config_entry("session.disable_quant_qdq", "1")
         if not arena:  # allocations returned to the system after each run (lower peak, a little slower)
             so.enable_cpu_mem_arena = False
+        if not mem_pattern:  # no whole-run block planned from the first run's shapes (lower peak, same outputs)
+            so.enable_mem_pattern = False
         if external_dir is not None:  # external data of a model passed as bytes: resolved in this folder
             so.add_session_config_entry("session.model_external_initializers_file_folder_path", str(external_dir))
         self.label = label

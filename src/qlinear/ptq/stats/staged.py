@@ -71,6 +71,11 @@ def _order(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
     return out
 
 
+def staged_order(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
+    """The order :class:`Staged` runs ``graph``'s nodes in (``Staged(...).nodes`` without building one)."""
+    return _order(graph)
+
+
 class Staged:
     """A model run piece by piece over ``batches`` (module docstring)."""
 
@@ -195,4 +200,4 @@ class Staged:
         self.cache.update(results)
 
 
-__all__ = ["Staged", "node_inputs"]
+__all__ = ["Staged", "node_inputs", "staged_order"]

@@ -42,7 +42,17 @@ from qlinear.graph.ir import to_proto
 from qlinear.graph.load import load_checked, model_dir
 from qlinear.graph.ops import WEIGHT_BEARING
 from qlinear.graph.save import needs_external
-from qlinear.ptq.algorithms.awq import apply_awq, rtn_quantizer
+from qlinear.ptq.algorithms.awq import (
+    Scaled,
+    apply_awq,
+    awq_inputs,
+    awq_note,
+    fold,
+    rtn_quantizer,
+    scale_weights,
+    scaled_gram,
+    search_group,
+)
 from qlinear.ptq.algorithms.gptq import gptq
 from qlinear.ptq.algorithms.grids import (
     BlockQuant,
@@ -54,9 +64,11 @@ from qlinear.ptq.algorithms.grids import (
 from qlinear.ptq.config import WEIGHT_ONLY_DATA_METHODS, QuantizeConfig
 from qlinear.ptq.result import QuantizedModel
 from qlinear.ptq.stats import Gram
+from qlinear.ptq.stats.distributed import active
 from qlinear.ptq.stats.stream import accumulate_model
 from qlinear.ptq.weightonly.plan import Linear, find_linears, lm_heads
 from qlinear.ptq.weightonly.sequential import quantize_sequential
+from qlinear.ptq.weightonly.sequential_ray import quantize_sequential_ray
 from qlinear.ptq.weightonly.tensors import Tensors
 from qlinear.ptq.weightonly.writer import WeightResult, build, write
 
@@ -328,43 +340,94 @@ def _hessians(m: onnx.ModelProto, base: Path | None, by_weight: dict[str, list[L
 
 
 def sequential(cfg: QuantizeConfig, ds: Any, label: str, notes: list[str]) -> bool:
-    """Whether the run is sequential GPTQ (:mod:`.sequential`): ``gptq`` or ``aag+gptq`` with ``gptq_sequential``
-    (the default) and data; AWQ's variants take their statistics in the one pass (a note says so)."""
+    """Whether the run is sequential GPTQ (:mod:`.sequential`): any GPTQ variant (``gptq``, ``aag+gptq``,
+    ``awq+gptq``, ``awq+aag+gptq``) with ``gptq_sequential`` (the default) and data."""
     method = cfg.weight_method or "minmax"
     if not (method.endswith("gptq") and cfg.gptq_sequential and ds is not None):
         return False
-    if "awq" in method:
-        notes.append(f"weight_method {method}: AWQ's scales and GPTQ's Hessians come from the one statistics pass "
-                     "of the float model (sequential GPTQ covers gptq and aag+gptq)")
-        return False
-    if cfg.workers > 1 or cfg.ray_address:
-        notes.append(f"{label}: sequential GPTQ runs in this process (each block's Hessians need the blocks before "
-                     "it quantized): workers/ray_address not used; gptq_sequential false spreads the one-pass "
-                     "Hessians over Ray")
     return True
 
 
 def _sequential_gptq(m: onnx.ModelProto, tensors: Tensors, by_weight: dict[str, list[Linear]], ds: Any,
                      cfg: QuantizeConfig, shared: dict[str, set[str]], heads: dict[str, str], label: str,
                      progress: Progress | None, timings: dict[str, float], notes: list[str]) -> list[WeightResult]:
-    """The weights quantized by :func:`.sequential.quantize_sequential`, in ``by_weight``'s order."""
+    """The weights quantized by :func:`.sequential.quantize_sequential`, in ``by_weight``'s order; with AWQ
+    (``awq+gptq``, ``awq+aag+gptq``) each group's scales searched on its Hessians there (:class:`_SequentialAwq`)."""
     n_cal = min(cfg.calibration_samples, len(ds))
     t0 = time.perf_counter()
     adv = progress("sequential GPTQ", len(by_weight)) if progress else None
+    awq = _SequentialAwq(m, tensors, by_weight, cfg, set(shared)) if "awq" in (cfg.weight_method or "") else None
 
     def one(name: str, hess: dict[str, tuple[np.ndarray, int]]) -> tuple[WeightResult, np.ndarray]:
         deq: dict[str, np.ndarray] = {}
         r = _quantize_weight(name, by_weight[name], tensors, cfg, hess, shared, notes, None,
                              role=heads.get(name, ""), dequantized=deq)
-        return r, deq[name]
+        return r, deq[name] if awq is None else awq.unscaled(name, deq[name])
 
-    done = quantize_sequential(m, tensors, by_weight, list(ds.batches(0, n_cal, cfg.batch_size)), one, label=label,
-                               progress=adv)
+    batches, prepare = list(ds.batches(0, n_cal, cfg.batch_size)), None if awq is None else awq.prepare
+    if active(cfg.workers, cfg.ray_address):
+        done = quantize_sequential_ray(m, tensors, by_weight, batches, one, label=label, progress=adv,
+                                       prepare=prepare, workers=cfg.workers, ray_address=cfg.ray_address)
+        notes.append(f"{label}: sequential GPTQ's pass on Ray ({cfg.ray_address or f'{cfg.workers} workers'}): "
+                     "each group's Hessians merged from the actors' shares of the batches in batch order")
+    else:
+        done = quantize_sequential(m, tensors, by_weight, batches, one, label=label, progress=adv, prepare=prepare)
     timings["calibration"] = timings["quantize"] = time.perf_counter() - t0
-    notes.append(f"{cfg.weight_method} sequential on {n_cal} calibration samples: each group of linears' Hessians "
-                 f"on the outputs of the linears before it already quantized ({len(by_weight)} weights), damp "
-                 f"{cfg.gptq_damp}, act_order {cfg.gptq_act_order}")
+    notes.append(f"{cfg.weight_method} sequential on {n_cal} calibration samples: each group of linears' "
+                 f"{'AWQ statistics and ' if awq else ''}Hessians on the outputs of the linears before it already "
+                 f"quantized ({len(by_weight)} weights), damp {cfg.gptq_damp}, act_order {cfg.gptq_act_order}")
+    if awq is not None:
+        notes.append(awq.finish())
     return [done[name] for name in by_weight]
+
+
+class _SequentialAwq:
+    """AWQ inside sequential GPTQ: each group's scales searched on the group's Hessians (taken on the quantized
+    prefix), its weights scaled in ``m`` and its Hessians scaled before GPTQ; the float graph the pass runs stays
+    unscaled, so it gets ``Q(W diag(s)) diag(s)^-1`` (:meth:`unscaled`); the ``1/s`` are folded into ``m`` after the
+    pass (:meth:`finish`), when no piece is left to run."""
+
+    def __init__(self, m: onnx.ModelProto, tensors: Tensors, by_weight: dict[str, list[Linear]],
+                 cfg: QuantizeConfig, skip: set[str]) -> None:
+        self.m, self.tensors, self.by_weight = m, tensors, by_weight
+        self.inputs = awq_inputs(by_weight, skip)
+        self.quantizer = _awq_quantizer(cfg)
+        self.found: list[Scaled] = []
+        self.scale_of: dict[str, np.ndarray] = {}
+
+    def prepare(self, weights: list[str], hess: dict[str, tuple[np.ndarray, int]]
+                ) -> dict[str, tuple[np.ndarray, int]]:
+        out = dict(hess)
+        here = set(weights)
+        for x, names in self.inputs.items():
+            if x not in hess or not set(names) <= here:
+                continue
+            sc, ws = search_group(self.tensors.array, self.by_weight, x, names, hess[x], self.quantizer)
+            self.found.append(sc)
+            if sc.alpha == 0:
+                continue
+            scale_weights(self.m, self.by_weight, sc, ws)
+            out[x] = scaled_gram(hess[x], sc.s)
+            self.scale_of.update({nm: sc.s for nm in names})
+        return out
+
+    def unscaled(self, name: str, deq: np.ndarray) -> np.ndarray:
+        """The dequantized weight as the unscaled float graph reads it: ``Q(W diag(s)) diag(s)^-1``."""
+        s = self.scale_of.get(name)
+        if s is None:
+            return deq
+        inv = (1.0 / s.astype(np.float64)).astype(np.float32)
+        k_first = self.by_weight[name][0].k_first
+        return (deq.astype(np.float32) * (inv[:, None] if k_first else inv[None, :])).astype(deq.dtype)
+
+    def finish(self) -> str:
+        """Fold every ``1/s`` into ``m`` (a norm or an inserted ``Mul``); the run's AWQ note."""
+        where: dict[str, int] = {}
+        for sc in self.found:
+            if sc.alpha > 0:
+                fold(self.m, sc, self.tensors.array, where)
+        self.tensors.by_name = {t.name: t for t in self.m.graph.initializer}  # the inserted Mul's 1/s too
+        return awq_note([sc.alpha for sc in self.found], where)
 
 
 def _gram_matrices(m: onnx.ModelProto, base: Path | None, inputs: list[str], ds: Any, n: int, batch_size: int,

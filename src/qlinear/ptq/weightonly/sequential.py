@@ -1,4 +1,4 @@
-"""Sequential GPTQ (``gptq_sequential``, the default for ``gptq`` and ``aag+gptq``): the Hessian of each linear's
+"""Sequential GPTQ (``gptq_sequential``, the default for every GPTQ variant): the Hessian of each linear's
 input is taken on the outputs of the linears before it *already quantized*, as GPTQ is defined, in bounded memory.
 
 The float graph (in :class:`qlinear.ptq.stats.staged.Staged`'s order: each constant-only node, such as a tied lm_head's
@@ -38,6 +38,8 @@ SPILL_BYTES = 128 * 2 ** 20  # a tensor alive across a cut larger than this (all
 
 #: ``quantize(weight, hessian) -> (result, dequantized weight in the initializer's layout and type)``
 Quantize = Callable[[str, "dict[str, tuple[np.ndarray, int]]"], "tuple[Any, np.ndarray]"]
+#: ``prepare(group's weights, {input: Hessian}) -> {input: Hessian}``
+Prepare = Callable[[list, "dict[str, tuple[np.ndarray, int]]"], "dict[str, tuple[np.ndarray, int]]"]
 
 
 @dataclass
@@ -94,9 +96,12 @@ def group_hessians(st: Staged, group: Group, by_weight: dict[str, list[Linear]])
 def quantize_sequential(m: onnx.ModelProto, tensors: Tensors, by_weight: dict[str, list[Linear]],
                         batches: list[dict[str, np.ndarray]], quantize: Quantize, *, label: str = "model",
                         progress: Callable[[int], None] | None = None, spill_bytes: int = SPILL_BYTES,
-                        spill_dir: str | None = None) -> dict[str, Any]:
+                        spill_dir: str | None = None, prepare: Prepare | None = None) -> dict[str, Any]:
     """Every weight of ``by_weight`` quantized by ``quantize`` with its Hessian on the already quantized model's
-    activations (module docstring), over ``batches`` (the calibration samples); ``{weight: result}``."""
+    activations (module docstring), over ``batches`` (the calibration samples); ``{weight: result}``. ``prepare``:
+    called with each group's weights and Hessians before they are quantized, returns the Hessians to use (AWQ
+    scales the group there; ``quantize`` then returns the dequantized weight as the float graph reads it).
+    :func:`.sequential_ray.quantize_sequential_ray` is the same on Ray actors."""
     with tempfile.TemporaryDirectory(prefix="qlinear-gptq-", dir=spill_dir) as tmp:
         st = Staged(m, [], batches, label=label, spill_dir=tmp, spill_bytes=spill_bytes, arena=False,
                     constant_inputs=True)
@@ -104,20 +109,22 @@ def quantize_sequential(m: onnx.ModelProto, tensors: Tensors, by_weight: dict[st
         groups = linear_groups(st.nodes, by_weight, set(tensors.by_name))
         dequantized: dict[str, np.ndarray] = {}
         results: dict[str, Any] = {}
-        _run_piece(st, tensors, dequantized, groups[0].cut)
+        run_piece(st, tensors, dequantized, groups[0].cut)
         for j, g in enumerate(groups):
             hess = group_hessians(st, g, by_weight)
+            if prepare is not None:
+                hess = prepare(g.weights, hess)
             for name in g.weights:
                 results[name], dequantized[name] = quantize(name, hess)
                 if progress:
                     progress(1)
             del hess
-            _run_piece(st, tensors, dequantized, groups[j + 1].cut if j + 1 < len(groups) else len(st.nodes))
+            run_piece(st, tensors, dequantized, groups[j + 1].cut if j + 1 < len(groups) else len(st.nodes))
         st.cache.clear()  # the memory maps closed before the folder goes
     return results
 
 
-def _run_piece(st: Staged, tensors: Tensors, dequantized: dict[str, np.ndarray], end: int) -> None:
+def run_piece(st: Staged, tensors: Tensors, dequantized: dict[str, np.ndarray], end: int) -> None:
     """Run the staged nodes up to ``end`` with the weights they read: dequantized when already quantized, else
     read from the external data now (inline initializers stay in the graph); dropped after."""
     reads = {x for n in st.nodes[st.pos:end] for x in node_inputs(n)}
@@ -132,4 +139,4 @@ def _run_piece(st: Staged, tensors: Tensors, dequantized: dict[str, np.ndarray],
         del dequantized[x]
 
 
-__all__ = ["Group", "SPILL_BYTES", "group_hessians", "linear_groups", "quantize_sequential"]
+__all__ = ["Group", "Prepare", "SPILL_BYTES", "group_hessians", "linear_groups", "quantize_sequential", "run_piece"]

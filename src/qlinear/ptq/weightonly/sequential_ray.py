@@ -1,0 +1,120 @@
+"""Sequential GPTQ (:mod:`.sequential`) on Ray actors (``workers > 1`` or ``ray_address``; the ``qlinear[ray]``
+extra): the calibration batches are shared out (batch ``i`` to actor ``i mod N``); each actor holds the staged float
+graph over its batches (:class:`qlinear.ptq.stats.staged.Staged`, its own ONNX Runtime sessions, the weights read
+from the same external data path) and runs each piece on them with the dequantized weights the driver sends. For
+each group the actors return one :class:`~qlinear.ptq.stats.Gram` state per batch of the group's inputs; the driver
+merges them **in batch order** (merging one batch's state is the arithmetic of updating with that batch), so the
+Hessians, and every file written from them, are byte-identical to the single-process pass for any number of
+workers. The driver quantizes each group (GPTQ per linear, AWQ's search) and sends the dequantized weights on.
+
+Ray is imported lazily (only when the run asks for it).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import onnx
+
+from qlinear.ptq.stats import Gram
+from qlinear.ptq.stats.distributed import connect, get
+from qlinear.ptq.stats.staged import Staged, staged_order
+from qlinear.ptq.weightonly.plan import Linear
+from qlinear.ptq.weightonly.sequential import SPILL_BYTES, Prepare, Quantize, linear_groups, run_piece
+from qlinear.ptq.weightonly.tensors import Tensors
+
+
+class Share:
+    """One worker's share of the sequential pass: the staged float graph over its batches (global indices
+    ``index``) and the dequantized weights received so far."""
+
+    def __init__(self, model: bytes, base: str | None, label: str, by_weight: dict[str, list[Linear]],
+                 batches: list[dict[str, np.ndarray]], index: list[int], spill_bytes: int) -> None:
+        m = onnx.ModelProto()
+        m.ParseFromString(model)
+        self.tmp = tempfile.TemporaryDirectory(prefix="qlinear-gptq-")
+        self.tensors = Tensors(m, Path(base) if base else None, label)
+        self.by_weight, self.index = by_weight, index
+        self.st = Staged(m, [], batches, label=label, spill_dir=self.tmp.name, spill_bytes=spill_bytes,
+                         arena=False, constant_inputs=True)
+        self.groups = linear_groups(self.st.nodes, by_weight, set(self.tensors.by_name))
+        self.dequantized: dict[str, np.ndarray] = {}
+        run_piece(self.st, self.tensors, self.dequantized, self.groups[0].cut)
+
+    def grams(self, j: int) -> list[tuple[int, dict[str, Gram]]]:
+        """``(batch index, {input: Gram of that batch})`` for the inputs of group ``j``, for each batch here."""
+        xs = list(dict.fromkeys(self.by_weight[n][0].input for n in self.groups[j].weights))
+        out = []
+        for b, i in enumerate(self.index):
+            states = {}
+            for x in xs:
+                g = Gram()
+                g.update(self.st.tensor(x)[b])
+                states[x] = g
+            out.append((i, states))
+        return out
+
+    def advance(self, j: int, dequantized: dict[str, np.ndarray]) -> None:
+        """Run the piece after group ``j`` with its weights ``dequantized``."""
+        self.dequantized.update(dequantized)
+        end = self.groups[j + 1].cut if j + 1 < len(self.groups) else len(self.st.nodes)
+        run_piece(self.st, self.tensors, self.dequantized, end)
+        if end == len(self.st.nodes):
+            self.close()
+
+    def close(self) -> None:
+        self.st.cache.clear()
+        self.tmp.cleanup()
+
+
+def quantize_sequential_ray(m: onnx.ModelProto, tensors: Tensors, by_weight: dict[str, list[Linear]],
+                            batches: list[dict[str, np.ndarray]], quantize: Quantize, *, workers: int,
+                            ray_address: str | None = None, label: str = "model",
+                            progress: Callable[[int], None] | None = None, spill_bytes: int = SPILL_BYTES,
+                            prepare: Prepare | None = None) -> dict[str, Any]:
+    """:func:`.sequential.quantize_sequential` with the pass on ``workers`` Ray actors (module docstring)."""
+    import ray
+
+    connect(workers, ray_address)
+    n = max(1, min(workers, len(batches)))
+    model_ref = ray.put(m.SerializeToString())
+    base = str(tensors.base) if tensors.base else None
+    cls = ray.remote(num_cpus=1)(Share)
+    actors = [cls.remote(model_ref, base, label, by_weight, batches[a::n], list(range(len(batches)))[a::n],
+                         spill_bytes) for a in range(n)]
+    batches.clear()
+    try:
+        groups = linear_groups(staged_order(m.graph), by_weight, set(tensors.by_name))
+        results: dict[str, Any] = {}
+        for j, g in enumerate(groups):
+            hess = _merged(get([a.grams.remote(j) for a in actors]))
+            if prepare is not None:
+                hess = prepare(g.weights, hess)
+            deq = {}
+            for name in g.weights:
+                results[name], deq[name] = quantize(name, hess)
+                if progress:
+                    progress(1)
+            del hess
+            ref = ray.put(deq)
+            get([a.advance.remote(j, ref) for a in actors])
+            del deq, ref
+        return results
+    finally:
+        for a in actors:
+            ray.kill(a)
+
+
+def _merged(shares: list[list[tuple[int, dict[str, Gram]]]]) -> dict[str, tuple[np.ndarray, int]]:
+    """The actors' per-batch Gram states merged in batch order: ``{input: (X^T X, rows)}``."""
+    total: dict[str, Gram] = {}
+    for _, states in sorted((s for share in shares for s in share), key=lambda s: s[0]):
+        for x, g in states.items():
+            total.setdefault(x, Gram()).merge(g)
+    return {x: (g.matrix, g.rows) for x, g in total.items() if g.matrix is not None}
+
+
+__all__ = ["Share", "quantize_sequential_ray"]
