@@ -10,54 +10,22 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import numpy_helper
 
 import qlinear
 from qlinear.cli.main import main
 from qlinear.errors import ConfigError
 from qlinear.examples import DATA
+from qlinear.examples.make_example import build
 from qlinear.ptq.algorithms.budget import fill, swap
 
 BASE = dict(calibration_samples=24, evaluation_samples=16)
 BITS = {"int4": 4, "int8": 8}
 
 
-def _wide(c: int = 192, seed: int = 0) -> onnx.ModelProto:
+def _wide(c: int = 192) -> onnx.ModelProto:
     """The bundled example network (qlinear/examples/make_example.py) with ``c`` channels instead of 16."""
-    rng = np.random.default_rng(seed)
-
-    def w(name, *shape, fan_in):
-        return numpy_helper.from_array((rng.standard_normal(shape) * np.sqrt(2.0 / fan_in)).astype(np.float32), name)
-
-    def v(name, a):
-        return numpy_helper.from_array(np.asarray(a, np.float32), name)
-
-    inits = [w("stem.weight", c, 3, 3, 3, fan_in=27), v("bn.scale", rng.uniform(0.5, 1.5, c)),
-             v("bn.bias", rng.standard_normal(c) * 0.1), v("bn.mean", rng.standard_normal(c) * 0.1),
-             v("bn.var", rng.uniform(0.5, 2.0, c)), w("dw.weight", c, 1, 3, 3, fan_in=9),
-             v("dw.bias", rng.standard_normal(c) * 0.05), w("pw.weight", c, c, 1, 1, fan_in=c),
-             v("pw.bias", rng.standard_normal(c) * 0.05), w("fc.weight", 10, c, fan_in=c), v("fc.bias", np.zeros(10)),
-             v("zero", 0.0), v("six", 6.0)]
-    nodes = [
-        helper.make_node("Conv", ["input", "stem.weight"], ["stem_out"], pads=[1, 1, 1, 1], name="stem"),
-        helper.make_node("BatchNormalization", ["stem_out", "bn.scale", "bn.bias", "bn.mean", "bn.var"], ["bn_out"],
-                         name="bn"),
-        helper.make_node("Relu", ["bn_out"], ["relu_out"], name="relu"),
-        helper.make_node("Conv", ["relu_out", "dw.weight", "dw.bias"], ["dw_out"], pads=[1, 1, 1, 1], group=c,
-                         name="dw"),
-        helper.make_node("Clip", ["dw_out", "zero", "six"], ["relu6_out"], name="relu6"),
-        helper.make_node("Conv", ["relu6_out", "pw.weight", "pw.bias"], ["pw_out"], name="pw"),
-        helper.make_node("Add", ["pw_out", "relu_out"], ["res_out"], name="residual"),
-        helper.make_node("GlobalAveragePool", ["res_out"], ["gap_out"], name="gap"),
-        helper.make_node("Flatten", ["gap_out"], ["flat_out"], name="flatten"),
-        helper.make_node("Gemm", ["flat_out", "fc.weight", "fc.bias"], ["logits"], transB=1, name="fc"),
-    ]
-    graph = helper.make_graph(nodes, "wide_cnn", [helper.make_tensor_value_info("input", TensorProto.FLOAT,
-                                                                                ["N", 3, 24, 24])],
-                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 10])], inits)
-    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    m.ir_version = 8
-    return m
+    return build(channels=c)[0]
 
 
 @pytest.fixture(scope="module")

@@ -178,12 +178,7 @@ def score_head() -> onnx.ModelProto:
              helper.make_node("Split", ["logits", "split"], ["craw", "other"], name="cls_split", axis=1),
              helper.make_node("Sigmoid", ["craw"], ["cls"], name="cls_sigmoid"),
              helper.make_node("Concat", ["box", "cls"], ["det"], name="head_concat", axis=1)]
-    g = helper.make_graph(nodes, "det", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8, 64])],
-                          [helper.make_tensor_value_info("det", TensorProto.FLOAT, ["N", N_BOX + N_CLS, 64])],
-                          [numpy_helper.from_array(v, k) for k, v in inits.items()])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
-    m.ir_version = 10
-    return m
+    return _det_model(nodes, inits)
 
 
 def _score_data() -> np.ndarray:
@@ -241,12 +236,7 @@ def trunk_detector(depth: int = 4, width: int = 16) -> onnx.ModelProto:
               helper.make_node("Conv", [h, "wc", "bc"], ["craw"], name="cls_conv"),
               helper.make_node("Sigmoid", ["craw"], ["cls"], name="cls_sigmoid"),
               helper.make_node("Concat", ["box", "cls"], ["det"], name="head_concat", axis=1)]
-    g = helper.make_graph(nodes, "det", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8, 64])],
-                          [helper.make_tensor_value_info("det", TensorProto.FLOAT, ["N", N_BOX + N_CLS, 64])],
-                          [numpy_helper.from_array(v, k) for k, v in inits.items()])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
-    m.ir_version = 10
-    return m
+    return _det_model(nodes, inits)
 
 
 def _trunk_data() -> np.ndarray:
@@ -315,3 +305,13 @@ def test_accuracy_target_sqnr_judges_a_mixed_output_by_its_worst_part():
     ev = x[32:]
     f, q = run_reference(m, {"x": ev})[0], _ort(qm.model, ev)
     assert _sqnr(f[:, N_BOX:], q[:, N_BOX:]) > r0["sqnr_db_worst_part"]
+
+
+def _det_model(nodes: list, inits: dict) -> onnx.ModelProto:
+    """The detector-like graph of ``nodes``: input ``x`` [N, 8, 64], output ``det`` (boxes then class scores)."""
+    g = helper.make_graph(nodes, "det", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8, 64])],
+                          [helper.make_tensor_value_info("det", TensorProto.FLOAT, ["N", N_BOX + N_CLS, 64])],
+                          [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
+    m.ir_version = 10
+    return m

@@ -14,23 +14,26 @@ from onnx import TensorProto, helper, numpy_helper
 from qlinear.examples import DATA, MODEL
 
 
-def build(seed: int = 0) -> tuple[onnx.ModelProto, np.ndarray]:
+def build(seed: int = 0, channels: int = 16) -> tuple[onnx.ModelProto, np.ndarray]:
+    """The example network with ``channels`` channels (16 in the bundled file; wider ones for tests that need more
+    weight bytes) and its 40 input images."""
+    c = channels
     rng = np.random.default_rng(seed)
 
     def w(name, *shape, fan_in):
         return numpy_helper.from_array((rng.standard_normal(shape) * np.sqrt(2.0 / fan_in)).astype(np.float32), name)
 
     inits = [
-        w("stem.weight", 16, 3, 3, 3, fan_in=27),
-        numpy_helper.from_array(rng.uniform(0.5, 1.5, 16).astype(np.float32), "bn.scale"),
-        numpy_helper.from_array((rng.standard_normal(16) * 0.1).astype(np.float32), "bn.bias"),
-        numpy_helper.from_array((rng.standard_normal(16) * 0.1).astype(np.float32), "bn.mean"),
-        numpy_helper.from_array(rng.uniform(0.5, 2.0, 16).astype(np.float32), "bn.var"),
-        w("dw.weight", 16, 1, 3, 3, fan_in=9),
-        numpy_helper.from_array((rng.standard_normal(16) * 0.05).astype(np.float32), "dw.bias"),
-        w("pw.weight", 16, 16, 1, 1, fan_in=16),
-        numpy_helper.from_array((rng.standard_normal(16) * 0.05).astype(np.float32), "pw.bias"),
-        w("fc.weight", 10, 16, fan_in=16),
+        w("stem.weight", c, 3, 3, 3, fan_in=27),
+        numpy_helper.from_array(rng.uniform(0.5, 1.5, c).astype(np.float32), "bn.scale"),
+        numpy_helper.from_array((rng.standard_normal(c) * 0.1).astype(np.float32), "bn.bias"),
+        numpy_helper.from_array((rng.standard_normal(c) * 0.1).astype(np.float32), "bn.mean"),
+        numpy_helper.from_array(rng.uniform(0.5, 2.0, c).astype(np.float32), "bn.var"),
+        w("dw.weight", c, 1, 3, 3, fan_in=9),
+        numpy_helper.from_array((rng.standard_normal(c) * 0.05).astype(np.float32), "dw.bias"),
+        w("pw.weight", c, c, 1, 1, fan_in=c),
+        numpy_helper.from_array((rng.standard_normal(c) * 0.05).astype(np.float32), "pw.bias"),
+        w("fc.weight", 10, c, fan_in=c),
         numpy_helper.from_array(np.zeros(10, np.float32), "fc.bias"),
         numpy_helper.from_array(np.float32(0.0), "zero"),
         numpy_helper.from_array(np.float32(6.0), "six"),
@@ -40,7 +43,7 @@ def build(seed: int = 0) -> tuple[onnx.ModelProto, np.ndarray]:
         helper.make_node("BatchNormalization", ["stem_out", "bn.scale", "bn.bias", "bn.mean", "bn.var"], ["bn_out"],
                          name="bn"),
         helper.make_node("Relu", ["bn_out"], ["relu_out"], name="relu"),
-        helper.make_node("Conv", ["relu_out", "dw.weight", "dw.bias"], ["dw_out"], pads=[1, 1, 1, 1], group=16,
+        helper.make_node("Conv", ["relu_out", "dw.weight", "dw.bias"], ["dw_out"], pads=[1, 1, 1, 1], group=c,
                          name="dw"),
         helper.make_node("Clip", ["dw_out", "zero", "six"], ["relu6_out"], name="relu6"),
         helper.make_node("Conv", ["relu6_out", "pw.weight", "pw.bias"], ["pw_out"], name="pw"),
