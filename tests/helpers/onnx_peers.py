@@ -101,6 +101,22 @@ def run_ort(model: onnx.ModelProto, feeds: dict[str, np.ndarray], threads: int =
     return [from_ortvalue(o) for o in sess.run_with_ort_values(None, {k: v[0] for k, v in keep.items()})]
 
 
+def constant_value(m: onnx.ModelProto, name: str) -> np.ndarray:
+    """The value of tensor ``name`` of ``m`` computed by ONNX Runtime from initializers only (e.g. a weight's DQ):
+    the nodes it depends on, run as their own model."""
+    import onnxruntime as ort
+
+    keep, nodes = {name}, []
+    for n in reversed(m.graph.node):
+        if any(o in keep for o in n.output):
+            nodes.insert(0, n)
+            keep |= set(n.input)
+    g = helper.make_graph(nodes, "w", [], [onnx.ValueInfoProto(name=name)],
+                          [t for t in m.graph.initializer if t.name in keep])
+    mm = helper.make_model(g, opset_imports=m.opset_import)
+    return ort.InferenceSession(mm.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {})[0]
+
+
 def bits_equal(a: np.ndarray, b: np.ndarray) -> bool:
     """Same dtype, shape and bytes (NaN payloads and -0 included)."""
     a, b = np.asarray(a), np.asarray(b)

@@ -18,7 +18,8 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from onnx import helper, numpy_helper
+from onnx import numpy_helper
+from onnx_peers import constant_value
 
 import qlinear
 from qlinear.examples import DATA, MODEL
@@ -85,19 +86,6 @@ def tfl(tmp_path_factory):
     return qm, out, Page((out / "report.html").read_text()), json.loads((out / "report.json").read_text())
 
 
-def _const(m: onnx.ModelProto, name: str) -> np.ndarray:
-    """The value of tensor ``name`` of ``m`` computed by ONNX Runtime from initializers only (a weight's DQ)."""
-    keep, nodes = {name}, []
-    for n in reversed(m.graph.node):
-        if any(o in keep for o in n.output):
-            nodes.insert(0, n)
-            keep |= set(n.input)
-    g = helper.make_graph(nodes, "w", [], [onnx.ValueInfoProto(name=name)],
-                          [t for t in m.graph.initializer if t.name in keep])
-    mm = helper.make_model(g, opset_imports=m.opset_import)
-    return ort.InferenceSession(mm.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {})[0]
-
-
 def _num(s: str) -> float:
     return {"inf (exact)": math.inf, "inf": math.inf, "-inf": -math.inf, "n/a": math.nan}.get(s, None) or float(s)
 
@@ -150,7 +138,7 @@ def test_one_tensor_table_joins_weights_and_activations(tfl):
         if r["layer"] not in convs:
             continue
         src = convs[r["layer"]].input[1 if r["role"] == "weight" else 2]
-        x, y = fl[w].astype(np.float64), _const(qdq, src).astype(np.float64)
+        x, y = fl[w].astype(np.float64), constant_value(qdq, src).astype(np.float64)
         want = 10 * np.log10(np.sum(x * x) / np.sum((x - y) ** 2))
         assert entry[w]["sqnr_db"] == pytest.approx(want, abs=1e-6), w
         assert float(r["SQNR dB"]) == pytest.approx(want, abs=0.006), w

@@ -14,6 +14,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
+from onnx_peers import constant_value
 from tiny_models import lm_data, tiny_gemm, tiny_lm
 
 import qlinear
@@ -65,18 +66,7 @@ def _dequantized_weights(path: Path) -> dict[str, np.ndarray]:
 
 
 def _dq_weight(path: Path, name: str) -> np.ndarray:
-    m = onnx.load(str(path))
-    keep = {name}
-    # the subgraph computing `name` from initializers only
-    nodes = []
-    for n in reversed(m.graph.node):
-        if any(o in keep for o in n.output):
-            nodes.insert(0, n)
-            keep |= set(n.input)
-    g = helper.make_graph(nodes, "w", [], [onnx.ValueInfoProto(name=name)],
-                          [t for t in m.graph.initializer if t.name in keep])
-    mm = helper.make_model(g, opset_imports=m.opset_import)
-    return ort.InferenceSession(mm.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {})[0]
+    return constant_value(onnx.load(str(path)), name)
 
 
 @pytest.mark.parametrize("block", [16, 32, 64])
