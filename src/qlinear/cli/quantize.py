@@ -149,7 +149,8 @@ def settled_config(model: Path, config: Optional[Path], over: dict):
     cfg = QuantizeConfig.from_dict(base, source=str(config) if config else "command line")
     if cfg.weight_only:
         return cfg
-    settle(cfg, fix_input_shapes(load_checked(model)[0], cfg.input_shapes)[0])  # refuses now; quantize settles again and records the notes
+    # refuses now; quantize settles again and records the notes (on the checked model kept here: not read twice)
+    settle(cfg, fix_input_shapes(load_checked(model, keep=True)[0], cfg.input_shapes)[0])
     return cfg
 
 

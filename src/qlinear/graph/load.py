@@ -13,12 +13,52 @@ from qlinear.graph.passes.normalize import normalize
 
 
 def load_checked(model: Any, notes: list[str] | None = None, *, load_external: bool = True,
-                 given: list[onnx.ModelProto] | None = None) -> tuple[onnx.ModelProto, str]:
+                 given: list[onnx.ModelProto] | None = None, keep: bool = False) -> tuple[onnx.ModelProto, str]:
     """The model and a label naming it, after :func:`~qlinear.graph.model.check_model` and the opset check (7..25),
     normalized (:func:`qlinear.graph.passes.normalize.normalize`: opset below 13 upgraded, Constant weights made
     initializers...); what normalizing changed is appended to ``notes``. ``load_external=False`` reads a model file
     without its external data (weight-only quantization reads the weights one at a time); ``given`` receives the
-    model as read when normalizing upgraded its opset."""
+    model as read when normalizing upgraded its opset. ``keep``: a model file's result is also kept (a copy) for
+    the next call on the same unchanged file, which takes it instead of reading and checking again (the command
+    line settles its options on the model, then quantizes it)."""
+    key = _file_key(model, load_external)
+    hit = _KEPT.pop(key, None) if key is not None else None
+    if hit is None:
+        hit = _load_checked(model, load_external)
+    m, changed, original = hit
+    if keep and key is not None:
+        _KEPT.clear()  # one model at a time
+        _KEPT[key] = (_copy(m), list(changed), original)
+    if given is not None and original is not None:
+        given.append(original)
+    if notes is not None:
+        notes += changed
+    return m, str(model) if isinstance(model, (str, Path)) else "model"
+
+
+_KEPT: dict[tuple, tuple[onnx.ModelProto, list[str], onnx.ModelProto | None]] = {}
+
+
+def _file_key(model: Any, load_external: bool) -> tuple | None:
+    """What identifies a model file's content for :func:`load_checked`'s ``keep`` (None: not a file)."""
+    if not isinstance(model, (str, Path)):
+        return None
+    try:
+        st = Path(model).stat()
+    except OSError:
+        return None
+    return str(Path(model).resolve()), st.st_mtime_ns, st.st_size, load_external
+
+
+def _copy(m: onnx.ModelProto) -> onnx.ModelProto:
+    c = onnx.ModelProto()
+    c.CopyFrom(m)
+    return c
+
+
+def _load_checked(model: Any, load_external: bool) -> tuple[onnx.ModelProto, list[str], onnx.ModelProto | None]:
+    """Read, check and normalize ``model``: the model, the notes of what normalizing changed, and the model as read
+    when normalizing upgraded its opset (else None)."""
     label = str(model) if isinstance(model, (str, Path)) else "model"
     m = load_model(model, load_external=load_external)
     ops = opset(m)
@@ -29,12 +69,9 @@ def load_checked(model: Any, notes: list[str] | None = None, *, load_external: b
         _check_file(Path(model), label)  # external data not loaded: onnx.checker resolves it beside the file
     else:
         check_model(m, label)
-    if given is not None and ops < 13:
-        given.append(m)
-    m, changed = normalize(m, label, copy=False)  # an upgrade makes a new model: ``given`` keeps the original
-    if notes is not None:
-        notes += changed
-    return m, label
+    original = m if ops < 13 else None
+    m, changed = normalize(m, label, copy=False)  # an upgrade makes a new model: ``original`` keeps the one read
+    return m, changed, original
 
 
 def _check_file(p: Path, label: str) -> None:

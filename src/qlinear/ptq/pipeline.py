@@ -247,6 +247,7 @@ def _calibrate(run: _Run, reference: onnx.ModelProto, placement: str) -> Quantiz
     out.integer_check = _integer_check(qm, notes)
     out.budget = curve  # the size-vs-metric points measured under size_budget / average_bits
     out._float_session = keep.get("session"), keep.get("outputs", [])
+    out._batch = keep.get("batch")
     out._quant_session = qm, loaded  # the load check's session, reused by the report when it runs the same one
     return out
 

@@ -56,6 +56,7 @@ class QuantizedModel:
     _report: Any = None
     _float_session: Any = field(default=None, repr=False)  # calibration's ORT session (float model, every tensor)
     _quant_session: Any = field(default=None, repr=False)  # (model, the load check's ORT session of it, level all)
+    _batch: int | None = field(default=None, repr=False)  # samples per ORT call calibration chose (fetched bytes)
     streamed: Any = field(default=None, repr=False)  #: weight-only: the quantized weights, written when saved
 
     def __post_init__(self) -> None:

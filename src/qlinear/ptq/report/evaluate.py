@@ -10,8 +10,11 @@
   metric of its kind is the output's headline (``Report.headlines``). Metrics are accumulated batch by batch, so
   samples of different shapes (a dynamic sequence length) are compared sample by sample and aggregated;
 * **per-tensor SQNR** of each activation's own quantization, ``10 log10(sum x^2 / sum (x - DQ(Q(x)))^2)`` with ``x``
-  the float model's tensor and its encoding, on the first ``stat_samples`` held-out samples. It is local (no error
-  carried from earlier layers) and costs one pass of the float model, which calibration already has warm; the tensors
+  the float model's tensor and its encoding, on the first ``stat_samples`` held-out samples (of a large tensor, on a
+  strided sample of :data:`STAT_VALUES` values per sample: an OCR detector's 480 x 480 maps give millions per sample,
+  whose sums took most of the report's time). It is local (no error carried from earlier layers) and costs one pass
+  of the float model (batches sized by the fetched bytes, :mod:`qlinear.ptq.stats.batching`), which calibration
+  already has warm; the tensors
   are ranked by it (lowest first) and the effect of each on the output is what :mod:`qlinear.ptq.algorithms.repair` measures;
 * **histograms** of the worst tensors, from a strided sample of the float values of those samples, over a span that
   covers both the data and the chosen range.
@@ -47,6 +50,7 @@ from qlinear.ptq.mixed import MIXED_RATIO, REMEDY, mixed, part_slices
 from qlinear.ptq.report.plots import OutputPlot, output_plots
 
 HIST_CAP = 100_000  # float values kept per tensor for its histogram
+STAT_VALUES = 1 << 16  # values per sample of a tensor the per-tensor SQNR is computed on (a strided sample beyond)
 SLICE = 2 ** 20  # values converted to float64 at a time by Agreement.add_sample
 ROUND_BYTES = 2 ** 31  # float outputs of token data kept on disk between the float and the quantized pass
 
@@ -114,16 +118,18 @@ def _sumsq(v: np.ndarray) -> float:
 
 
 class _Sample:
-    """A strided sample of a tensor's values over batches (for its histogram), bounded by ``HIST_CAP``."""
+    """A strided sample of a tensor's values over batches (for its histogram): ``per_sample`` values of each sample
+    in a batch, bounded over the pass by ``HIST_CAP``."""
 
-    def __init__(self, per_batch: int) -> None:
-        self.per_batch = max(1, per_batch)
+    def __init__(self, per_sample: int) -> None:
+        self.per_sample = max(1, per_sample)
         self.parts: list[np.ndarray] = []
 
-    def add(self, x: np.ndarray) -> None:
+    def add(self, x: np.ndarray, samples: int = 1) -> None:
         flat = x.reshape(-1)
-        step = max(1, flat.size // self.per_batch)
-        self.parts.append(flat[::step][: self.per_batch].astype(np.float32, copy=True))
+        keep = self.per_sample * max(1, samples)
+        step = max(1, flat.size // keep)
+        self.parts.append(flat[::step][:keep].astype(np.float32, copy=True))
 
     def values(self) -> np.ndarray:
         return np.concatenate(self.parts) if self.parts else np.zeros(0, np.float32)
@@ -359,9 +365,13 @@ class _Seen:
     lo: float = np.inf
     hi: float = -np.inf
 
-    def add(self, e: Any, x: np.ndarray, scratch: "_Scratch | None" = None, threads: int | None = None) -> None:
+    def add(self, e: Any, x: np.ndarray, scratch: "_Scratch | None" = None, threads: int | None = None,
+            samples: int = 1) -> None:
         xs = np.ascontiguousarray(x, np.float32)
         x = xs.reshape(-1)
+        step = -(-x.size // (STAT_VALUES * max(1, samples)))
+        if step > 1:  # a strided sample of a large tensor (its SQNR estimated on ~STAT_VALUES values per sample)
+            xs = x = np.ascontiguousarray(x[::step])
         if scratch is not None and scratch.handles(e):
             d, lo, hi = scratch.noise(e, x, threads)
         else:
@@ -373,7 +383,7 @@ class _Seen:
         if x.size:
             self.lo = min(self.lo, lo)
             self.hi = max(self.hi, hi)
-        self.hist.add(x)
+        self.hist.add(x, samples)
 
     def histogram(self, st: TensorStat) -> dict | None:
         """64 bins over a span covering both the data and the chosen range ``st.lo..st.hi``."""
@@ -409,17 +419,17 @@ class SerialReader:
 def _activation_stats(qm: Any, encs: list[Any], start: int, n_stat: int,
                       read: SerialReader | None = None) -> dict[str, _Seen]:
     """One float pass over the first ``n_stat`` held-out samples: each activation against its own quantization."""
-    ds, cfg = qm.dataset, qm.config
+    ds = qm.dataset
     ref_inputs = {v.name for v in qm.reference_model.graph.input}
-    per_batch = max(1, HIST_CAP * cfg.batch_size // max(n_stat, 1))
-    seen = {e.name: _Seen(_Sample(per_batch)) for e in encs}
+    per_sample = max(1, HIST_CAP // max(n_stat, 1))
+    seen = {e.name: _Seen(_Sample(per_sample)) for e in encs}
     if not (n_stat and encs):
         return seen
     fetch = [e.name for e in encs if e.name not in ref_inputs]
     fs_stats = float_stats_session(qm, fetch)
     scratch = _Scratch()
     done = start
-    for feed in (read or SerialReader(ds)).batches(start, start + n_stat, cfg.batch_size):
+    for feed in (read or SerialReader(ds)).batches(start, start + n_stat, pass_batch(qm)):
         b = ds.batch_len(feed)
         fv = dict(zip(fetch, fs_stats.run(fetch, feed, where=f"{ds.source}, samples {done}..{done + b - 1}")))
         fv.update(feed)
@@ -427,14 +437,21 @@ def _activation_stats(qm: Any, encs: list[Any], start: int, n_stat: int,
         # large ones go to a pool of their own (not the kernels' pool, which the kernels wait on), one core each,
         # while this thread does the small ones (for which the GIL-bound Python around the kernels dominates)
         big = [e for e in encs if fv[e.name].size >= _Scratch.CHUNK]
-        jobs = [_stats_pool().submit(seen[e.name].add, e, fv[e.name], scratch, 1) for e in big]
+        jobs = [_stats_pool().submit(seen[e.name].add, e, fv[e.name], scratch, 1, b) for e in big]
         for e in encs:
             if fv[e.name].size < _Scratch.CHUNK:
-                seen[e.name].add(e, fv[e.name], scratch)
+                seen[e.name].add(e, fv[e.name], scratch, samples=b)
         for j in jobs:
             j.result()
         done += b
     return seen
+
+
+def pass_batch(qm: Any) -> int:
+    """Samples per ONNX Runtime call of the report's passes: what calibration's pass settled on for this model (fewer
+    than ``batch_size`` where one sample's tensors are large, :mod:`qlinear.ptq.stats.batching`), else
+    ``batch_size``."""
+    return getattr(qm, "_batch", None) or qm.config.batch_size
 
 
 @lru_cache(maxsize=1)
@@ -472,7 +489,7 @@ def _outputs(qm: Any, engine: str, outputs: list[str], start: int, stop: int, pr
         qs = loaded_session(qm, engine) or tq.submit(Session, qm.model, (), level="all", label="the quantized model",
                                                      disable_qdq_fusion=engine != "ort-int8")
         done = start
-        for feed in (read or SerialReader(ds)).batches(start, stop, qm.config.batch_size):
+        for feed in (read or SerialReader(ds)).batches(start, stop, pass_batch(qm)):
             b = ds.batch_len(feed)
             where = f"{ds.source}, samples {done}..{done + b - 1}"
             pending.append((tf.submit(_run_on, fs, outputs, feed, where),

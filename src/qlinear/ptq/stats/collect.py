@@ -2,7 +2,8 @@
 statistics pass (:func:`qlinear.ptq.stats.accumulate`) over the float model.
 
 The float model is run with every observed tensor exposed as an output; each batch updates the observers and is
-dropped, so memory is bounded by the model and the batch, not by the data set.
+dropped, so memory is bounded by the model and the batch, not by the data set; batches hold fewer than
+``batch_size`` samples where one sample's tensors are large (:mod:`qlinear.ptq.stats.batching`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from qlinear.calibration import Grouping, make_observer
 from qlinear.calibration.observers import Observer
 from qlinear.ptq.data import Dataset
 from qlinear.ptq.stats import Accumulator, ChannelMean
+from qlinear.ptq.stats.batching import FetchBatches
 from qlinear.ptq.stats.stream import accumulate_model
 
 
@@ -43,13 +45,14 @@ def calibrate_activations(m: onnx.ModelProto, ds: Dataset, start: int, stop: int
     obs = {t: observer(t) for t in tensors}
     means = {t: ChannelMean() for t in means_for}
     accs: dict[str, list[Accumulator]] = {t: [o] for t, o in obs.items()}
+    cuts = FetchBatches(batch_size)  # every watched tensor of a batch is fetched at once: batches sized by their bytes
     for t, a in means.items():
         accs.setdefault(t, []).append(a)
     sess, fetch = accumulate_model(m, ds, start, stop, batch_size, accs, session_kw={"level": "all", "label": label},
                                    workers=workers, ray_address=ray_address, keep_session=keep is not None,
-                                   progress=progress)
+                                   progress=progress, cuts=cuts)
     if keep is not None:  # the warm session, reused by the report for the float model's intermediate tensors
-        keep["session"], keep["outputs"] = sess, list(fetch)
+        keep["session"], keep["outputs"], keep["batch"] = sess, list(fetch), cuts.size()
     return obs, means
 
 

@@ -2,8 +2,9 @@
 
 Each actor holds its own ONNX Runtime session of the float model (the model travels once through Ray's object
 store; external data is read from the same folder path on every node). The driver reads the data, cuts it into the
-batches the single-process pass uses (``Dataset.batches(start, stop, batch_size)``: the shards, fixed whatever the
-number of workers) and sends batch ``i`` to actor ``i mod N``. The actor updates fresh copies of the accumulators
+batches the single-process pass uses (:class:`~qlinear.ptq.stats.batching.FetchBatches`: the shards, fixed whatever
+the number of workers; when their size depends on the bytes the first call fetched, the first batch's actor reports
+them before the rest is cut) and sends batch ``i`` to actor ``i mod N``. The actor updates fresh copies of the accumulators
 with that one batch and returns them; the driver merges the returned states into its accumulators **in batch
 order** with their ``merge``. For every accumulator here, merging the state of one batch is the same arithmetic as
 updating with that batch (min/max, dyadic histogram counts in int64, float64 channel sums, the float32 Gram sum
@@ -24,6 +25,7 @@ from typing import Any, Callable
 import onnx
 
 from qlinear.errors import ConfigError, QlinearError
+from qlinear.ptq.stats.batching import FetchBatches
 
 CONNECT_TIMEOUT = 5.0  # seconds for the head node to accept a connection
 _IN_FLIGHT = 2  # batches queued per actor (the next one is ready while one runs)
@@ -87,14 +89,15 @@ def _worker_class() -> Any:
             self.fetch = fetch
             self.templates = templates
 
-        def run(self, feed: dict, where: str) -> dict:
-            vals = dict(zip(self.fetch, self.sess.run(self.fetch, feed, where=where)))
+        def run(self, feed: dict, where: str) -> tuple[dict, int]:
+            out = self.sess.run(self.fetch, feed, where=where)
+            vals = dict(zip(self.fetch, out))
             vals.update({k: v for k, v in feed.items() if k in self.templates})
             accs = copy.deepcopy(self.templates)
             for t, acc in accs.items():
                 for a in acc:
                     a.update(vals[t])
-            return accs
+            return accs, sum(int(v.nbytes) for v in out)
 
     return StatsWorker
 
@@ -115,10 +118,10 @@ def _get(ref: Any) -> Any:
 
 
 def accumulate_ray(m: onnx.ModelProto, fetch: Sequence[str], session_kw: dict, ds: Any, start: int, stop: int,
-                   batch_size: int, accumulators: Mapping[str, Sequence[Any]], *, workers: int,
+                   cuts: FetchBatches, accumulators: Mapping[str, Sequence[Any]], *, workers: int,
                    progress: Callable[[int], None] | None = None) -> None:
-    """:func:`qlinear.ptq.stats.accumulate` on ``workers`` Ray actors: the same batches, each reduced by an actor
-    and merged here in batch order (the accumulators need ``merge``)."""
+    """:func:`qlinear.ptq.stats.accumulate` on ``workers`` Ray actors: the same batches (``cuts``), each reduced by
+    an actor and merged here in batch order (the accumulators need ``merge``)."""
     import ray
 
     templates = {t: [copy.deepcopy(a) for a in accs] for t, accs in accumulators.items()}
@@ -130,7 +133,8 @@ def accumulate_ray(m: onnx.ModelProto, fetch: Sequence[str], session_kw: dict, d
 
     def fold() -> None:
         n, ref = pending.popleft()
-        states = _get(ref)
+        states, nbytes = _get(ref)
+        cuts.record(nbytes, n)
         for t, accs in accumulators.items():
             for a, s in zip(accs, states[t]):
                 a.merge(s)
@@ -138,12 +142,12 @@ def accumulate_ray(m: onnx.ModelProto, fetch: Sequence[str], session_kw: dict, d
             progress(n)
 
     try:
-        for i, feed in enumerate(ds.batches(start, stop, batch_size)):
-            n = len(next(iter(feed.values())))
+        for i, feed in enumerate(cuts.batches(ds, start, stop)):
+            n = ds.batch_len(feed)
             where = f"{ds.source}, samples {done}..{done + n - 1}"
             pending.append((n, actors[i % len(actors)].run.remote(feed, where)))
             done += n
-            if len(pending) >= _IN_FLIGHT * len(actors):
+            if i == 0 or len(pending) >= _IN_FLIGHT * len(actors):  # the first: its bytes size the next batches
                 fold()
         while pending:
             fold()
