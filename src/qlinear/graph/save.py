@@ -30,11 +30,15 @@ def save_model(m: onnx.ModelProto, path: str | os.PathLike) -> list[str]:
     """Serialize ``m`` to ``path`` via a temp file + rename; models past :data:`EXTERNAL_ABOVE` get external data
     (``<name>.data`` next to it, tensors over :data:`INLINE_MAX` bytes). Returns the file names written."""
     p = Path(path)
-    if not needs_external(m.ByteSize()):
-        data = m.SerializeToString()
+    try:
+        data = m.SerializeToString()   # encoded once (ByteSize would encode it too)
+    except ValueError:   # over protobuf's 2 GB
+        data = None
+    if data is not None and not needs_external(len(data)):
         with atomic_open(p, "wb") as f:
             f.write(data)
         return [p.name]
+    del data
     tmp = p.with_name(f".{p.name}.tmp")
     onnx.save_model(m, str(tmp), save_as_external_data=True, location=p.name + ".data", size_threshold=INLINE_MAX)
     os.replace(tmp, p)

@@ -81,7 +81,7 @@ class QuantizedModel:
         corrected, weights moved onto their grid; never for weight-only)."""
         if self.streamed is not None:
             return False
-        return self.encoded_model.graph.SerializeToString() != self.float_model.graph.SerializeToString()
+        return self.encoded_model.graph != self.float_model.graph   # field by field, without serializing
 
     def save_onnx(self, path: str | Path | BinaryIO, *, output_format: str | None = None,
                   external: bool | None = None) -> list[str]:

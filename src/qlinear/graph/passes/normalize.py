@@ -41,7 +41,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from qlinear.errors import GraphError
-from qlinear.graph.model import opset
+from qlinear.graph.model import opset, serialized
 from qlinear.graph.ops import DATA_MOVEMENT, WEIGHTED
 
 TARGET_OPSET = 13
@@ -410,19 +410,15 @@ def _run(m: onnx.ModelProto, samples: Sequence[Mapping[str, Any]], names: list[s
     """``names`` (exposed as extra outputs) computed by ONNX Runtime for each sample; ``None`` where ORT cannot."""
     import onnxruntime as ort
 
-    mm = m
     have = {o.name for o in m.graph.output}
-    if any(x not in have for x in names):
-        mm = onnx.ModelProto()
-        mm.CopyFrom(m)
-        mm.graph.output.extend(onnx.ValueInfoProto(name=x) for x in names if x not in have)
     so = ort.SessionOptions()
     so.graph_optimization_level = {"disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
                                    "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}[level]
     so.log_severity_level = 4
     so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     try:
-        sess = ort.InferenceSession(mm.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        sess = ort.InferenceSession(serialized(m, [x for x in dict.fromkeys(names) if x not in have]), so,
+                                    providers=["CPUExecutionProvider"])
     except Exception as e:  # noqa: BLE001
         raise GraphError(f"ONNX Runtime cannot load the model to check the opset upgrade: "
                          f"{str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}") from None

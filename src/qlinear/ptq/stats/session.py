@@ -13,6 +13,7 @@ import numpy as np
 import onnx
 
 from qlinear.errors import DataError, GraphError
+from qlinear.graph.model import serialized
 
 LEVELS = ("disable", "basic", "extended", "all")
 SPIN = False  #: the default of ``Session(spin=...)``
@@ -42,14 +43,8 @@ class Session:
                  spin: bool = SPIN) -> None:
         import onnxruntime as ort
 
-        mm = m
         have = {o.name for o in m.graph.output}
         extra = [t for t in dict.fromkeys(outputs) if t not in have]
-        if extra:
-            mm = onnx.ModelProto()
-            mm.CopyFrom(m)
-            for t in extra:
-                mm.graph.output.append(onnx.ValueInfoProto(name=t))
         so = ort.SessionOptions()
         so.graph_optimization_level = {
             "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL, "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
@@ -70,8 +65,7 @@ class Session:
             so.add_session_config_entry("session.model_external_initializers_file_folder_path", str(external_dir))
         self.label = label
         try:
-            data = mm.SerializeToString()
-            self.sess = ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+            self.sess = ort.InferenceSession(serialized(m, extra), so, providers=["CPUExecutionProvider"])
         except ValueError as e:  # > 2 GB protobuf
             raise GraphError(f"{label}: cannot serialize for ONNX Runtime ({e})") from None
         except Exception as e:  # noqa: BLE001 - onnxruntime's Fail / InvalidGraph / NotImplemented ...
