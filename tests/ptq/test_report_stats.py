@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from qlinear.encodings.model import Encoding
-from qlinear.ptq.report import evaluate as ev
+from qlinear.ptq.report import evaluate as evaluate_mod
+from qlinear.ptq.report import passes as ev
 
 
 def _both(e: Encoding, batches: list[np.ndarray], chunk: int, monkeypatch: pytest.MonkeyPatch):
@@ -84,9 +85,60 @@ def test_side_by_side_report_equals_one_after_another(monkeypatch: pytest.Monkey
     for inline in (False, True, False):
         with monkeypatch.context() as m:
             if inline:
-                m.setattr(ev, "ThreadPoolExecutor", _Inline)
-            d = ev.evaluate(qm).to_dict()
+                m.setattr(evaluate_mod, "ThreadPoolExecutor", _Inline)
+            d = evaluate_mod.evaluate(qm).to_dict()
         d.pop("timings")
         runs.append(json.dumps(d, sort_keys=True, default=str))
     assert runs[0] == runs[1] == runs[2]
     assert json.loads(runs[0])["samples"] == 24 and json.loads(runs[0])["tensors"]
+
+
+def test_report_started_ahead_equals_report_after(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``quantize(report_ahead=True)`` starts the float outputs and the statistics while quantizing: the report is the
+    one computed after, and the passes it started are taken (not run again)."""
+    import json
+
+    import qlinear
+    from qlinear.examples import DATA, MODEL
+
+    cfg = dict(calibration_samples=8, evaluation_samples=24, batch_size=2)
+    docs = []
+    for ahead in (False, True):
+        qm = qlinear.quantize(MODEL, DATA, cfg, report_ahead=ahead)
+        assert (qm._ahead is not None) == ahead
+        if ahead:
+            float_job, stats_job = qm._ahead.float_job, qm._ahead.stats_job
+            calls = []
+            monkeypatch.setattr(evaluate_mod, "activation_stats", lambda *a, **k: calls.append(a))
+        d = qm.report().to_dict()
+        if ahead:
+            assert float_job.done() and stats_job.done() and not calls and qm._ahead is None
+        d.pop("timings")
+        docs.append(json.dumps(d, sort_keys=True, default=str))
+    assert docs[0] == docs[1]
+
+
+def test_failed_run_cancels_the_passes_started_ahead(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run that fails after the report's passes started abandons them (they stop before their next batch)."""
+    import qlinear
+    from qlinear.errors import CalibrationError
+    from qlinear.examples import DATA, MODEL
+    from qlinear.ptq import pipeline
+
+    started = []
+    real = pipeline._start_ahead
+
+    def start(run, reference):
+        a = real(run, reference)
+        started.append(a)
+        return a
+
+    def fail(*a, **k):
+        raise CalibrationError("boom")
+
+    monkeypatch.setattr(pipeline, "_start_ahead", start)
+    monkeypatch.setattr(pipeline, "_collect", fail)
+    with pytest.raises(CalibrationError, match="boom"):
+        qlinear.quantize(MODEL, DATA, dict(calibration_samples=8, evaluation_samples=24, batch_size=2),
+                         report_ahead=True)
+    assert started and started[0].cancelled

@@ -181,7 +181,7 @@ def _run(model, data, cfg, folder, con, *, report, encodings_version, image_mean
             t = prog.add_task(task, total=total)
             return lambda n: prog.advance(t, n)
 
-        qm = qlinear.quantize(model, data, cfg, progress=bar,
+        qm = qlinear.quantize(model, data, cfg, progress=bar, report_ahead=report,
                               preprocess=ImagePreprocess(mean=image_mean, std=image_std))
         start, stop = qm.held_out()
         if report and start == 0 and qm.fitted:  # weight-only round to nearest never sees the data

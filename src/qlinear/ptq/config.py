@@ -9,7 +9,7 @@ from __future__ import annotations
 import inspect
 import json
 import re
-from dataclasses import dataclass, fields, replace
+from dataclasses import asdict, dataclass, fields, is_dataclass, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -392,8 +392,17 @@ class QuantizeConfig:
 
     def to_dict(self, *, requested_only: bool = False) -> dict[str, Any]:
         """The options as a dict (``requested_only``: only the ones the user set)."""
-        return {f.name: (list(v) if isinstance(v := getattr(self, f.name), tuple) else v) for f in fields(self)
+        return {f.name: _plain(getattr(self, f.name)) for f in fields(self)
                 if not requested_only or f.name in self.requested}
+
+
+def _plain(v: Any) -> Any:
+    """An option's value as plain data (JSON/TOML): tuples as lists, override rules as dicts of their set keys."""
+    if isinstance(v, tuple):
+        return [_plain(x) for x in v]
+    if is_dataclass(v) and not isinstance(v, type):
+        return {k: x for k, x in asdict(v).items() if x is not None}
+    return v
 
 
 def granularity_of(name: str, block_size: int) -> Granularity:

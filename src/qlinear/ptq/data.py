@@ -31,6 +31,7 @@ the sample.
 from __future__ import annotations
 
 import re
+import threading
 import zipfile
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -286,12 +287,21 @@ class Dataset:
         self._precheck = precheck
         self.notes = list(notes or [])
         self.shared = frozenset(shared)  #: inputs given once, fed unchanged with every sample
+        self._lock = threading.RLock()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "_lock"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.RLock()
 
     def __len__(self) -> int:
         return self._n
 
     def sample(self, i: int) -> dict[str, np.ndarray]:
-        raw = self._get(i)
+        with self._lock:   # the loaders (an open .npz, say) are not thread-safe; the report reads beside calibration
+            raw = self._get(i)
         if self.specs is None:
             return raw
         where = self._where(i)

@@ -42,7 +42,8 @@ from qlinear.ptq.config import DATA_WEIGHT_METHODS, QuantizeConfig
 from qlinear.ptq.data import Dataset, ImagePreprocess, load_dataset, model_inputs
 from qlinear.ptq.encode import TensorConfigs, apply_encodings, build_encodings, int32_biases
 from qlinear.ptq.mixed import bounded_parts, fill_ranges, keep_parts
-from qlinear.ptq.result import QuantizedModel
+from qlinear.ptq.report.passes import Ahead, Basis
+from qlinear.ptq.result import QuantizedModel, held_out_span
 from qlinear.ptq.settle import placement_for, settle
 from qlinear.ptq.stats.distributed import connect as connect_ray
 from qlinear.ptq.weightonly import quantize_weights
@@ -60,7 +61,8 @@ def check_normalized(given: onnx.ModelProto, m: onnx.ModelProto, ds: Dataset, n_
 
 
 def quantize(model: Any, data: Any, config: QuantizeConfig | dict | None = None, *,
-             preprocess: ImagePreprocess | None = None, progress: Progress | None = None) -> QuantizedModel:
+             preprocess: ImagePreprocess | None = None, progress: Progress | None = None,
+             report_ahead: bool = False) -> QuantizedModel:
     """Calibrate ``model`` on ``data`` and return the quantized model.
 
     Args:
@@ -71,6 +73,8 @@ def quantize(model: Any, data: Any, config: QuantizeConfig | dict | None = None,
             it before any data is read (:func:`qlinear.ptq.settle.settle`): a requested option they change is an
             error or a note; ``QuantizedModel.config`` is the configuration used.
         progress: ``progress(task, total) -> advance(n)`` hook (the CLI draws rich progress bars with it).
+        report_ahead: the report will be asked for (the CLI writing one): its float passes start while quantizing
+            (:class:`qlinear.ptq.report.passes.Ahead`; the same numbers, on cores the pipeline leaves idle).
     """
     t_all = time.perf_counter()
     cfg = config_of(config)
@@ -104,7 +108,14 @@ def quantize(model: Any, data: Any, config: QuantizeConfig | dict | None = None,
     if cfg.size_budget is not None:  # a fraction of the float model's file: its serialized bytes as given
         run.float_bytes = float_model.ByteSize()
     reference, placement = _rewrite(run)
-    out = _calibrate(run, reference, placement)
+    if report_ahead:
+        run.ahead = _start_ahead(run, reference)
+    try:
+        out = _calibrate(run, reference, placement)
+    except BaseException:
+        if run.ahead is not None:
+            run.ahead.cancel()
+        raise
     out.float_model = float_model
     run.timings["total"] = time.perf_counter() - t_all
     return out
@@ -132,6 +143,7 @@ class _Run:
     n_cal: int
     model: Any = None  # the onnx_ir.Model of ``m`` after the rewrites (planned without a new proto or index)
     float_bytes: int = 0  # the float model's serialized bytes (size_budget's denominator)
+    ahead: Any = None  # the report's passes started early (qlinear.ptq.report.passes.Ahead), with report_ahead
 
 
 def _rewrite(run: _Run) -> tuple[onnx.ModelProto, str]:
@@ -171,6 +183,23 @@ def _rewrite(run: _Run) -> tuple[onnx.ModelProto, str]:
     reference = onnx.ModelProto()  # the float model after exact rewrites (BN folding, CLE, smoothing): SQNR reference
     reference.CopyFrom(run.m)
     return reference, placement
+
+
+def _start_ahead(run: _Run, reference: onnx.ModelProto) -> Ahead | None:
+    """The report's float-output pass, started on the rewritten float model (None: no held-out samples)."""
+    start, stop = held_out_span(len(run.ds), run.cfg)
+    if stop <= start or start < run.n_cal:
+        return None
+    ahead = Ahead(run.ds, (start, stop), run.cfg.batch_size)
+    ahead.start_float(reference)
+    return ahead
+
+
+def _ahead_stats(run: _Run, reference: onnx.ModelProto, es: EncodingSet, plan: Any, keep: dict) -> None:
+    """With the report's passes started early: its statistics, once the encodings ``es`` are final."""
+    if run.ahead is not None:
+        run.ahead.start_stats(Basis(run.ds, reference, es, plan, (keep.get("session"), keep.get("outputs", [])),
+                                    keep.get("batch") or run.cfg.batch_size))
 
 
 def _calibrate(run: _Run, reference: onnx.ModelProto, placement: str) -> QuantizedModel:
@@ -241,6 +270,7 @@ def _calibrate(run: _Run, reference: onnx.ModelProto, placement: str) -> Quantiz
                                       progress=progress, notes=notes)
         timings["repair"] = time.perf_counter() - t1
     es = int32_biases(es, m, plan, notes)
+    _ahead_stats(run, reference, es, plan, keep)  # the encodings are final: the report's statistics can start
     qm, loaded = _finish(es, m, cfg, run.label, notes)
     timings["quantize"] += time.perf_counter() - t0 - timings.get("repair", 0.0)
     out = QuantizedModel(qm, m, reference, es, cfg, plan, run.ds, timings, notes, None, m, decisions)
@@ -248,6 +278,7 @@ def _calibrate(run: _Run, reference: onnx.ModelProto, placement: str) -> Quantiz
     out.budget = curve  # the size-vs-metric points measured under size_budget / average_bits
     out._float_session = keep.get("session"), keep.get("outputs", [])
     out._batch = keep.get("batch")
+    out._ahead = run.ahead
     out._quant_session = qm, loaded  # the load check's session, reused by the report when it runs the same one
     return out
 

@@ -57,6 +57,7 @@ class QuantizedModel:
     _float_session: Any = field(default=None, repr=False)  # calibration's ORT session (float model, every tensor)
     _quant_session: Any = field(default=None, repr=False)  # (model, the load check's ORT session of it, level all)
     _batch: int | None = field(default=None, repr=False)  # samples per ORT call calibration chose (fetched bytes)
+    _ahead: Any = field(default=None, repr=False)  # the report's passes started while quantizing (report.passes.Ahead)
     streamed: Any = field(default=None, repr=False)  #: weight-only: the quantized weights, written when saved
 
     def __post_init__(self) -> None:
@@ -164,12 +165,7 @@ class QuantizedModel:
         """``(start, stop)`` of the samples the report evaluates: the ones after the calibration samples (all of them
         when the run fitted nothing on the data, :attr:`fitted`), or the calibration samples themselves when none are
         left (the report then says so)."""
-        n = 0 if self.dataset is None else len(self.dataset)
-        start = min(self.config.calibration_samples, n) if self.fitted else 0
-        stop = min(n, start + self.config.evaluation_samples)
-        if stop <= start:
-            return 0, min(n, self.config.evaluation_samples or n)
-        return start, stop
+        return held_out_span(0 if self.dataset is None else len(self.dataset), self.config, self.fitted)
 
     def report(self, *, samples: int | None = None, progress: Callable[[int], None] | None = None,  # noqa: ANN201
                model_path: Path | None = None, sensitivity: int = 0,
@@ -285,6 +281,15 @@ WEIGHT_ONLY_OPTIONS = ("activation_type", "weight_type", "weights", "weight_meth
                        "batch_size", "batch_axes")
 
 
+def held_out_span(n: int, cfg: QuantizeConfig, fitted: bool = True) -> tuple[int, int]:
+    """``(start, stop)`` of the held-out samples among ``n`` (:meth:`QuantizedModel.held_out`)."""
+    start = min(cfg.calibration_samples, n) if fitted else 0
+    stop = min(n, start + cfg.evaluation_samples)
+    if stop <= start:
+        return 0, min(n, cfg.evaluation_samples or n)
+    return start, stop
+
+
 def check_samples(samples: Any) -> None:
     """``report(samples=...)``: None or a positive integer."""
     if samples is not None and (isinstance(samples, bool) or not isinstance(samples, (int, np.integer))
@@ -308,4 +313,5 @@ def path_of(x: Any, what: str) -> Path:
     return Path(x)
 
 
-__all__ = ["QuantizedModel", "WEIGHT_ONLY_OPTIONS", "check_samples", "is_binary", "is_file", "path_of"]
+__all__ = ["QuantizedModel", "WEIGHT_ONLY_OPTIONS", "check_samples", "held_out_span", "is_binary", "is_file",
+           "path_of"]

@@ -31,26 +31,27 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import gc
-import threading
-from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from functools import lru_cache
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import numpy as np
 import onnx
 
-from qlinear.core.granularity import PerTensor
-from qlinear.core.native import cpu_count
 from qlinear.errors import DataError
 from qlinear.graph.ops import EMBEDDING_PRODUCERS, LAYOUT_PASSTHROUGH, QUANTIZE_OPS
 from qlinear.graph.plan import resolve_inherit
 from qlinear.ptq.mixed import MIXED_RATIO, REMEDY, mixed, part_slices
+from qlinear.ptq.report.passes import (
+    Basis,
+    SerialReader,
+    activation_stats,
+    float_session,
+    model_outputs,
+    stat_encodings,
+)
 from qlinear.ptq.report.plots import OutputPlot, output_plots
 
-HIST_CAP = 100_000  # float values kept per tensor for its histogram
-STAT_VALUES = 1 << 16  # values per sample of a tensor the per-tensor SQNR is computed on (a strided sample beyond)
 SLICE = 2 ** 20  # values converted to float64 at a time by Agreement.add_sample
 ROUND_BYTES = 2 ** 31  # float outputs of token data kept on disk between the float and the quantized pass
 
@@ -107,34 +108,6 @@ def _sqnr(sig: float, noise: float) -> float:
     return float(10 * np.log10(sig / noise))
 
 
-def _sumsq(v: np.ndarray) -> float:
-    """Sum of squares by a float32 BLAS dot product; in float64 when that overflows (values beyond ~1e19)."""
-    with np.errstate(over="ignore", invalid="ignore"):
-        r = float(np.dot(v, v))
-    if not np.isfinite(r):
-        v64 = v.astype(np.float64)
-        r = float(np.dot(v64, v64))
-    return r
-
-
-class _Sample:
-    """A strided sample of a tensor's values over batches (for its histogram): ``per_sample`` values of each sample
-    in a batch, bounded over the pass by ``HIST_CAP``."""
-
-    def __init__(self, per_sample: int) -> None:
-        self.per_sample = max(1, per_sample)
-        self.parts: list[np.ndarray] = []
-
-    def add(self, x: np.ndarray, samples: int = 1) -> None:
-        flat = x.reshape(-1)
-        keep = self.per_sample * max(1, samples)
-        step = max(1, flat.size // keep)
-        self.parts.append(flat[::step][:keep].astype(np.float32, copy=True))
-
-    def values(self) -> np.ndarray:
-        return np.concatenate(self.parts) if self.parts else np.zeros(0, np.float32)
-
-
 def int8_kernels_exact() -> bool:
     """Whether ONNX Runtime's int8 GEMM/conv kernels accumulate exactly on this CPU: x86 with VNNI (``vpdpbusd``),
     or a non-x86 CPU. On x86 without VNNI its u8s8 kernel adds pairs of products in saturating int16
@@ -169,17 +142,6 @@ def _range(e: Any) -> tuple[float, float]:
     return -float(e.qtype.qmax) * s, float(e.qtype.qmax) * s
 
 
-def float_stats_session(qm: Any, names: list[str]) -> Any:
-    """An ONNX Runtime session of the float model exposing ``names``: calibration's own (warm) when it does."""
-    from qlinear.ptq.stats.session import Session
-
-    warm, exposed = getattr(qm, "_float_session", None) or (None, [])
-    outputs = {o.name for o in qm.reference_model.graph.output}
-    if warm is not None and set(names) <= set(exposed) | outputs:
-        return warm
-    return Session(qm.reference_model, names, level="all", label="the float model")
-
-
 def evaluate(qm: Any, *, samples: int | None = None, progress: Callable[[int], None] | None = None,
              worst_histograms: int = 4, stat_samples: int = 16, model_path: Any = None) -> Report:
     """The report of ``qm`` on its held-out samples (``samples``: at most that many); a weight-only result is
@@ -195,20 +157,8 @@ def evaluate(qm: Any, *, samples: int | None = None, progress: Callable[[int], N
         raise DataError(f"{ds.source}: no samples to evaluate")
     ref = qm.reference_model  # float model after exact rewrites (BN folding, CLE): same outputs, same tensors
     outputs = [o.name for o in ref.graph.output]
-    encs = _stat_encodings(qm)
-    n_stat = min(n, stat_samples)
     engine = output_engine(qm)
-    # the statistics pass (calibration's warm float session) runs beside the float and quantized output sessions:
-    # each stream keeps its own order, so every number is the one of running them one after the other
-    read = SerialReader(ds)   # the two streams read their batches one at a time
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="qlinear-eval-stats") as side:
-        stats_job = side.submit(_activation_stats, qm, encs, start, n_stat, read)
-        try:
-            out_f, out_q, counts = _outputs(qm, engine, outputs, start, stop, progress, read)
-        except Exception:
-            stats_job.result()   # the statistics pass's own error first, as when it ran first
-            raise
-        seen = stats_job.result()
+    out_f, out_q, counts, encs, seen, n_stat = _passes(qm, engine, outputs, (start, stop), stat_samples, progress)
     stats = []
     for e in encs:
         lo, hi = _range(e)
@@ -243,6 +193,42 @@ def evaluate(qm: Any, *, samples: int | None = None, progress: Callable[[int], N
     mixed = mixed_concats(qm, stats, res, cparts)
     return Report(n, stats, res, ranking, hists, stat_samples=n_stat, engine=engine, kinds=kinds, headlines=heads,
                   mixed=mixed, plots=output_plots(out_f, out_q, counts, start, kinds))
+
+
+def _passes(qm: Any, engine: str, outputs: list[str], span: tuple[int, int], stat_samples: int,
+            progress: Callable[[int], None] | None) -> tuple:
+    """The report's three passes over ``span`` (:mod:`qlinear.ptq.report.passes`), side by side, each in a thread of
+    its own: the float model's outputs and the statistics (taken from ``qm``'s :class:`~.passes.Ahead` when quantizing
+    started them for this span), the quantized model's outputs (``progress`` per batch). Returns the float and the
+    quantized outputs, the samples per batch, the statistics' encodings, their results and sample count."""
+    from qlinear.ptq.stats.session import Session
+
+    ds, (start, stop) = qm.dataset, span
+    ahead = getattr(qm, "_ahead", None)
+    if ahead is None or ahead.span != span or ahead.float_job is None or ahead.stats_job is None:
+        ahead = None
+    b = Basis.of(qm)
+    encs = ahead.encs if ahead else stat_encodings(b)
+    n_stat = min(stop - start, stat_samples)
+    read = ahead.read if ahead else SerialReader(ds)   # the streams read their batches one at a time
+    batch = ahead.batch if ahead else qm.config.batch_size
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="qlinear-eval") as pool:
+        float_job = ahead.float_job if ahead else pool.submit(model_outputs, float_session(b.reference), outputs,
+                                                               ds, start, stop, batch, read)
+        stats_job = ahead.stats_job if ahead else pool.submit(activation_stats, b, encs, start, n_stat, read)
+        quant = loaded_session(qm, engine) or (lambda: Session(qm.model, (), level="all", label="the quantized model",
+                                                               disable_qdq_fusion=engine != "ort-int8"))
+        try:
+            out_q, counts = model_outputs(quant, outputs, ds, start, stop, batch, read, progress)
+        except Exception:
+            stats_job.result()   # the float passes' own errors first, as when they ran first
+            float_job.result()
+            raise
+        out_f, counts_f = float_job.result()
+        seen = stats_job.result()
+    qm._ahead = None
+    assert counts_f == counts, (counts_f, counts)
+    return out_f, out_q, counts, encs, seen, n_stat
 
 
 def concat_parts(ref: Any, outputs: list[str]) -> dict[str, tuple[int, list[tuple[str, int, int]]]]:
@@ -304,224 +290,16 @@ def mixed_concats(qm: Any, stats: list[TensorStat], res: dict[str, dict[str, flo
     return rows
 
 
-def _stat_encodings(qm: Any) -> list[Any]:
-    """The activation encodings whose float values the statistics pass can fetch (those that only move data, a
-    Reshape's output, share their source's encoding and statistics and are left out)."""
-    ref = qm.reference_model
-    ref_inputs = {v.name for v in ref.graph.input}
-    warm, exposed = getattr(qm, "_float_session", None) or (None, [])
-    known = (set(exposed) | {o.name for o in ref.graph.output} | ref_inputs) if warm is not None else \
-        ref_inputs | {o for nd in ref.graph.node for o in nd.output}
-    return [e for e in qm.encodings.activations if e.scale is not None and e.name in known
-            and e.name not in qm.plan.inherit]
-
-
-class _Scratch:
-    """The statistics' quantize/dequantize of a per-tensor integer encoding, in cache-sized chunks into per-thread
-    buffers reused from tensor to tensor (tens of MB of fresh arrays cost more in page faults and memory traffic
-    than the kernels): the noise ``x - DQ(Q(x))`` and the chunks' minima/maxima in one sweep over ``x``. Every
-    value is the one of ``fake_quantize`` on the whole tensor (element-wise), and so are the minimum/maximum."""
-
-    CHUNK = 1 << 20
-    REUSABLE = (np.dtype(np.uint8), np.dtype(np.int8), np.dtype(np.uint16), np.dtype(np.int16))
-
-    def __init__(self) -> None:
-        self.local = threading.local()
-
-    def handles(self, e: Any) -> bool:
-        t = e.qtype
-        return t.is_int and t.storage in self.REUSABLE and isinstance(e.grain, PerTensor)
-
-    def _buf(self, key: str, n: int, dtype: np.dtype) -> np.ndarray:
-        b = getattr(self.local, key, None)
-        if b is None or b.nbytes < n * dtype.itemsize:
-            b = np.empty(n * dtype.itemsize, np.uint8)
-            setattr(self.local, key, b)
-        return b[: n * dtype.itemsize].view(dtype)
-
-    def noise(self, e: Any, x: np.ndarray, threads: int | None = None) -> tuple[np.ndarray, float, float]:
-        """``x - DQ(Q(x))`` of a flat float32 ``x`` (a per-thread buffer), ``x.min()`` and ``x.max()``; ``threads``
-        for the kernels (None: automatic)."""
-        n, c = x.size, self.CHUNK
-        d = self._buf("d", n, np.dtype(np.float32))
-        q = self._buf("q", min(n, c), e.qtype.storage)
-        lo, hi = np.empty(-(-n // c), np.float32), np.empty(-(-n // c), np.float32)
-        for i, a in enumerate(range(0, n, c)):
-            xc, dc = x[a:a + c], d[a:a + c]
-            qc = e.quantize(xc, out=q[: xc.size], threads=threads)
-            e.dequantize(qc, out=dc, threads=threads)
-            np.subtract(xc, dc, out=dc)
-            lo[i], hi[i] = xc.min(), xc.max()
-        return d, (float(lo.min()) if n else np.inf), (float(hi.max()) if n else -np.inf)
-
-
-@dataclass
-class _Seen:
-    """One activation over the statistics samples: its signal and quantization noise, range, histogram sample."""
-
-    hist: _Sample
-    sig: float = 0.0
-    noise: float = 0.0
-    lo: float = np.inf
-    hi: float = -np.inf
-
-    def add(self, e: Any, x: np.ndarray, scratch: "_Scratch | None" = None, threads: int | None = None,
-            samples: int = 1) -> None:
-        xs = np.ascontiguousarray(x, np.float32)
-        x = xs.reshape(-1)
-        step = -(-x.size // (STAT_VALUES * max(1, samples)))
-        if step > 1:  # a strided sample of a large tensor (its SQNR estimated on ~STAT_VALUES values per sample)
-            xs = x = np.ascontiguousarray(x[::step])
-        if scratch is not None and scratch.handles(e):
-            d, lo, hi = scratch.noise(e, x, threads)
-        else:
-            d = e.fake_quantize(xs).reshape(-1)   # a fresh array: the noise is computed in its place
-            np.subtract(x, d, out=d)
-            lo, hi = (float(x.min()), float(x.max())) if x.size else (np.inf, -np.inf)
-        self.sig += _sumsq(x)
-        self.noise += _sumsq(d)
-        if x.size:
-            self.lo = min(self.lo, lo)
-            self.hi = max(self.hi, hi)
-        self.hist.add(x, samples)
-
-    def histogram(self, st: TensorStat) -> dict | None:
-        """64 bins over a span covering both the data and the chosen range ``st.lo..st.hi``."""
-        x = self.hist.values()
-        if not x.size:
-            return None
-        span_lo, span_hi = min(st.lo, self.lo), max(st.hi, self.hi)
-        if not span_hi > span_lo:
-            span_hi = span_lo + 1.0
-        h, edges = np.histogram(x.astype(np.float64), bins=64, range=(span_lo, span_hi))
-        return {"counts": h.tolist(), "edges": edges.tolist(), "lo": st.lo, "hi": st.hi,
-                "data_lo": self.lo, "data_hi": self.hi, "values": int(x.size)}
-
-
-class SerialReader:
-    """A dataset's batches read by several threads one batch at a time (its loaders, an open ``.npz`` say, are not
-    thread-safe); each iteration yields what ``ds.batches`` does."""
-
-    def __init__(self, ds: Any) -> None:
-        self.ds = ds
-        self.lock = threading.Lock()
-
-    def batches(self, start: int, stop: int, batch_size: int) -> Iterator[dict[str, np.ndarray]]:
-        it = self.ds.batches(start, stop, batch_size)
-        while True:
-            with self.lock:
-                feed = next(it, None)
-            if feed is None:
-                return
-            yield feed
-
-
-def _activation_stats(qm: Any, encs: list[Any], start: int, n_stat: int,
-                      read: SerialReader | None = None) -> dict[str, _Seen]:
-    """One float pass over the first ``n_stat`` held-out samples: each activation against its own quantization."""
-    ds = qm.dataset
-    ref_inputs = {v.name for v in qm.reference_model.graph.input}
-    per_sample = max(1, HIST_CAP // max(n_stat, 1))
-    seen = {e.name: _Seen(_Sample(per_sample)) for e in encs}
-    if not (n_stat and encs):
-        return seen
-    fetch = [e.name for e in encs if e.name not in ref_inputs]
-    fs_stats = float_stats_session(qm, fetch)
-    scratch = _Scratch()
-    done = start
-    for feed in (read or SerialReader(ds)).batches(start, start + n_stat, pass_batch(qm)):
-        b = ds.batch_len(feed)
-        fv = dict(zip(fetch, fs_stats.run(fetch, feed, where=f"{ds.source}, samples {done}..{done + b - 1}")))
-        fv.update(feed)
-        # tensors are independent (each keeps its own batch order): numpy and the kernels release the GIL, so the
-        # large ones go to a pool of their own (not the kernels' pool, which the kernels wait on), one core each,
-        # while this thread does the small ones (for which the GIL-bound Python around the kernels dominates)
-        big = [e for e in encs if fv[e.name].size >= _Scratch.CHUNK]
-        jobs = [_stats_pool().submit(seen[e.name].add, e, fv[e.name], scratch, 1, b) for e in big]
-        for e in encs:
-            if fv[e.name].size < _Scratch.CHUNK:
-                seen[e.name].add(e, fv[e.name], scratch, samples=b)
-        for j in jobs:
-            j.result()
-        done += b
-    return seen
-
-
-def pass_batch(qm: Any) -> int:
-    """Samples per ONNX Runtime call of the report's passes: what calibration's pass settled on for this model (fewer
-    than ``batch_size`` where one sample's tensors are large, :mod:`qlinear.ptq.stats.batching`), else
-    ``batch_size``."""
-    return getattr(qm, "_batch", None) or qm.config.batch_size
-
-
-@lru_cache(maxsize=1)
-def _stats_pool() -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(max_workers=cpu_count(), thread_name_prefix="qlinear-stats")
-
-
-Outputs = dict[str, list[np.ndarray]]
-
-
-def _outputs(qm: Any, engine: str, outputs: list[str], start: int, stop: int, progress: Callable[[int], None] | None,
-             read: SerialReader | None = None) -> tuple[Outputs, Outputs, list[int]]:
-    """The float and the quantized model's outputs on samples ``start..stop - 1``, batch by batch, and the number
-    of samples in each batch. Each model has a thread of its own (its session is built there, then runs the batches
-    in order; ONNX Runtime releases the GIL), fed each batch as it is read, at most ``AHEAD`` batches ahead."""
-    from qlinear.ptq.stats.session import Session
-
-    ds = qm.dataset
-    out_f: dict[str, list[np.ndarray]] = {o: [] for o in outputs}
-    out_q: dict[str, list[np.ndarray]] = {o: [] for o in outputs}
-    counts: list[int] = []
-    pending: deque = deque()
-
-    def take() -> None:   # the oldest batch: both models' outputs, in batch order
-        jf, jq, b = pending.popleft()
-        for store, job in ((out_f, jf), (out_q, jq)):
-            for o, v in zip(outputs, job.result()):
-                store[o].append(v)
-        if progress:
-            progress(b)
-
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="qlinear-eval-float") as tf, \
-            ThreadPoolExecutor(max_workers=1, thread_name_prefix="qlinear-eval-quant") as tq:
-        fs = tf.submit(Session, qm.reference_model, (), level="all", label="the float model")
-        qs = loaded_session(qm, engine) or tq.submit(Session, qm.model, (), level="all", label="the quantized model",
-                                                     disable_qdq_fusion=engine != "ort-int8")
-        done = start
-        for feed in (read or SerialReader(ds)).batches(start, stop, pass_batch(qm)):
-            b = ds.batch_len(feed)
-            where = f"{ds.source}, samples {done}..{done + b - 1}"
-            pending.append((tf.submit(_run_on, fs, outputs, feed, where),
-                            tq.submit(_run_on, qs, outputs, feed, where), b))
-            counts.append(b)
-            done += b
-            if len(pending) > AHEAD:
-                take()
-        while pending:
-            take()
-    return out_f, out_q, counts
-
-
-AHEAD = 4  #: batches read ahead of the slower output session
-
-
-def loaded_session(qm: Any, engine: str) -> Future | None:
+def loaded_session(qm: Any, engine: str) -> Callable[[], Any] | None:
     """The session the pipeline's load check built of ``qm.model`` (ONNX Runtime's default level, as the ``ort-int8``
-    engine runs it: the same options, so the same outputs), as a done future, taken once (its memory goes with the
-    report's run); None when the engine runs another one or none was kept."""
+    engine runs it: the same options, so the same outputs), as the ``session`` of
+    :func:`~qlinear.ptq.report.passes.model_outputs`, taken once (its memory goes with the report's run); None when
+    the engine runs another one or none was kept."""
     kept, qm._quant_session = getattr(qm, "_quant_session", None), None
     if engine != "ort-int8" or kept is None or kept[0] is not qm.model or kept[1] is None:
         return None
     kept[1].label = "the quantized model"
-    done: Future = Future()
-    done.set_result(kept[1])
-    return done
-
-
-def _run_on(sess: Any, outputs: list[str], feed: dict[str, np.ndarray], where: str) -> list[np.ndarray]:
-    """``outputs`` of the session future ``sess`` (built by the same single-thread executor, so already done)."""
-    return sess.result().run(outputs, feed, where=where)
+    return lambda: kept[1]
 
 
 def output_metrics(a: np.ndarray | list[np.ndarray], b: np.ndarray | list[np.ndarray], labels: list[int] | None,
