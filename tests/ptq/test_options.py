@@ -342,3 +342,19 @@ def test_settle_never_changes_a_requested_option_silently(picks: dict) -> None:
         assert not used.activation_type.startswith("int")
     if used.weights == "lpbq":
         assert used.weight_type == "int4"
+
+
+def test_cli_config_file_with_overrides_writes_the_report(tmp_path: Path) -> None:
+    """``--config`` with ``overrides`` (a list of rules) runs to the end: report.json gives the rules as written (a
+    rule object in the JSON raised a traceback before)."""
+    import json
+
+    from qlinear.cli.main import main
+
+    rules = [{"name": "*", "role": "activation", "type": "uint8"}, {"op_type": "Conv", "role": "weight",
+                                                                      "type": "int16"}]
+    cfg = tmp_path / "cfg.json"
+    cfg.write_text(json.dumps({"overrides": rules, "calibration_samples": 8, "evaluation_samples": 8}))
+    assert main(["quantize", "--config", str(cfg), "-o", str(tmp_path / "out")]) == 0
+    doc = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert doc["config"]["overrides"] == rules and "overrides" in doc["requested"]
