@@ -30,7 +30,8 @@ def _report(qm, monkeypatch: pytest.MonkeyPatch) -> tuple[str, list[str]]:
 
 
 def test_report_reuses_the_load_check_session(monkeypatch: pytest.MonkeyPatch) -> None:
-    qm = qlinear.quantize(MODEL, DATA, dict(calibration_samples=8, evaluation_samples=12, batch_size=4))
+    # 20 held-out samples: the statistics pass's 16 give their float outputs, the float model's session runs 4
+    qm = qlinear.quantize(MODEL, DATA, dict(calibration_samples=8, evaluation_samples=20, batch_size=4))
     kept_model, kept = qm._quant_session
     assert kept_model is qm.model and isinstance(kept, sessions.Session)
     reused, built = _report(qm, monkeypatch)

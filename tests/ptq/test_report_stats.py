@@ -61,6 +61,9 @@ class _Inline:
     def __exit__(self, *a) -> None:
         return None
 
+    def shutdown(self, wait: bool = True) -> None:
+        return None
+
     def submit(self, fn, *a, **k):
         from concurrent.futures import Future
 
@@ -85,7 +88,7 @@ def test_side_by_side_report_equals_one_after_another(monkeypatch: pytest.Monkey
     for inline in (False, True, False):
         with monkeypatch.context() as m:
             if inline:
-                m.setattr(evaluate_mod, "ThreadPoolExecutor", _Inline)
+                m.setattr(ev, "ThreadPoolExecutor", _Inline)
             d = evaluate_mod.evaluate(qm).to_dict()
         d.pop("timings")
         runs.append(json.dumps(d, sort_keys=True, default=str))
@@ -107,12 +110,13 @@ def test_report_started_ahead_equals_report_after(monkeypatch: pytest.MonkeyPatc
         qm = qlinear.quantize(MODEL, DATA, cfg, report_ahead=ahead)
         assert (qm._ahead is not None) == ahead
         if ahead:
-            float_job, stats_job = qm._ahead.float_job, qm._ahead.stats_job
-            calls = []
-            monkeypatch.setattr(evaluate_mod, "activation_stats", lambda *a, **k: calls.append(a))
+            jobs = (qm._ahead.float_job, qm._ahead.stats_job, qm._ahead.quant_job)
+            assert None not in jobs
+            for name in ("start_float", "start_stats", "start_quant"):   # taken, not run again
+                monkeypatch.setattr(ev.Passes, name, lambda *a, **k: pytest.fail("a pass ran twice"))
         d = qm.report().to_dict()
         if ahead:
-            assert float_job.done() and stats_job.done() and not calls and qm._ahead is None
+            assert all(j.done() for j in jobs) and qm._ahead is None
         d.pop("timings")
         docs.append(json.dumps(d, sort_keys=True, default=str))
     assert docs[0] == docs[1]

@@ -42,7 +42,8 @@ from qlinear.ptq.config import DATA_WEIGHT_METHODS, QuantizeConfig
 from qlinear.ptq.data import Dataset, ImagePreprocess, load_dataset, model_inputs
 from qlinear.ptq.encode import TensorConfigs, apply_encodings, build_encodings, int32_biases
 from qlinear.ptq.mixed import bounded_parts, fill_ranges, keep_parts
-from qlinear.ptq.report.passes import Ahead, Basis
+from qlinear.ptq.report.evaluate import output_engine, quant_session
+from qlinear.ptq.report.passes import Basis, Passes, stat_encodings
 from qlinear.ptq.result import QuantizedModel, held_out_span
 from qlinear.ptq.settle import placement_for, settle
 from qlinear.ptq.stats.distributed import connect as connect_ray
@@ -185,12 +186,12 @@ def _rewrite(run: _Run) -> tuple[onnx.ModelProto, str]:
     return reference, placement
 
 
-def _start_ahead(run: _Run, reference: onnx.ModelProto) -> Ahead | None:
+def _start_ahead(run: _Run, reference: onnx.ModelProto) -> Passes | None:
     """The report's float-output pass, started on the rewritten float model (None: no held-out samples)."""
     start, stop = held_out_span(len(run.ds), run.cfg)
     if stop <= start or start < run.n_cal:
         return None
-    ahead = Ahead(run.ds, (start, stop), run.cfg.batch_size)
+    ahead = Passes(run.ds, (start, stop), run.cfg.batch_size, [o.name for o in reference.graph.output])
     ahead.start_float(reference)
     return ahead
 
@@ -198,8 +199,9 @@ def _start_ahead(run: _Run, reference: onnx.ModelProto) -> Ahead | None:
 def _ahead_stats(run: _Run, reference: onnx.ModelProto, es: EncodingSet, plan: Any, keep: dict) -> None:
     """With the report's passes started early: its statistics, once the encodings ``es`` are final."""
     if run.ahead is not None:
-        run.ahead.start_stats(Basis(run.ds, reference, es, plan, (keep.get("session"), keep.get("outputs", [])),
-                                    keep.get("batch") or run.cfg.batch_size))
+        b = Basis(run.ds, reference, es, plan, (keep.get("session"), keep.get("outputs", [])),
+                  keep.get("batch") or run.cfg.batch_size)
+        run.ahead.start_stats(b, stat_encodings(b))
 
 
 def _calibrate(run: _Run, reference: onnx.ModelProto, placement: str) -> QuantizedModel:
@@ -274,13 +276,21 @@ def _calibrate(run: _Run, reference: onnx.ModelProto, placement: str) -> Quantiz
     qm, loaded = _finish(es, m, cfg, run.label, notes)
     timings["quantize"] += time.perf_counter() - t0 - timings.get("repair", 0.0)
     out = QuantizedModel(qm, m, reference, es, cfg, plan, run.ds, timings, notes, None, m, decisions)
-    out.integer_check = _integer_check(qm, notes)
     out.budget = curve  # the size-vs-metric points measured under size_budget / average_bits
+    _hand_over(run, out, keep, loaded)
+    out.integer_check = _integer_check(qm, notes)
+    return out
+
+
+def _hand_over(run: _Run, out: QuantizedModel, keep: dict, loaded: Any) -> None:
+    """What the report reuses: calibration's warm session and batch size, the load check's session of the quantized
+    model; with the report's passes started early, the quantized model's outputs start now."""
     out._float_session = keep.get("session"), keep.get("outputs", [])
     out._batch = keep.get("batch")
+    out._quant_session = out.qdq_model, loaded  # the load check's session, reused when the report runs the same one
     out._ahead = run.ahead
-    out._quant_session = qm, loaded  # the load check's session, reused by the report when it runs the same one
-    return out
+    if run.ahead is not None:
+        run.ahead.start_quant(quant_session(out, output_engine(out)))
 
 
 def _finish(es: EncodingSet, m: onnx.ModelProto, cfg: QuantizeConfig, label: str,

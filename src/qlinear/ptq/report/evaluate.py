@@ -31,7 +31,6 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import gc
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -42,14 +41,7 @@ from qlinear.errors import DataError
 from qlinear.graph.ops import EMBEDDING_PRODUCERS, LAYOUT_PASSTHROUGH, QUANTIZE_OPS
 from qlinear.graph.plan import resolve_inherit
 from qlinear.ptq.mixed import MIXED_RATIO, REMEDY, mixed, part_slices
-from qlinear.ptq.report.passes import (
-    Basis,
-    SerialReader,
-    activation_stats,
-    float_session,
-    model_outputs,
-    stat_encodings,
-)
+from qlinear.ptq.report.passes import Basis, Passes, stat_encodings
 from qlinear.ptq.report.plots import OutputPlot, output_plots
 
 SLICE = 2 ** 20  # values converted to float64 at a time by Agreement.add_sample
@@ -197,38 +189,36 @@ def evaluate(qm: Any, *, samples: int | None = None, progress: Callable[[int], N
 
 def _passes(qm: Any, engine: str, outputs: list[str], span: tuple[int, int], stat_samples: int,
             progress: Callable[[int], None] | None) -> tuple:
-    """The report's three passes over ``span`` (:mod:`qlinear.ptq.report.passes`), side by side, each in a thread of
-    its own: the float model's outputs and the statistics (taken from ``qm``'s :class:`~.passes.Ahead` when quantizing
-    started them for this span), the quantized model's outputs (``progress`` per batch). Returns the float and the
-    quantized outputs, the samples per batch, the statistics' encodings, their results and sample count."""
+    """The report's three passes over ``span`` (:class:`~qlinear.ptq.report.passes.Passes`): the ones quantizing
+    started for this span (``report_ahead``), the others started now (``progress`` per batch of the quantized
+    model's pass). Returns the float and the quantized outputs, the samples per batch, the statistics' encodings,
+    their results and sample count."""
+    p = getattr(qm, "_ahead", None)
+    qm._ahead = None
+    if p is None or p.span != span or p.outputs != outputs or p.n_stat != min(span[1] - span[0], stat_samples):
+        if p is not None:
+            p.cancel()
+        p = Passes(qm.dataset, span, qm.config.batch_size, outputs, stat_samples)
+    b = Basis.of(qm)
+    if p.stats_job is None:
+        p.start_stats(b, stat_encodings(b))
+    if p.float_job is None:
+        p.start_float(b.reference)
+    if p.quant_job is None:
+        p.start_quant(quant_session(qm, engine), progress)
+    elif progress:
+        progress(span[1] - span[0])
+    out_f, out_q, counts, seen = p.results()
+    return out_f, out_q, counts, p.encs, seen, p.n_stat
+
+
+def quant_session(qm: Any, engine: str) -> Callable[[], Any]:
+    """How the report gets the quantized model's session (``session`` of
+    :func:`~qlinear.ptq.report.passes.model_outputs`): the load check's when ``engine`` runs it, else a new one."""
     from qlinear.ptq.stats.session import Session
 
-    ds, (start, stop) = qm.dataset, span
-    ahead = getattr(qm, "_ahead", None)
-    if ahead is None or ahead.span != span or ahead.float_job is None or ahead.stats_job is None:
-        ahead = None
-    b = Basis.of(qm)
-    encs = ahead.encs if ahead else stat_encodings(b)
-    n_stat = min(stop - start, stat_samples)
-    read = ahead.read if ahead else SerialReader(ds)   # the streams read their batches one at a time
-    batch = ahead.batch if ahead else qm.config.batch_size
-    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="qlinear-eval") as pool:
-        float_job = ahead.float_job if ahead else pool.submit(model_outputs, float_session(b.reference), outputs,
-                                                               ds, start, stop, batch, read)
-        stats_job = ahead.stats_job if ahead else pool.submit(activation_stats, b, encs, start, n_stat, read)
-        quant = loaded_session(qm, engine) or (lambda: Session(qm.model, (), level="all", label="the quantized model",
-                                                               disable_qdq_fusion=engine != "ort-int8"))
-        try:
-            out_q, counts = model_outputs(quant, outputs, ds, start, stop, batch, read, progress)
-        except Exception:
-            stats_job.result()   # the float passes' own errors first, as when they ran first
-            float_job.result()
-            raise
-        out_f, counts_f = float_job.result()
-        seen = stats_job.result()
-    qm._ahead = None
-    assert counts_f == counts, (counts_f, counts)
-    return out_f, out_q, counts, encs, seen, n_stat
+    return loaded_session(qm, engine) or (lambda: Session(qm.model, (), level="all", label="the quantized model",
+                                                          disable_qdq_fusion=engine != "ort-int8"))
 
 
 def concat_parts(ref: Any, outputs: list[str]) -> dict[str, tuple[int, list[tuple[str, int, int]]]]:

@@ -6,11 +6,14 @@
   of a large tensor: an OCR detector's 480 x 480 maps give millions per sample, whose sums took most of the report's
   time), range and a histogram sample. Its batches are calibration's (:mod:`qlinear.ptq.stats.batching`: sized by
   the fetched bytes);
-* :class:`Ahead`: with ``quantize(report_ahead=True)`` (the command line writing a report) the float model's outputs
-  start as soon as the rewritten float model exists and the statistics as soon as the encodings do. ONNX Runtime
-  releases the GIL, so they run on the cores that the pipeline's own Python (encoding, Q/DQ insertion, the load
-  check, writing the files) leaves idle; :func:`qlinear.ptq.report.evaluate.evaluate` takes their results. Each pass
-  keeps its own order, so every number is the one of running it then.
+* :class:`Passes`: the three passes side by side; the statistics pass's runs also give the float outputs of its
+  samples (their graph outputs fetched with the tensors), so the float model's own session runs only the rest. With
+  ``quantize(report_ahead=True)`` (the command line writing a report) the float outputs start as soon as the
+  rewritten float model exists, the statistics as soon as the encodings do and the quantized outputs as soon as the
+  load check built its session. ONNX Runtime releases the GIL, so they run on the cores that the pipeline's own
+  Python (encoding, Q/DQ insertion, the integer check, writing the files) leaves idle;
+  :func:`qlinear.ptq.report.evaluate.evaluate` takes their results. Each pass keeps its own order, so every number
+  is the one of running it then.
 
 Passes run in threads of their own and read the data one batch at a time (:class:`SerialReader`).
 """
@@ -204,16 +207,21 @@ def float_stats_session(b: Basis, names: list[str]) -> Any:
 
 
 def activation_stats(b: Basis, encs: list[Any], start: int, n_stat: int, read: "SerialReader | None" = None,
-                     stop_if: Callable[[], bool] = lambda: False) -> dict[str, _Seen]:
-    """One float pass over samples ``start .. start + n_stat - 1``: each activation against its own quantization
-    (``stop_if()``: checked before each batch, abandons the pass)."""
+                     stop_if: Callable[[], bool] = lambda: False,
+                     outputs: list[str] = ()) -> tuple[dict[str, _Seen], Outputs, list[int]]:
+    """One float pass over samples ``start .. start + n_stat - 1``: each activation against its own quantization,
+    and the float model's ``outputs`` there (computed by the same runs) with the samples per batch (``stop_if()``:
+    checked before each batch, abandons the pass)."""
     ds = b.dataset
     ref_inputs = {v.name for v in b.reference.graph.input}
     per_sample = max(1, HIST_CAP // max(n_stat, 1))
     seen = {e.name: _Seen(_Sample(per_sample)) for e in encs}
-    if not (n_stat and encs):
-        return seen
-    fetch = [e.name for e in encs if e.name not in ref_inputs]
+    out: Outputs = {o: [] for o in outputs}
+    counts: list[int] = []
+    if not n_stat or not (encs or outputs):
+        return seen, out, counts
+    stat = [e.name for e in encs if e.name not in ref_inputs]
+    fetch = list(dict.fromkeys(stat + list(outputs)))
     fs_stats = float_stats_session(b, fetch)
     scratch = _Scratch()
     done = start
@@ -222,6 +230,9 @@ def activation_stats(b: Basis, encs: list[Any], start: int, n_stat: int, read: "
             break
         n = ds.batch_len(feed)
         fv = dict(zip(fetch, fs_stats.run(fetch, feed, where=f"{ds.source}, samples {done}..{done + n - 1}")))
+        for o in outputs:
+            out[o].append(fv[o])
+        counts.append(n)
         fv.update(feed)
         # tensors are independent (each keeps its own batch order): numpy and the kernels release the GIL, so the
         # large ones go to a pool of their own (not the kernels' pool, which the kernels wait on), one core each,
@@ -234,7 +245,7 @@ def activation_stats(b: Basis, encs: list[Any], start: int, n_stat: int, read: "
         for j in jobs:
             j.result()
         done += n
-    return seen
+    return seen, out, counts
 
 
 @lru_cache(maxsize=1)
@@ -242,25 +253,28 @@ def _stats_pool() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=cpu_count(), thread_name_prefix="qlinear-stats")
 
 
-def model_outputs(session: Callable[[], Any], outputs: list[str], ds: Any, start: int, stop: int, batch: int,
+def model_outputs(session: Callable[[], Any], outputs: list[str], ds: Any, parts: list[tuple[int, int, int]],
                   read: "SerialReader | None" = None, progress: Callable[[int], None] | None = None,
                   stop_if: Callable[[], bool] = lambda: False) -> tuple[Outputs, list[int]]:
-    """One model's ``outputs`` on samples ``start .. stop - 1`` in batches of ``batch`` (the session is built here by
-    ``session()``), and the number of samples in each batch."""
-    sess = session()
+    """One model's ``outputs`` on each part ``(start, stop, batch)``: samples ``start .. stop - 1`` in batches of
+    ``batch`` (the session is built here by ``session()``), and the number of samples in each batch."""
     out: Outputs = {o: [] for o in outputs}
     counts: list[int] = []
-    done = start
-    for feed in (read or SerialReader(ds)).batches(start, stop, batch):
-        if stop_if():
-            break
-        n = ds.batch_len(feed)
-        for o, v in zip(outputs, sess.run(outputs, feed, where=f"{ds.source}, samples {done}..{done + n - 1}")):
-            out[o].append(v)
-        counts.append(n)
-        done += n
-        if progress:
-            progress(n)
+    if not any(a < z for a, z, _ in parts):
+        return out, counts
+    sess = session()
+    for start, stop, batch in parts:
+        done = start
+        for feed in (read or SerialReader(ds)).batches(start, stop, batch):
+            if stop_if():
+                return out, counts
+            n = ds.batch_len(feed)
+            for o, v in zip(outputs, sess.run(outputs, feed, where=f"{ds.source}, samples {done}..{done + n - 1}")):
+                out[o].append(v)
+            counts.append(n)
+            done += n
+            if progress:
+                progress(n)
     return out, counts
 
 
@@ -271,30 +285,61 @@ def float_session(ref: onnx.ModelProto) -> Callable[[], Any]:
     return lambda: Session(ref, (), level="all", label="the float model")
 
 
-class Ahead:
-    """The report's float passes started before :func:`~qlinear.ptq.report.evaluate.evaluate` asks for them (module
-    docstring): ``span`` the held-out samples, ``batch`` the output passes' batch size (the quantized model's pass,
-    run later, cuts the same batches)."""
+class Passes:
+    """The report's three passes over the held-out samples ``span``, each in a thread of its own, started as their
+    inputs become ready (before :func:`~qlinear.ptq.report.evaluate.evaluate` asks for them when quantizing starts
+    them, module docstring). The span is cut in two: its first ``n_stat`` samples run the statistics pass, whose runs
+    also give the float outputs there (calibration's warm session, in its batches); the rest runs the float model's
+    own session in batches of ``batch``. The quantized model runs both parts with the same cuts."""
 
-    def __init__(self, ds: Any, span: tuple[int, int], batch: int, stat_samples: int = 16) -> None:
-        self.ds, self.span, self.batch, self.stat_samples = ds, span, batch, stat_samples
+    def __init__(self, ds: Any, span: tuple[int, int], batch: int, outputs: list[str], stat_samples: int = 16) -> None:
+        self.ds, self.span, self.batch, self.outputs = ds, span, batch, outputs
+        self.n_stat = max(0, min(span[1] - span[0], stat_samples))
         self.read = SerialReader(ds)
-        self.pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="qlinear-ahead")
+        self.pool = ThreadPoolExecutor(max_workers=3, thread_name_prefix="qlinear-report")
         self.float_job: Future | None = None
         self.stats_job: Future | None = None
+        self.quant_job: Future | None = None
+        self.stat_batch = batch
         self.encs: list[Any] = []
         self.cancelled = False
 
     def start_float(self, ref: onnx.ModelProto) -> None:
-        outputs = [o.name for o in ref.graph.output]
-        self.float_job = self.pool.submit(model_outputs, float_session(ref), outputs, self.ds, *self.span,
-                                          self.batch, self.read, stop_if=lambda: self.cancelled)
-
-    def start_stats(self, b: Basis) -> None:
-        self.encs = stat_encodings(b)
-        n_stat = min(self.span[1] - self.span[0], self.stat_samples)
-        self.stats_job = self.pool.submit(activation_stats, b, self.encs, self.span[0], n_stat, self.read,
+        """The float model's outputs on the samples after the statistics' ones."""
+        self.float_job = self.pool.submit(model_outputs, float_session(ref), self.outputs, self.ds,
+                                          [(self.span[0] + self.n_stat, self.span[1], self.batch)], self.read,
                                           stop_if=lambda: self.cancelled)
+
+    def start_stats(self, b: Basis, encs: list[Any]) -> None:
+        """The statistics of ``encs`` and the float outputs on the first ``n_stat`` samples (``b``'s batches)."""
+        self.encs, self.stat_batch = encs, b.batch
+        self.stats_job = self.pool.submit(activation_stats, b, encs, self.span[0], self.n_stat, self.read,
+                                          stop_if=lambda: self.cancelled, outputs=self.outputs)
+
+    def start_quant(self, session: Callable[[], Any], progress: Callable[[int], None] | None = None) -> None:
+        """The quantized model's outputs (``session()`` builds or hands over its session), cut as the float ones."""
+        start, stop = self.span
+        parts = [(start, start + self.n_stat, self.stat_batch), (start + self.n_stat, stop, self.batch)]
+        self.quant_job = self.pool.submit(model_outputs, session, self.outputs, self.ds, parts, self.read, progress,
+                                          stop_if=lambda: self.cancelled)
+
+    @property
+    def started(self) -> bool:
+        return None not in (self.float_job, self.stats_job, self.quant_job)
+
+    def results(self) -> tuple[Outputs, Outputs, list[int], dict[str, _Seen]]:
+        """The float and quantized outputs, the samples per batch and the statistics (errors as the passes raised
+        them, the float passes' first)."""
+        try:
+            seen, out_a, counts_a = self.stats_job.result()
+            out_b, counts_b = self.float_job.result()
+            out_q, counts = self.quant_job.result()
+        finally:
+            self.pool.shutdown(wait=False)
+        out_f = {o: out_a[o] + out_b[o] for o in self.outputs}
+        if counts_a + counts_b != counts:
+            raise RuntimeError(f"the report's passes cut different batches: {counts_a + counts_b} vs {counts}")
+        return out_f, out_q, counts, seen
 
     def cancel(self) -> None:
         """Abandon the passes (the run failed): each stops before its next batch."""
@@ -302,5 +347,5 @@ class Ahead:
         self.pool.shutdown(wait=False)
 
 
-__all__ = ["HIST_CAP", "STAT_VALUES", "Ahead", "Basis", "SerialReader", "activation_stats", "float_session",
+__all__ = ["HIST_CAP", "STAT_VALUES", "Basis", "Passes", "SerialReader", "activation_stats", "float_session",
            "float_stats_session", "model_outputs", "stat_encodings", "sumsq"]
