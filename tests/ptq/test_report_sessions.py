@@ -73,3 +73,31 @@ def test_sessions_sleep_when_idle_with_the_same_outputs() -> None:
     default = sessions.Session(qm.model, level="all")
     assert default.sess.get_session_options().get_session_config_entry("session.intra_op.allow_spinning") == "0"
     assert all(np.array_equal(a, b) for a, b in zip(got[False], got[True]))
+
+
+@pytest.mark.parametrize("level", ["basic", "all"])
+def test_sessions_take_large_weights_as_arrays_with_the_same_outputs(level: str, monkeypatch) -> None:
+    """A model with many bytes of weights hands them to ONNX Runtime as arrays (``add_external_initializers``)
+    instead of serializing them: the float and the Q/DQ model compute the very same outputs and exposed tensors."""
+    import numpy as np
+
+    from qlinear.graph.model import weights_apart
+
+    from qlinear.examples.make_example import build
+
+    model, x = build(channels=192)   # weights of tens of kB (int8: a few kB): taken apart
+    qm = qlinear.quantize(model, {"input": x[:12]}, dict(calibration_samples=8, evaluation_samples=4))
+    feed = qm.dataset.sample(8)
+    for m in (qm.reference_model, qm.model):
+        light, taken = weights_apart(m)
+        assert taken and all(t.data_location == 1 for t in light.graph.initializer if t.name in {x.name for x in taken})
+        inner = [n.output[0] for n in m.graph.node][len(m.graph.node) // 2]
+        names = [o.name for o in m.graph.output] + [inner]
+        got = {}
+        for share in (False, True):
+            monkeypatch.setattr(sessions, "SHARE_ABOVE", 0 if share else 1 << 62)
+            s = sessions.Session(m, [inner], level=level)
+            assert bool(s._weights) == share
+            got[share] = s.run(names, feed)
+        for a, b in zip(got[False], got[True]):
+            np.testing.assert_array_equal(a, b)

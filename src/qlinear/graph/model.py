@@ -112,19 +112,46 @@ def without_weights(m: onnx.ModelProto) -> onnx.ModelProto:
     it gives the same shapes and types (only small constants such as Reshape's shape are read) without serializing
     the weights to C++ and back (5.4 s -> 1.2 s at 15,400 nodes and 95 MB). The weights are never copied: the model
     is rebuilt around them, their size read from dims and type."""
+    return _apart(m, lambda t: _data_bytes(t) > _SHAPE_DATA_LIMIT, "")[0]
+
+
+#: initializer types ONNX Runtime takes as numpy arrays (:func:`weights_apart`)
+_SHAREABLE = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE,
+                        onnx.TensorProto.INT8, onnx.TensorProto.UINT8, onnx.TensorProto.INT16, onnx.TensorProto.UINT16,
+                        onnx.TensorProto.INT32, onnx.TensorProto.UINT32, onnx.TensorProto.INT64})
+
+
+def weights_apart(m: onnx.ModelProto) -> tuple[onnx.ModelProto, list[onnx.TensorProto]]:
+    """``m`` without the data of its large numeric initializers (marked external), and those initializers: an ONNX
+    Runtime session takes them as arrays (``add_external_initializers``), so it neither serializes the weights nor
+    parses and copies them again (a 69 MB encoder: 0.20 s and 95k page faults -> 0.04 s and 24k)."""
+    return _apart(m, lambda t: t.data_type in _SHAREABLE and _data_bytes(t) > _SHAPE_DATA_LIMIT,
+                  "qlinear-weights-passed-as-arrays")
+
+
+def inline_bytes(m: onnx.ModelProto) -> int:
+    """Bytes of the main graph's initializers held in the model (not external), from their dims and types."""
+    return sum(_data_bytes(t) for t in m.graph.initializer if t.data_location != onnx.TensorProto.EXTERNAL)
+
+
+def _apart(m: onnx.ModelProto, take: Any, location: str) -> tuple[onnx.ModelProto, list[onnx.TensorProto]]:
+    """``m`` rebuilt around its weights: the main graph's initializers in memory for which ``take(t)`` holds become
+    external stubs (dims and type kept, ``location``), returned with the model."""
     g = m.graph
     light = onnx.ModelProto(ir_version=m.ir_version, opset_import=m.opset_import, functions=m.functions,
                             producer_name=m.producer_name, domain=m.domain, model_version=m.model_version)
     light.graph.CopyFrom(onnx.GraphProto(name=g.name, node=g.node, input=g.input, output=g.output,
                                          value_info=g.value_info, sparse_initializer=g.sparse_initializer))
+    taken = []
     for t in g.initializer:
-        if t.data_location != onnx.TensorProto.EXTERNAL and _data_bytes(t) > _SHAPE_DATA_LIMIT:
+        if t.data_location != onnx.TensorProto.EXTERNAL and take(t):
             stub = light.graph.initializer.add(name=t.name, dims=t.dims, data_type=t.data_type,
                                                data_location=onnx.TensorProto.EXTERNAL)
-            stub.external_data.add(key="location", value="")
+            stub.external_data.add(key="location", value=location)
+            taken.append(t)
         else:
             light.graph.initializer.append(t)
-    return light
+    return light, taken
 
 
 def _data_bytes(t: onnx.TensorProto) -> int:

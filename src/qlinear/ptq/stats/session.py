@@ -11,11 +11,14 @@ from typing import Any, Sequence
 
 import numpy as np
 import onnx
+from onnx import numpy_helper
 
 from qlinear.errors import DataError, GraphError
-from qlinear.graph.model import serialized
+from qlinear.graph.model import inline_bytes, serialized, weights_apart
 
 LEVELS = ("disable", "basic", "extended", "all")
+#: a model holding more bytes of weights hands them to ONNX Runtime as arrays (:func:`qlinear.graph.model.weights_apart`)
+SHARE_ABOVE = 8 << 20
 SPIN = False  #: the default of ``Session(spin=...)``
 
 
@@ -64,6 +67,12 @@ class Session:
         if external_dir is not None:  # external data of a model passed as bytes: resolved in this folder
             so.add_session_config_entry("session.model_external_initializers_file_folder_path", str(external_dir))
         self.label = label
+        self._weights: list[Any] = []  # arrays handed to ONNX Runtime: they live as long as the session
+        if external_dir is None and inline_bytes(m) > SHARE_ABOVE:
+            m, taken = weights_apart(m)
+            arrays = [numpy_helper.to_array(t) for t in taken]
+            self._weights = [ort.OrtValue.ortvalue_from_numpy(a) for a in arrays] + arrays
+            so.add_external_initializers([t.name for t in taken], self._weights[:len(taken)])
         try:
             self.sess = ort.InferenceSession(serialized(m, extra), so, providers=["CPUExecutionProvider"])
         except ValueError as e:  # > 2 GB protobuf
