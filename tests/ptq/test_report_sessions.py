@@ -81,9 +81,8 @@ def test_sessions_take_large_weights_as_arrays_with_the_same_outputs(level: str,
     instead of serializing them: the float and the Q/DQ model compute the very same outputs and exposed tensors."""
     import numpy as np
 
-    from qlinear.graph.model import weights_apart
-
     from qlinear.examples.make_example import build
+    from qlinear.graph.model import weights_apart
 
     model, x = build(channels=192)   # weights of tens of kB (int8: a few kB): taken apart
     qm = qlinear.quantize(model, {"input": x[:12]}, dict(calibration_samples=8, evaluation_samples=4))
