@@ -68,3 +68,25 @@ def test_one_pass_feeds_every_accumulator_of_graph_inputs_and_inner_tensors(batc
         if t in grams:
             np.testing.assert_allclose(grams[t].matrix, a.T @ a, rtol=1e-4, atol=1e-5)
             assert grams[t].rows == 7
+
+
+def test_fetch_batches_size_the_rest_by_the_first_sample() -> None:
+    """The statistics passes run the first sample alone, then as many samples per call (at most batch_size) as keep
+    the fetched bytes under the limit; small tensors keep batch_size; the cuts cover every sample once, in order."""
+    import numpy as np
+
+    from qlinear.ptq.data import Dataset
+    from qlinear.ptq.stats.batching import FetchBatches
+
+    x = np.arange(23, dtype=np.float32).reshape(23, 1)
+    ds = Dataset(23, None, "t", get=lambda i: {"x": x[i:i + 1]})
+    for per_sample, limit, want in ((10, 35, 3), (1000, 35, 1), (1, 10 ** 6, 8)):
+        cuts, seen = FetchBatches(8, limit), []
+        for feed in cuts.batches(ds, 0, 23):
+            n = ds.batch_len(feed)
+            cuts.fetched([np.zeros(per_sample * n, np.uint8)], n)
+            seen.append(feed["x"][:, 0].astype(int).tolist())
+        assert [len(s) for s in seen[1:-1]] == [want] * (len(seen) - 2) and len(seen[0]) == 1
+        assert sum(seen, []) == list(range(23))
+    plain = FetchBatches(8, None)
+    assert [ds.batch_len(f) for f in plain.batches(ds, 0, 23)] == [8, 8, 7]
