@@ -75,7 +75,7 @@ def quantize(model: Any, data: Any, config: QuantizeConfig | dict | None = None,
             error or a note; ``QuantizedModel.config`` is the configuration used.
         progress: ``progress(task, total) -> advance(n)`` hook (the CLI draws rich progress bars with it).
         report_ahead: the report will be asked for (the CLI writing one): its float passes start while quantizing
-            (:class:`qlinear.ptq.report.passes.Ahead`; the same numbers, on cores the pipeline leaves idle).
+            (:class:`qlinear.ptq.report.passes.Passes`; the same numbers, on cores the pipeline leaves idle).
     """
     t_all = time.perf_counter()
     cfg = config_of(config)
@@ -144,7 +144,7 @@ class _Run:
     n_cal: int
     model: Any = None  # the onnx_ir.Model of ``m`` after the rewrites (planned without a new proto or index)
     float_bytes: int = 0  # the float model's serialized bytes (size_budget's denominator)
-    ahead: Any = None  # the report's passes started early (qlinear.ptq.report.passes.Ahead), with report_ahead
+    ahead: Any = None  # the report's passes started early (qlinear.ptq.report.passes.Passes), with report_ahead
 
 
 def _rewrite(run: _Run) -> tuple[onnx.ModelProto, str]:

@@ -57,7 +57,7 @@ class QuantizedModel:
     _float_session: Any = field(default=None, repr=False)  # calibration's ORT session (float model, every tensor)
     _quant_session: Any = field(default=None, repr=False)  # (model, the load check's ORT session of it, level all)
     _batch: int | None = field(default=None, repr=False)  # samples per ORT call calibration chose (fetched bytes)
-    _ahead: Any = field(default=None, repr=False)  # the report's passes started while quantizing (report.passes.Ahead)
+    _ahead: Any = field(default=None, repr=False)  # the report's passes started while quantizing (report.passes.Passes)
     streamed: Any = field(default=None, repr=False)  #: weight-only: the quantized weights, written when saved
 
     def __post_init__(self) -> None:

@@ -2,10 +2,10 @@
 
 Each actor holds its own ONNX Runtime session of the float model (the model travels once through Ray's object
 store; external data is read from the same folder path on every node). The driver reads the data, cuts it into the
-batches the single-process pass uses (:class:`~qlinear.ptq.stats.batching.FetchBatches`: the shards, fixed whatever
-the number of workers; when their size depends on the bytes the first call fetched, the first batch's actor reports
-them before the rest is cut) and sends batch ``i`` to actor ``i mod N``. The actor updates fresh copies of the accumulators
-with that one batch and returns them; the driver merges the returned states into its accumulators **in batch
+batches the single-process pass uses (:class:`~qlinear.ptq.stats.batching.FetchBatches`: the shards, fixed
+whatever the number of workers; when their size depends on the bytes the first call fetched, the first batch's actor
+reports them before the rest is cut) and sends batch ``i`` to actor ``i mod N``. The actor updates fresh copies of
+the accumulators with that one batch and returns them; the driver merges the returned states into its accumulators **in batch
 order** with their ``merge``. For every accumulator here, merging the state of one batch is the same arithmetic as
 updating with that batch (min/max, dyadic histogram counts in int64, float64 channel sums, the float32 Gram sum
 ``M += x^T x``), so the statistics, and every file written from them, are byte-identical to the single-process
