@@ -66,6 +66,8 @@ from qlinear.ptq.result import QuantizedModel
 from qlinear.ptq.stats import Gram
 from qlinear.ptq.stats.distributed import active
 from qlinear.ptq.stats.stream import accumulate_model
+from qlinear.ptq.weightonly.kept import KeptStore
+from qlinear.ptq.weightonly.kept import kept as keep
 from qlinear.ptq.weightonly.plan import Linear, find_linears, lm_heads
 from qlinear.ptq.weightonly.sequential import quantize_sequential
 from qlinear.ptq.weightonly.sequential_ray import quantize_sequential_ray
@@ -196,8 +198,9 @@ def quantize_weights(model: Any, data: Any, cfg: QuantizeConfig, *, progress: Pr
             notes += awq_notes
         t0 = time.perf_counter()
         adv = progress("quantizing weights", len(by_weight)) if progress else None
+        store = KeptStore()
         results = [_quantize_weight(name, lins, tensors, cfg, hess, shared, notes, adv,
-                                    role=heads.get(name, ""))
+                                    role=heads.get(name, ""), store=store)
                    for name, lins in by_weight.items()]
         timings["quantize"] = time.perf_counter() - t0
     timings["total"] = time.perf_counter() - t_all
@@ -357,11 +360,12 @@ def _sequential_gptq(m: onnx.ModelProto, tensors: Tensors, by_weight: dict[str, 
     t0 = time.perf_counter()
     adv = progress("sequential GPTQ", len(by_weight)) if progress else None
     awq = _SequentialAwq(m, tensors, by_weight, cfg, set(shared)) if "awq" in (cfg.weight_method or "") else None
+    store = KeptStore()
 
     def one(name: str, hess: dict[str, tuple[np.ndarray, int]]) -> tuple[WeightResult, np.ndarray]:
         deq: dict[str, np.ndarray] = {}
         r = _quantize_weight(name, by_weight[name], tensors, cfg, hess, shared, notes, None,
-                             role=heads.get(name, ""), dequantized=deq)
+                             role=heads.get(name, ""), dequantized=deq, store=store)
         return r, deq[name] if awq is None else awq.unscaled(name, deq[name])
 
     batches, prepare = list(ds.batches(0, n_cal, cfg.batch_size)), None if awq is None else awq.prepare
@@ -460,11 +464,12 @@ def _other_readers(m: onnx.ModelProto, by_weight: dict[str, list[Linear]]) -> di
 def _quantize_weight(name: str, lins: list[Linear], tensors: Tensors, cfg: QuantizeConfig,
                      hess: dict[str, tuple[np.ndarray, int]], shared: dict[str, set[str]], notes: list[str],
                      adv: Callable[[int], None] | None, *, role: str = "",
-                     dequantized: dict[str, np.ndarray] | None = None) -> WeightResult:
+                     dequantized: dict[str, np.ndarray] | None = None, store: KeptStore | None = None) -> WeightResult:
     """One weight's result: its encoding now; its integers GPTQ's (kept, int8) or round to nearest redone from the
     weight when written (only the scales are kept: memory holds one weight at a time). ``role``: why an lm_head
     is quantized 8-bit per-channel (:func:`lm_head_plan`), empty for the other weights. ``dequantized``: receives
-    the dequantized weight in the initializer's layout and type (sequential GPTQ runs the model on it)."""
+    the dequantized weight in the initializer's layout and type (sequential GPTQ runs the model on it); ``store``:
+    where GPTQ's integers are kept until written (:mod:`.kept`; in memory without)."""
     lin, grid = lins[0], grid_for(cfg)
     method = (cfg.weight_method or "minmax").removeprefix("awq+").replace("awq", "minmax")  # AWQ: weights scaled
     wtype = ("uint8" if cfg.weight_type.startswith("u") else "int8") if role else cfg.weight_type
@@ -480,12 +485,12 @@ def _quantize_weight(name: str, lins: list[Linear], tensors: Tensors, cfg: Quant
     kept = method.endswith("gptq") and name not in shared
     if not kept:
         method = method.removesuffix("gptq").rstrip("+") or "minmax"
-    if not kept and not g.lpbq and method in RTN_METHODS and dequantized is None:  # one slab of rows at a time
-        bq, sqnr, rtn = _rtn_streamed(tensors, name, g, grid, method)
+    if not kept and not g.lpbq and method in RTN_METHODS:  # one slab of rows at a time
+        bq, sqnr, rtn = _rtn_streamed(tensors, name, g, grid, method, dequantized)
         integers = _requantize(tensors, name, g, bq.scale, bq.zero_point)
     else:
         bq, integers, sqnr, rtn = _in_memory(tensors, name, g, grid, method, cfg if kept else None,
-                                             hess.get(lin.input, (None, 0))[0], kept, dequantized)
+                                             hess.get(lin.input, (None, 0))[0], kept, dequantized, store)
     if adv:
         adv(1)
     has_zp = (g.unsigned if g.lpbq else grid != "symmetric")
@@ -526,15 +531,17 @@ def _stored(q: np.ndarray, g: _Grid) -> np.ndarray:
 
 
 def _in_memory(tensors: Tensors, name: str, g: _Grid, grid: str, method: str, cfg: QuantizeConfig | None,
-               h: np.ndarray | None, kept: bool, dequantized: dict[str, np.ndarray] | None
-               ) -> tuple[BlockQuant, Callable[[], np.ndarray], float, float]:
-    """A weight quantized whole in memory: GPTQ (its integers kept, 4 bits packed two to a byte), or round to
-    nearest / a grid search (integers redone from the scales when written); its SQNR and round to nearest's;
-    ``dequantized`` receives the dequantized weight in the initializer's layout and type."""
+               h: np.ndarray | None, kept: bool, dequantized: dict[str, np.ndarray] | None,
+               store: KeptStore | None = None) -> tuple[BlockQuant, Callable[[], np.ndarray], float, float]:
+    """A weight quantized whole in memory: GPTQ (its integers kept, 4 bits packed two to a byte, in ``store``
+    when given: :mod:`.kept`), or round to nearest / a grid search (integers redone from the scales when written);
+    its SQNR and round to nearest's; ``dequantized`` receives the dequantized weight in the initializer's layout and
+    type."""
     lin = g.lin
     w = _as_nk(tensors.array(name), lin)
     bq = _quantize_one(w, g, grid, method, cfg, h)
-    integers = _kept(_stored(bq.q, g), g.bits) if kept else _requantize(tensors, name, g, bq.scale, bq.zero_point)
+    integers = keep(_stored(bq.q, g), g.bits, store) if kept else \
+        _requantize(tensors, name, g, bq.scale, bq.zero_point)
     dq = bq.dequantize()
     sqnr = weight_sqnr(w, dq)
     if dequantized is not None:
@@ -543,27 +550,6 @@ def _in_memory(tensors: Tensors, name: str, g: _Grid, grid: str, method: str, cf
     rtn = sqnr if method == "minmax" else weight_sqnr(
         w, _quantize_one(w, replace(g, int_scale=None, pc_scale=None), grid, "minmax", None, None).dequantize())
     return bq, integers, sqnr, rtn
-
-
-def _kept(q: np.ndarray, bits: int) -> Callable[[], np.ndarray]:
-    """``q`` kept until written: integers of 4 bits or less two to a byte (half the memory of int8), returned as
-    they were (type, shape, values)."""
-    if bits > 4:
-        return lambda: q
-    dtype, shape, signed = q.dtype, q.shape, bool(q.min(initial=0) < 0)
-    flat = (q.reshape(-1) & 0xF).astype(np.uint8)
-    if flat.size % 2:
-        flat = np.append(flat, np.uint8(0))
-    packed = flat[0::2] | (flat[1::2] << 4)
-    del flat
-
-    def unpack() -> np.ndarray:
-        out = np.empty(packed.size * 2, np.int16)
-        out[0::2], out[1::2] = packed & 0xF, packed >> 4
-        if signed:
-            out[out >= 8] -= 16
-        return out[:int(np.prod(shape))].astype(dtype).reshape(shape)
-    return unpack
 
 
 def _requantize(tensors: Tensors, name: str, g: _Grid, scale: np.ndarray,
@@ -590,16 +576,25 @@ def _requantize(tensors: Tensors, name: str, g: _Grid, scale: np.ndarray,
     return f
 
 
-def _rtn_streamed(tensors: Tensors, name: str, g: _Grid, grid: str,
-                  method: str) -> tuple[BlockQuant, float, float]:
+def _rtn_streamed(tensors: Tensors, name: str, g: _Grid, grid: str, method: str,
+                  dequantized: dict[str, np.ndarray] | None = None) -> tuple[BlockQuant, float, float]:
     """Round to nearest (``minmax`` or ``mse``) of a weight read one slab of rows at a time (:func:`row_slabs`):
     its scales and zero points (no integers: they are redone when written), the SQNR of the result and of
-    ``minmax``; equal to quantizing the weight whole (every block is its own)."""
+    ``minmax``; equal to quantizing the weight whole (every block is its own). ``dequantized`` receives the
+    dequantized weight in the initializer's layout and type, filled slab by slab (sequential GPTQ's lm_head: no
+    whole-weight temporaries)."""
     scales, zps, acc, acc_rtn = [], [], [0.0, 0.0], [0.0, 0.0]
+    lin, out = g.lin, None
+    if dequantized is not None:
+        out = np.empty((lin.k, lin.n) if lin.k_first else (lin.n, lin.k), g.weight_dtype)
     for r0, r1 in row_slabs(tensors, name, g.lin):
         w = tensors.nk_rows(name, g.lin.k_first, r0, r1)
         bq = _quantize_one(w, g, grid, method, None, None)
-        _sqnr_add(acc, w, bq.dequantize())
+        dq = bq.dequantize()
+        _sqnr_add(acc, w, dq)
+        if out is not None:
+            (out.T if lin.k_first else out)[r0:r1] = dq
+        del dq
         if method != "minmax":
             _sqnr_add(acc_rtn, w, _quantize_one(w, g, grid, "minmax", None, None).dequantize())
         scales.append(bq.scale)
@@ -610,6 +605,8 @@ def _rtn_streamed(tensors: Tensors, name: str, g: _Grid, grid: str,
         z = np.concatenate([np.zeros(s.shape, np.int8) if x is None else x for s, x in zip(scales, zps)])
     sqnr = _db(acc)
     bq = BlockQuant(np.zeros((0, g.lin.k), np.int8), np.concatenate(scales), z, g.block)
+    if out is not None:
+        dequantized[name] = out
     return bq, sqnr, sqnr if method == "minmax" else _db(acc_rtn)
 
 

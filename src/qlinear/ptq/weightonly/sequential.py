@@ -30,6 +30,7 @@ import numpy as np
 import onnx
 
 from qlinear.ptq.stats import Gram
+from qlinear.ptq.stats.session import release_heap
 from qlinear.ptq.stats.staged import Staged, node_inputs
 from qlinear.ptq.weightonly.plan import Linear
 from qlinear.ptq.weightonly.tensors import Tensors, external_info
@@ -119,7 +120,9 @@ def quantize_sequential(m: onnx.ModelProto, tensors: Tensors, by_weight: dict[st
                 if progress:
                     progress(1)
             del hess
+            release_heap(collect=False)
             run_piece(st, tensors, dequantized, groups[j + 1].cut if j + 1 < len(groups) else len(st.nodes))
+            release_heap(collect=False)
         st.cache.clear()  # the memory maps closed before the folder goes
     return results
 

@@ -21,6 +21,7 @@ import onnx
 
 from qlinear.ptq.stats import Gram
 from qlinear.ptq.stats.distributed import connect, get
+from qlinear.ptq.stats.session import release_heap
 from qlinear.ptq.stats.staged import Staged, staged_order
 from qlinear.ptq.weightonly.plan import Linear
 from qlinear.ptq.weightonly.sequential import SPILL_BYTES, Prepare, Quantize, linear_groups, run_piece
@@ -62,6 +63,7 @@ class Share:
         self.dequantized.update(dequantized)
         end = self.groups[j + 1].cut if j + 1 < len(self.groups) else len(self.st.nodes)
         run_piece(self.st, self.tensors, self.dequantized, end)
+        release_heap(collect=False)
         if end == len(self.st.nodes):
             self.close()
 
