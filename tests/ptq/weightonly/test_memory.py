@@ -138,13 +138,14 @@ def test_dequantized_weight_streamed_in_slabs_equals_whole(tmp_path, monkeypatch
     monkeypatch.setattr(api, "SLAB_BYTES", 1)
     assert len(api.row_slabs(tensors, "W", lin)) == 3
     g = api._Grid(lin, dtype, bits, lin.k if per_channel else block, per_channel, False, np.dtype(np.float32))
-    slabs, whole = {}, {}
+    slabs = {}
     bq_s, sqnr_s, rtn_s = api._rtn_streamed(tensors, "W", g, "full", "minmax", slabs)
-    bq_w, _, sqnr_w, rtn_w = api._in_memory(tensors, "W", g, "full", "minmax", None, None, False, whole)
-    np.testing.assert_array_equal(bq_s.scale, bq_w.scale)
-    np.testing.assert_array_equal(bq_s.zero_point, bq_w.zero_point)
+    job = api.WeightJob("W", [lin], g, "full", "minmax", None, False, True, False, "")
+    scale, zero_point, _, whole, sqnr_w, rtn_w, *_ = api.run_job(job, tensors.array("W"), None)  # whole in memory
+    np.testing.assert_array_equal(bq_s.scale, scale)
+    np.testing.assert_array_equal(bq_s.zero_point, zero_point)
     assert (sqnr_s, rtn_s) == (sqnr_w, rtn_w) and np.isfinite(sqnr_s)
-    a, b = slabs["W"], whole["W"]
+    a, b = slabs["W"], whole
     assert a.shape == b.shape == ((64, 2500) if k_first else (2500, 64)) and a.dtype == b.dtype == np.float32
     np.testing.assert_array_equal(a, b)
     assert np.abs(a - tensors.array("W")).max() > 0  # quantized, not the float weight

@@ -750,8 +750,8 @@ def evaluate_weight_only(qm: Any, model_path: Any, *, samples: int | None = None
     labels = None if ds.labels is None else np.asarray(ds.labels)
 
     def sessions(**kw: Any) -> tuple[Callable[[], Any], Callable[[], Any]]:
-        return (lambda: Session(sw.graph, level="all", label=sw.label, external_dir=str(base) if base else None,
-                                **kw),
+        return (lambda: Session(qm.reference_model, level="all", label=sw.label,
+                                external_dir=str(base) if base else None, **kw),
                 lambda: Session(onnx.load(str(model_path), load_external_data=False), level="all",
                                 label=f"the quantized {sw.label}", external_dir=str(model_path.parent), **kw))
 

@@ -49,8 +49,8 @@ from qlinear.ptq.algorithms.awq import (
     awq_note,
     fold,
     rtn_quantizer,
-    scale_weights,
     scaled_gram,
+    scaled_weights,
     search_group,
 )
 from qlinear.ptq.algorithms.gptq import gptq
@@ -188,6 +188,10 @@ def quantize_weights(model: Any, data: Any, cfg: QuantizeConfig, *, progress: Pr
     _check_upgrade(given, m, tensors, ds, label, notes)
     timings: dict[str, float] = {}
     shared = _other_readers(m, by_weight)
+    ref = m  # the float model the report compares against: the input as loaded (AWQ rescales m's weights and norms)
+    if "awq" in (cfg.weight_method or "") and ds is not None:
+        ref = onnx.ModelProto()
+        ref.CopyFrom(m)
     if sequential(cfg, ds, label, notes):
         results = _sequential_gptq(m, tensors, by_weight, ds, cfg, shared, heads, label, progress, timings, notes)
     else:
@@ -207,7 +211,8 @@ def quantize_weights(model: Any, data: Any, cfg: QuantizeConfig, *, progress: Pr
     cov = coverage(m, set(by_weight), skipped)
     notes.append(coverage_note(cov))
     sw = StreamedWeights(m, tensors, results, label, model, skipped, cov)
-    return QuantizedModel(None, m, m, sw.encodings(), cfg, None, ds, timings, notes, streamed=sw)
+    return QuantizedModel(None, ref, ref, sw.encodings(), cfg, None, ds, timings, notes, encoded_model=m,
+                          streamed=sw)
 
 
 #: the default ``weight_method`` of per-block weight-only runs without data / with data: the best data-free and data
@@ -343,53 +348,98 @@ def _hessians(m: onnx.ModelProto, base: Path | None, by_weight: dict[str, list[L
 
 
 def sequential(cfg: QuantizeConfig, ds: Any, label: str, notes: list[str]) -> bool:
-    """Whether the run is sequential GPTQ (:mod:`.sequential`): any GPTQ variant (``gptq``, ``aag+gptq``,
-    ``awq+gptq``, ``awq+aag+gptq``) with ``gptq_sequential`` (the default) and data."""
+    """Whether the run takes its statistics group by group (:mod:`.sequential`): any GPTQ variant (``gptq``,
+    ``aag+gptq``, ``awq+gptq``, ``awq+aag+gptq``) with ``gptq_sequential`` (the default), on the model quantized so
+    far, and the other data methods (``awq``, ``aag``, ``awq+aag``), on the float model (``float_pass``); with
+    data."""
     method = cfg.weight_method or "minmax"
-    if not (method.endswith("gptq") and cfg.gptq_sequential and ds is not None):
+    if ds is None or method not in WEIGHT_ONLY_DATA_METHODS:
         return False
-    return True
+    return not method.endswith("gptq") or cfg.gptq_sequential
 
 
 def _sequential_gptq(m: onnx.ModelProto, tensors: Tensors, by_weight: dict[str, list[Linear]], ds: Any,
                      cfg: QuantizeConfig, shared: dict[str, set[str]], heads: dict[str, str], label: str,
                      progress: Progress | None, timings: dict[str, float], notes: list[str]) -> list[WeightResult]:
     """The weights quantized by :func:`.sequential.quantize_sequential`, in ``by_weight``'s order; with AWQ
-    (``awq+gptq``, ``awq+aag+gptq``) each group's scales searched on its Hessians there (:class:`_SequentialAwq`)."""
+    (``awq+gptq``, ``awq+aag+gptq``, ``awq``, ``awq+aag``) each group's scales searched on its Hessians there
+    (:class:`_SequentialAwq`). Methods without GPTQ take the float model's statistics (``float_pass``)."""
     n_cal = min(cfg.calibration_samples, len(ds))
     t0 = time.perf_counter()
-    adv = progress("sequential GPTQ", len(by_weight)) if progress else None
-    awq = _SequentialAwq(m, tensors, by_weight, cfg, set(shared)) if "awq" in (cfg.weight_method or "") else None
-    store = KeptStore()
-
-    def one(name: str, hess: dict[str, tuple[np.ndarray, int]]) -> tuple[WeightResult, np.ndarray]:
-        deq: dict[str, np.ndarray] = {}
-        r = _quantize_weight(name, by_weight[name], tensors, cfg, hess, shared, notes, None,
-                             role=heads.get(name, ""), dequantized=deq, store=store)
-        return r, deq[name] if awq is None else awq.unscaled(name, deq[name])
-
+    method = cfg.weight_method or ""
+    float_pass = not method.endswith("gptq")
+    adv = progress("statistics and weights" if float_pass else "sequential GPTQ", len(by_weight)) \
+        if progress else None
+    awq = _SequentialAwq(m, tensors, by_weight, cfg, set(shared)) if "awq" in method else None
+    jobs = _SequentialJobs(by_weight, tensors, cfg, shared, notes, heads, awq, float_pass)
     batches, prepare = list(ds.batches(0, n_cal, cfg.batch_size)), None if awq is None else awq.prepare
+    kw = dict(label=label, progress=adv, prepare=prepare, float_pass=float_pass)
     if active(cfg.workers, cfg.ray_address):
-        done = quantize_sequential_ray(m, tensors, by_weight, batches, one, label=label, progress=adv,
-                                       prepare=prepare, workers=cfg.workers, ray_address=cfg.ray_address)
-        notes.append(f"{label}: sequential GPTQ's pass on Ray ({cfg.ray_address or f'{cfg.workers} workers'}): "
-                     "each group's Hessians merged from the actors' shares of the batches in batch order")
+        done = quantize_sequential_ray(m, tensors, by_weight, batches, jobs.here, workers=cfg.workers,
+                                       ray_address=cfg.ray_address, jobs=jobs, **kw)
+        notes.append(f"{label}: sequential pass on Ray ({cfg.ray_address or f'{cfg.workers} workers'}): each "
+                     "group's Hessians merged from the actors' shares of the batches in batch order, each linear "
+                     "quantized by a Ray task on an actor")
     else:
-        done = quantize_sequential(m, tensors, by_weight, batches, one, label=label, progress=adv, prepare=prepare)
+        done = quantize_sequential(m, tensors, by_weight, batches, jobs.here, **kw)
     timings["calibration"] = timings["quantize"] = time.perf_counter() - t0
-    notes.append(f"{cfg.weight_method} sequential on {n_cal} calibration samples: each group of linears' "
-                 f"{'AWQ statistics and ' if awq else ''}Hessians on the outputs of the linears before it already "
-                 f"quantized ({len(by_weight)} weights), damp {cfg.gptq_damp}, act_order {cfg.gptq_act_order}")
+    notes.append(_sequential_note(cfg, n_cal, len(by_weight), awq is not None, float_pass))
     if awq is not None:
-        notes.append(awq.finish())
+        notes.append(awq.finish(float_pass))
+    tensors.inline_replaced()
     return [done[name] for name in by_weight]
 
 
+class _SequentialJobs:
+    """Each weight of the sequential pass: :meth:`here` in this process, or (:class:`.sequential_ray.Jobs`) its
+    :func:`run_job` as a Ray task, :meth:`done` with its output; the dequantized weight for the pass (unscaled
+    after AWQ) unless ``float_pass``."""
+
+    def __init__(self, by_weight: dict[str, list[Linear]], tensors: Tensors, cfg: QuantizeConfig,
+                 shared: dict[str, set[str]], notes: list[str], heads: dict[str, str], awq: _SequentialAwq | None,
+                 float_pass: bool) -> None:
+        self.by_weight, self.tensors, self.cfg, self.shared, self.notes = by_weight, tensors, cfg, shared, notes
+        self.heads, self.awq, self.float_pass = heads, awq, float_pass
+        self.store = KeptStore()
+        self.pending: dict[str, WeightJob] = {}
+
+    def job(self, name: str, hess: dict[str, tuple[np.ndarray, int]]) -> tuple[Callable, tuple] | None:
+        lins = self.by_weight[name]
+        j = _weight_job(name, lins, self.tensors, self.cfg, self.shared, self.notes, self.heads.get(name, ""),
+                        not self.float_pass)
+        self.pending[name] = j
+        return None if j.streamed else (run_job, (j, self.tensors.array(name), hess.get(lins[0].input, (None, 0))[0]))
+
+    def local(self, name: str, hess: dict[str, tuple[np.ndarray, int]]) -> tuple[WeightResult, np.ndarray | None]:
+        return self.done(name, None)
+
+    def done(self, name: str, out: tuple | None) -> tuple[WeightResult, np.ndarray | None]:
+        deq: dict[str, np.ndarray] | None = None if self.float_pass else {}
+        r = _job_result(self.pending.pop(name), out, self.tensors, deq, self.store)
+        if deq is None:
+            return r, None
+        return r, deq[name] if self.awq is None else self.awq.unscaled(name, deq[name])
+
+    def here(self, name: str, hess: dict[str, tuple[np.ndarray, int]]) -> tuple[WeightResult, np.ndarray | None]:
+        spec = self.job(name, hess)
+        return self.local(name, hess) if spec is None else self.done(name, spec[0](*spec[1]))
+
+
+def _sequential_note(cfg: QuantizeConfig, n_cal: int, n: int, awq: bool, float_pass: bool) -> str:
+    if float_pass:
+        return (f"{cfg.weight_method} on {n_cal} calibration samples: each group of linears' {'AWQ statistics and ' if awq else ''}"
+                f"Hessians from the float model, one group at a time ({n} weights)")
+    return (f"{cfg.weight_method} sequential on {n_cal} calibration samples: each group of linears' "
+            f"{'AWQ statistics and ' if awq else ''}Hessians on the outputs of the linears before it already "
+            f"quantized ({n} weights), damp {cfg.gptq_damp}, act_order {cfg.gptq_act_order}")
+
+
 class _SequentialAwq:
-    """AWQ inside sequential GPTQ: each group's scales searched on the group's Hessians (taken on the quantized
-    prefix), its weights scaled in ``m`` and its Hessians scaled before GPTQ; the float graph the pass runs stays
-    unscaled, so it gets ``Q(W diag(s)) diag(s)^-1`` (:meth:`unscaled`); the ``1/s`` are folded into ``m`` after the
-    pass (:meth:`finish`), when no piece is left to run."""
+    """AWQ inside the sequential pass: each group's scales searched on the group's Hessians (taken on the quantized
+    prefix, or the float model's with ``float_pass``), its weights scaled (:meth:`Tensors.replace`: a temporary
+    file, not the graph) and its Hessians scaled before GPTQ; the float graph the pass runs stays unscaled, so it
+    gets ``Q(W diag(s)) diag(s)^-1`` (:meth:`unscaled`); the ``1/s`` are folded into ``m`` after the pass
+    (:meth:`finish`), when no piece is left to run."""
 
     def __init__(self, m: onnx.ModelProto, tensors: Tensors, by_weight: dict[str, list[Linear]],
                  cfg: QuantizeConfig, skip: set[str]) -> None:
@@ -410,7 +460,8 @@ class _SequentialAwq:
             self.found.append(sc)
             if sc.alpha == 0:
                 continue
-            scale_weights(self.m, self.by_weight, sc, ws)
+            for nm, a in scaled_weights(self.by_weight, sc, ws):
+                self.tensors.replace(nm, a)
             out[x] = scaled_gram(hess[x], sc.s)
             self.scale_of.update({nm: sc.s for nm in names})
         return out
@@ -424,9 +475,13 @@ class _SequentialAwq:
         k_first = self.by_weight[name][0].k_first
         return (deq.astype(np.float32) * (inv[:, None] if k_first else inv[None, :])).astype(deq.dtype)
 
-    def finish(self) -> str:
-        """Fold every ``1/s`` into ``m`` (a norm or an inserted ``Mul``); the run's AWQ note."""
+    def finish(self, in_input_order: bool = False) -> str:
+        """Fold every ``1/s`` into ``m`` (a norm or an inserted ``Mul``), in the pass's order or the order of the
+        shared inputs in the plan (``in_input_order``: the one-pass :func:`apply_awq`'s); the run's AWQ note."""
         where: dict[str, int] = {}
+        if in_input_order:
+            rank = {x: i for i, x in enumerate(self.inputs)}
+            self.found.sort(key=lambda sc: rank[sc.x])
         for sc in self.found:
             if sc.alpha > 0:
                 fold(self.m, sc, self.tensors.array, where)
@@ -470,6 +525,34 @@ def _quantize_weight(name: str, lins: list[Linear], tensors: Tensors, cfg: Quant
     is quantized 8-bit per-channel (:func:`lm_head_plan`), empty for the other weights. ``dequantized``: receives
     the dequantized weight in the initializer's layout and type (sequential GPTQ runs the model on it); ``store``:
     where GPTQ's integers are kept until written (:mod:`.kept`; in memory without)."""
+    job = _weight_job(name, lins, tensors, cfg, shared, notes, role, dequantized is not None)
+    out = None if job.streamed else run_job(job, tensors.array(name), hess.get(lins[0].input, (None, 0))[0])
+    r = _job_result(job, out, tensors, dequantized, store)
+    if adv:
+        adv(1)
+    return r
+
+
+@dataclass
+class WeightJob:
+    """How one weight is quantized (:func:`_weight_job`), picklable: a weight quantized whole in memory (GPTQ, a
+    grid search, LPBQ) is computed by :func:`run_job`, in this process or as a Ray task (sequential GPTQ on Ray,
+    :mod:`.sequential_ray`); a round-to-nearest one is ``streamed`` here, slab by slab."""
+
+    name: str
+    lins: list[Linear]
+    g: _Grid
+    grid: str
+    method: str
+    cfg: QuantizeConfig | None
+    kept: bool
+    want_dq: bool
+    streamed: bool
+    role: str
+
+
+def _weight_job(name: str, lins: list[Linear], tensors: Tensors, cfg: QuantizeConfig, shared: dict[str, set[str]],
+                notes: list[str], role: str, want_dq: bool) -> WeightJob:
     lin, grid = lins[0], grid_for(cfg)
     method = (cfg.weight_method or "minmax").removeprefix("awq+").replace("awq", "minmax")  # AWQ: weights scaled
     wtype = ("uint8" if cfg.weight_type.startswith("u") else "int8") if role else cfg.weight_type
@@ -485,18 +568,45 @@ def _quantize_weight(name: str, lins: list[Linear], tensors: Tensors, cfg: Quant
     kept = method.endswith("gptq") and name not in shared
     if not kept:
         method = method.removesuffix("gptq").rstrip("+") or "minmax"
-    if not kept and not g.lpbq and method in RTN_METHODS:  # one slab of rows at a time
-        bq, sqnr, rtn = _rtn_streamed(tensors, name, g, grid, method, dequantized)
-        integers = _requantize(tensors, name, g, bq.scale, bq.zero_point)
+    streamed = not kept and not g.lpbq and method in RTN_METHODS  # one slab of rows at a time
+    return WeightJob(name, lins, g, grid, method, cfg if kept else None, kept, want_dq, streamed, role)
+
+
+def run_job(job: WeightJob, weight: np.ndarray, h: np.ndarray | None) -> tuple:
+    """A weight quantized whole in memory (``weight`` as stored, ``h`` its Hessian): ``(scale, zero_point, stored
+    integers when kept, dequantized weight in the initializer's layout and type when asked, SQNR, round to
+    nearest's SQNR, LPBQ integer scales, LPBQ per-channel scales)``. Pure: the same bytes in any process."""
+    g, lin = job.g, job.g.lin
+    w = _as_nk(weight, lin)
+    bq = _quantize_one(w, g, job.grid, job.method, job.cfg, h)
+    stored = _stored(bq.q, g) if job.kept else None
+    dq = bq.dequantize()
+    sqnr = weight_sqnr(w, dq)
+    deq = np.ascontiguousarray(dq.T if lin.k_first else dq).astype(g.weight_dtype, copy=False) if job.want_dq \
+        else None
+    del dq
+    rtn = sqnr if job.method == "minmax" else weight_sqnr(
+        w, _quantize_one(w, replace(g, int_scale=None, pc_scale=None), job.grid, "minmax", None, None).dequantize())
+    return bq.scale, bq.zero_point, stored, deq, sqnr, rtn, g.int_scale, g.pc_scale
+
+
+def _job_result(job: WeightJob, out: tuple | None, tensors: Tensors, dequantized: dict[str, np.ndarray] | None,
+                store: KeptStore | None) -> WeightResult:
+    """The weight's result from :func:`run_job`'s ``out`` (``None``: rounded to nearest here, slab by slab): GPTQ's
+    integers kept (in ``store``), others redone from the scales when written."""
+    g, name = job.g, job.name
+    if out is None:
+        bq, sqnr, rtn = _rtn_streamed(tensors, name, g, job.grid, job.method, dequantized)
     else:
-        bq, integers, sqnr, rtn = _in_memory(tensors, name, g, grid, method, cfg if kept else None,
-                                             hess.get(lin.input, (None, 0))[0], kept, dequantized, store)
-    if adv:
-        adv(1)
-    has_zp = (g.unsigned if g.lpbq else grid != "symmetric")
-    return WeightResult(lins, g.dtype, g.block, per_channel, _encoding(g, bq), integers, weight_dtype=wdt,
-                        lpbq=g.lpbq, has_zero_point=has_zp, method=method, sqnr_db=sqnr, rtn_sqnr_db=rtn,
-                        role=role)
+        scale, zero_point, stored, deq, sqnr, rtn, g.int_scale, g.pc_scale = out
+        bq = BlockQuant(np.zeros((0, g.lin.k), np.int8), scale, zero_point, g.block)
+        if dequantized is not None and deq is not None:
+            dequantized[name] = deq
+    integers = keep(stored, g.bits, store) if job.kept else _requantize(tensors, name, g, bq.scale, bq.zero_point)
+    has_zp = (g.unsigned if g.lpbq else job.grid != "symmetric")
+    return WeightResult(job.lins, g.dtype, g.block, g.per_channel, _encoding(g, bq), integers,
+                        weight_dtype=g.weight_dtype, lpbq=g.lpbq, has_zero_point=has_zp, method=job.method,
+                        sqnr_db=sqnr, rtn_sqnr_db=rtn, role=job.role)
 
 
 @dataclass
@@ -528,28 +638,6 @@ def _stored(q: np.ndarray, g: _Grid) -> np.ndarray:
     off = 2 ** (g.bits - 1) if g.unsigned else 0
     q = q.astype(np.int16) + off if off else q
     return np.ascontiguousarray(q.T) if g.lin.k_first else q
-
-
-def _in_memory(tensors: Tensors, name: str, g: _Grid, grid: str, method: str, cfg: QuantizeConfig | None,
-               h: np.ndarray | None, kept: bool, dequantized: dict[str, np.ndarray] | None,
-               store: KeptStore | None = None) -> tuple[BlockQuant, Callable[[], np.ndarray], float, float]:
-    """A weight quantized whole in memory: GPTQ (its integers kept, 4 bits packed two to a byte, in ``store``
-    when given: :mod:`.kept`), or round to nearest / a grid search (integers redone from the scales when written);
-    its SQNR and round to nearest's; ``dequantized`` receives the dequantized weight in the initializer's layout and
-    type."""
-    lin = g.lin
-    w = _as_nk(tensors.array(name), lin)
-    bq = _quantize_one(w, g, grid, method, cfg, h)
-    integers = keep(_stored(bq.q, g), g.bits, store) if kept else \
-        _requantize(tensors, name, g, bq.scale, bq.zero_point)
-    dq = bq.dequantize()
-    sqnr = weight_sqnr(w, dq)
-    if dequantized is not None:
-        dequantized[name] = np.ascontiguousarray(dq.T if lin.k_first else dq).astype(g.weight_dtype, copy=False)
-    del dq
-    rtn = sqnr if method == "minmax" else weight_sqnr(
-        w, _quantize_one(w, replace(g, int_scale=None, pc_scale=None), grid, "minmax", None, None).dequantize())
-    return bq, integers, sqnr, rtn
 
 
 def _requantize(tensors: Tensors, name: str, g: _Grid, scale: np.ndarray,

@@ -44,6 +44,9 @@ class KeptStore:
             self.size += len(b)
         return off, len(b)
 
+    def fileno(self) -> int:
+        return self._file.fileno()
+
     def get(self, offset: int, length: int) -> np.ndarray:
         """The ``length`` bytes at ``offset`` (``uint8``, writable)."""
         out = np.empty(length, np.uint8)
