@@ -57,14 +57,17 @@ def _child(code: str, python: str | None = None) -> dict:
     wrapped = code + textwrap.dedent("""
         import json as _j
         _hwm = [l for l in open("/proc/self/status") if l.startswith("VmHWM:")][0].split()[1]
-        print("RESULT", _j.dumps({"peak_mb": int(_hwm) / 1024}))
+        print("\nRESULT", _j.dumps({"peak_mb": int(_hwm) / 1024}))  # after any progress bar left without a newline
     """)
     t0 = time.perf_counter()
     p = subprocess.run([python or sys.executable, "-c", wrapped], capture_output=True, text=True)
     wall = time.perf_counter() - t0
     if p.returncode:
         return {"error": (p.stderr.strip().splitlines() or ["?"])[-1][:200], "wall_s": wall}
-    res = json.loads([ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")][-1][7:])
+    found = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")]
+    if not found:
+        return {"error": "no result line: " + (p.stdout.strip().splitlines() or ["?"])[-1][-200:], "wall_s": wall}
+    res = json.loads(found[-1][7:])
     res["wall_s"] = wall
     return res
 
