@@ -57,7 +57,8 @@ def _child(code: str, python: str | None = None) -> dict:
     wrapped = code + textwrap.dedent("""
         import json as _j
         _hwm = [l for l in open("/proc/self/status") if l.startswith("VmHWM:")][0].split()[1]
-        print("\nRESULT", _j.dumps({"peak_mb": int(_hwm) / 1024}))  # after any progress bar left without a newline
+        print()  # a progress bar may have left its line open
+        print("RESULT", _j.dumps({"peak_mb": int(_hwm) / 1024}))
     """)
     t0 = time.perf_counter()
     p = subprocess.run([python or sys.executable, "-c", wrapped], capture_output=True, text=True)
