@@ -14,7 +14,8 @@ Without torch, ``benchmarks/_export_smollm2_gguf.py`` writes the same SmolLM2 fi
 tokenizer: perplexities close to, not equal to, the torch export's).
 
 ONNX Runtime's HQQ and GPTQ quantizers import torch: set ``QLINEAR_PEER_PYTHON`` to an interpreter with
-``torch==2.13.0`` and the same onnxruntime (e.g. the export venv) to run those rows.
+``torch==2.13.0`` and the same onnxruntime (e.g. the export venv) to run those rows (ORT's rows other than round to
+nearest run there: HQQ and k-quant at each block by default, ``--peers hqq,kquant,gptq,lmhead``).
 
 SmolLM2 rows: perplexity (lower is better; float 22.05), quantization wall time / peak RSS, model file size,
 prefill throughput of the result in ONNX Runtime (tokens/s, one 512-token window, 2 threads), and the share of the gap
@@ -56,6 +57,7 @@ def _child(code: str, python: str | None = None) -> dict:
     wrapped = code + textwrap.dedent("""
         import json as _j
         _hwm = [l for l in open("/proc/self/status") if l.startswith("VmHWM:")][0].split()[1]
+        print()  # a progress bar may have left its line open
         print("RESULT", _j.dumps({"peak_mb": int(_hwm) / 1024}))
     """)
     t0 = time.perf_counter()
@@ -63,7 +65,10 @@ def _child(code: str, python: str | None = None) -> dict:
     wall = time.perf_counter() - t0
     if p.returncode:
         return {"error": (p.stderr.strip().splitlines() or ["?"])[-1][:200], "wall_s": wall}
-    res = json.loads([ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")][-1][7:])
+    found = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")]
+    if not found:
+        return {"error": "no result line: " + (p.stdout.strip().splitlines() or ["?"])[-1][-200:], "wall_s": wall}
+    res = json.loads(found[-1][7:])
     res["wall_s"] = wall
     return res
 
@@ -98,6 +103,10 @@ def _size_mb(path: Path) -> float:
 
 #: ``default``: the command without ``--weight-method`` (and without data), as a user types it
 METHODS = ("minmax", "mse", "aag", "awq", "gptq", "awq+gptq", "aag+gptq", "default")
+#: ONNX Runtime's other quantizers at each block (HQQ imports torch: ``QLINEAR_PEER_PYTHON``; k-quant is Intel
+#: Neural Compressor's code inside ORT); ``gptq`` (ORT's, fails on SmolLM2) and ``lmhead`` (qlinear's lm_head rows at
+#: block 32) on request
+PEERS = ("hqq", "kquant")
 
 
 def _gap(ppl: float, rtn: float | None, flt: float) -> str:
@@ -116,8 +125,8 @@ def _head_node(src: Path) -> str:
     return "node_linear_210" if "node_linear_210" in names else "lm_head"
 
 
-def smollm2(quick: bool, methods: tuple[str, ...] = METHODS, eval_tokens: int = 0, peers: bool = True,
-            blocks: tuple[int, ...] = (32, 128)) -> list[tuple]:
+def smollm2(quick: bool, methods: tuple[str, ...] = METHODS, eval_tokens: int = 0,
+            peers: tuple[str, ...] = PEERS, blocks: tuple[int, ...] = (32, 128)) -> list[tuple]:
     src = CACHE / "smollm2.onnx"
     ids = np.load(CACHE / "smollm2-eval.npy")
     ids2 = np.load(CACHE / "smollm2-eval2.npy")
@@ -139,22 +148,26 @@ def smollm2(quick: bool, methods: tuple[str, ...] = METHODS, eval_tokens: int = 
     runs = []
     for block in blocks if not quick else (32,):
         runs.append((f"ORT MatMulNBitsQuantizer RTN sym b{block}", "ort", "rtn", block, ""))
+        if "hqq" in peers:
+            runs.append((f"ORT MatMulNBitsQuantizer HQQ b{block} (asym, float zero points)", "ort", "hqq", block, ""))
+        if "kquant" in peers:
+            runs.append((f"ORT MatMulNBitsQuantizer k-quant b{block} (asym)", "ort", "kquant", block, ""))
+        if "gptq" in peers:
+            runs.append((f"ORT MatMulNBitsQuantizer GPTQ sym b{block}", "ort", "gptq", block, ""))
         for method in methods:
             if method == "default":  # the README's command as it is: no --weight-method, no data, lm_head int8
                 runs.append((f"qlinear default command, no data (qdq, tied lm_head int8) b{block}", "qlinear",
                              method, block, ""))
                 continue
             runs.append((f"qlinear {method} sym b{block} (qdq)", "qlinear", method, block, f"--config {cfg}"))
-        if "gptq" in methods and not quick:
+        if "gptq-nbits" in methods and not quick:
             runs.append((f"qlinear gptq sym b{block} (matmulnbits)", "qlinear-nbits", "gptq", block,
                          f"--config {cfg}"))
-        if block == 32 and peers:
+        if block == 32 and "lmhead" in peers:
             runs.append(("qlinear minmax sym b32, default: tied lm_head int8 per-channel (qdq)", "qlinear", "minmax",
                          32, ""))
             runs.append(("qlinear minmax sym b32, all weights int4 incl. tied lm_head (qdq)", "qlinear", "minmax", 32,
                          "--lm-head-type int4"))
-            runs.append((f"ORT MatMulNBitsQuantizer HQQ b{block} (asym)", "ort", "hqq", block, ""))
-            runs.append((f"ORT MatMulNBitsQuantizer GPTQ sym b{block}", "ort", "gptq", block, ""))
     for label, tool, method, block, extra in runs:
         out = work / f"run{len(rows)}"
         out.mkdir()
@@ -169,6 +182,8 @@ def smollm2(quick: bool, methods: tuple[str, ...] = METHODS, eval_tokens: int = 
                     q = mq.MatMulNBitsQuantizer(m, block_size={block}, is_symmetric=True)
                 elif method == "hqq":
                     q = mq.MatMulNBitsQuantizer(m, algo_config=mq.HQQWeightOnlyQuantConfig(block_size={block}, bits=4))
+                elif method == "kquant":
+                    q = mq.MatMulNBitsQuantizer(m, block_size={block}, algo_config=mq.KQuantWeightOnlyQuantConfig())
                 else:
                     from onnxruntime.quantization import CalibrationDataReader
                     ids = np.load({str(data)!r})["input_ids"]
@@ -179,7 +194,7 @@ def smollm2(quick: bool, methods: tuple[str, ...] = METHODS, eval_tokens: int = 
                         calibration_data_reader=R(), block_size={block}))
                 q.process()
                 q.model.save_model_to_file({str(out / 'model.onnx')!r}, use_external_data_format=True)
-            """), python=PEER_PYTHON if method in ("hqq", "gptq") else None)
+            """), python=PEER_PYTHON if method in ("hqq", "gptq", "kquant") else None)
             path = out / "model.onnx"
         else:
             fmt = "matmulnbits" if tool == "qlinear-nbits" else "qdq"
@@ -283,7 +298,9 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="block 32 only, no matmulnbits row")
     ap.add_argument("--methods", default=",".join(METHODS), help="qlinear weight-only methods of the SmolLM2 rows")
     ap.add_argument("--eval-tokens", type=int, default=0, help="perplexity on the first N held-out tokens only")
-    ap.add_argument("--no-peers", action="store_true", help="SmolLM2: ORT round to nearest only (no HQQ/GPTQ)")
+    ap.add_argument("--no-peers", action="store_true", help="SmolLM2: ORT round to nearest only")
+    ap.add_argument("--peers", default=",".join(PEERS),
+                    help="SmolLM2: ORT's other quantizers (hqq, kquant, gptq) and qlinear's lm_head rows (lmhead)")
     ap.add_argument("--blocks", default="32,128", help="SmolLM2: the block sizes, comma-separated")
     a = ap.parse_args()
     import onnxruntime
@@ -297,7 +314,8 @@ def main() -> None:
         for r in rows:
             print("| " + " | ".join(r) + " |")
     if a.group in ("smollm2", "all"):
-        rows = smollm2(a.quick, tuple(a.methods.split(",")), a.eval_tokens, not a.no_peers,
+        rows = smollm2(a.quick, tuple(a.methods.split(",")), a.eval_tokens,
+                       () if a.no_peers else tuple(p for p in a.peers.split(",") if p),
                        tuple(int(b) for b in a.blocks.split(",")))
         print("\n| SmolLM2-135M W4A16 | block | ppl GPL-3 | ppl GPL-2 | wall s | peak RSS MB | file MB | prefill tok/s "
               "| RTN gap closed |\n|---|---|---|---|---|---|---|---|---|")

@@ -64,16 +64,34 @@ def test_gptq_two_workers_byte_identical(local_ray, tmp_path):
     assert any(name.endswith(".onnx") for name in files)
 
 
-@pytest.mark.parametrize("method", ["gptq", "awq+gptq"])
-def test_sequential_gptq_two_workers_byte_identical(local_ray, tmp_path, method):
-    # sequential GPTQ (the default): each group's Hessians merged from the two actors' shares of the 8 batches (the
-    # last one short) in batch order, the pieces run by the actors on the dequantized weights the driver sends
+@pytest.mark.parametrize("method, opts", [("gptq", {}), ("awq+gptq", {}), ("aag+gptq", {}),
+                                          ("gptq", {"weights": "lpbq", "block_size": 16}), ("awq", {})])
+def test_sequential_gptq_two_workers_byte_identical(local_ray, tmp_path, monkeypatch, method, opts):
+    # the sequential pass (the default for GPTQ; awq on the float model): each group's Hessians merged from the two
+    # actors' shares of the 8 batches (the last one short) in batch order, the pieces run by the actors on the
+    # dequantized weights the driver sends, and each linear's GPTQ / grid job run as a Ray task on an actor: the
+    # driver never runs one itself (its calls are counted in the driver only), and the files are those of 1 worker
+    import qlinear.ptq.weightonly.api as api
+
+    driver_calls: list[str] = []
+    real = api.run_job
+
+    def counted(job, *args):
+        driver_calls.append(job.name)
+        return real(job, *args)
+
+    monkeypatch.setattr(api, "run_job", counted)
     m, d = tiny_lm(d=64, ff=128, vocab=256), lm_data(n=40, seq=16, vocab=256)
-    cfg = {**WO, "weight_method": method, "calibration_samples": 30, "evaluation_samples": 4, "batch_size": 4}
-    one, two = qlinear.quantize(m, d, cfg), qlinear.quantize(m, d, {**cfg, "workers": 2})
-    assert any("sequential GPTQ's pass on Ray (2 workers)" in n for n in two.notes)
+    cfg = {**WO, "weight_method": method, "calibration_samples": 30, "evaluation_samples": 4, "batch_size": 4,
+           **opts}
+    one = qlinear.quantize(m, d, cfg)
+    jobs, driver_calls[:] = list(driver_calls), []
+    two = qlinear.quantize(m, d, {**cfg, "workers": 2})
+    assert any("sequential pass on Ray (2 workers)" in n and "Ray task" in n for n in two.notes)
     assert not any("on Ray" in n for n in one.notes)
-    assert any(f"{method} sequential on 30 calibration samples" in n for n in two.notes)
+    assert any(f"{method} {'sequential ' if 'gptq' in method else ''}on 30 calibration samples" in n
+               for n in two.notes)
+    assert driver_calls == [] and (len(jobs) >= 3) == (method != "awq")  # GPTQ linears (aag: the lm_head too)
     a, b = _files(one, tmp_path / "w1"), _files(two, tmp_path / "w2")
     assert sorted(a) == sorted(b) and any(name.endswith(".onnx") for name in a)
     for name in a:

@@ -36,9 +36,12 @@ class QuantizedModel:
     ``decisions`` lists the precision repair's changes (:mod:`qlinear.ptq.algorithms.repair`).
 
     Weight-only runs (``config.weight_only``, activations float) hold no quantized model in memory: ``streamed``
-    writes it one tensor at a time (:class:`qlinear.ptq.weightonly.StreamedWeights`); ``float_model`` is the float
-    graph without its external data, ``plan`` is None, ``dataset`` None without data, and :attr:`model` builds the
-    quantized model in memory on request (small models).
+    writes it one tensor at a time (:class:`qlinear.ptq.weightonly.StreamedWeights`); ``float_model`` (and
+    ``reference_model``, what the report compares against) is the float graph as loaded, without its external data;
+    ``encoded_model`` the graph the encodings apply to (with AWQ: the ``1/s`` folded into the norms, the scaled
+    weights ``W diag(s)`` of a model with external data in ``streamed.tensors``, inline otherwise); ``plan`` is None,
+    ``dataset`` None without data, and :attr:`model` builds the quantized model in memory on request (small
+    models).
     """
 
     qdq_model: onnx.ModelProto | None  #: the full-integer Q/DQ model (None for weight-only: :attr:`model`)

@@ -123,6 +123,85 @@ def test_weight_streamed_in_slabs_equals_whole(tmp_path, monkeypatch, k_first, o
     assert stats[0] == stats[1] and np.isfinite(stats[0][0]["sqnr_db"])
 
 
+@pytest.mark.parametrize("k_first", [True, False])
+@pytest.mark.parametrize("dtype, bits, block, per_channel", [("int8", 8, 0, True), ("int4", 4, 32, False)])
+def test_dequantized_weight_streamed_in_slabs_equals_whole(tmp_path, monkeypatch, k_first, dtype, bits, block,
+                                                           per_channel):
+    """Sequential GPTQ's round-to-nearest weights (a tied lm_head, int8 per channel by default) are read slab by
+    slab also when the pass needs their dequantized values: the same scales, zero points, SQNR and dequantized
+    weight (initializer layout and type) as quantizing the weight whole in memory."""
+    from qlinear.ptq.weightonly import api
+
+    src = tmp_path / "m.onnx"
+    _external_weight_model(src, 64, 2500, k_first=k_first)
+    tensors, lin = api.Tensors(onnx.load(str(src), load_external_data=False), tmp_path), _linear(src)
+    monkeypatch.setattr(api, "SLAB_BYTES", 1)
+    assert len(api.row_slabs(tensors, "W", lin)) == 3
+    g = api._Grid(lin, dtype, bits, lin.k if per_channel else block, per_channel, False, np.dtype(np.float32))
+    slabs = {}
+    bq_s, sqnr_s, rtn_s = api._rtn_streamed(tensors, "W", g, "full", "minmax", slabs)
+    job = api.WeightJob("W", [lin], g, "full", "minmax", None, False, True, False, "")
+    scale, zero_point, _, whole, sqnr_w, rtn_w, *_ = api.run_job(job, tensors.array("W"), None)  # whole in memory
+    np.testing.assert_array_equal(bq_s.scale, scale)
+    np.testing.assert_array_equal(bq_s.zero_point, zero_point)
+    assert (sqnr_s, rtn_s) == (sqnr_w, rtn_w) and np.isfinite(sqnr_s)
+    a, b = slabs["W"], whole
+    assert a.shape == b.shape == ((64, 2500) if k_first else (2500, 64)) and a.dtype == b.dtype == np.float32
+    np.testing.assert_array_equal(a, b)
+    assert np.abs(a - tensors.array("W")).max() > 0  # quantized, not the float weight
+
+
+@pytest.mark.parametrize("q", [
+    np.arange(-8, 8, dtype=np.int8).repeat(7)[:-3].reshape(-1, 1),    # int4, an odd count
+    (np.arange(16, dtype=np.int16).repeat(4)).reshape(8, 8),           # uint4 stored shifted, as int16
+    np.arange(-128, 128, dtype=np.int8).reshape(16, 16),               # int8: kept whole
+])
+def test_kept_integers_round_trip_through_the_store(q):
+    """GPTQ's integers kept until written come back exactly (type, shape, values) from memory and from the
+    temporary file of :class:`KeptStore`, which holds 4-bit integers two to a byte."""
+    from qlinear.ptq.weightonly.kept import KeptStore, kept
+
+    bits = 8 if q.dtype == np.int8 and q.min() < -8 else 4
+    store = KeptStore()
+    first = kept(np.zeros((3, 5), np.int8), 4, store)  # another weight before it in the same file
+    for got in (kept(q, bits)(), kept(q, bits, store)()):
+        assert got.dtype == q.dtype and got.shape == q.shape
+        np.testing.assert_array_equal(got, q)
+    np.testing.assert_array_equal(first(), np.zeros((3, 5), np.int8))
+    assert store.size == 8 + (q.size if bits == 8 else (q.size + 1) // 2)
+
+
+def test_gptq_integers_are_kept_on_disk_with_the_same_files(tmp_path, monkeypatch):
+    """Sequential GPTQ writes each weight's integers to the run's :class:`KeptStore` (a temporary file, not
+    memory) as it is quantized; the written files equal those of the integers kept in memory."""
+    from tiny_models import lm_data, tiny_lm
+
+    import qlinear
+    from qlinear.ptq.weightonly import api
+    from qlinear.ptq.weightonly.kept import KeptStore
+
+    stores = []
+
+    class Recording(KeptStore):
+        def __init__(self):
+            super().__init__()
+            stores.append(self)
+
+    m, d = tiny_lm(d=64, ff=128, vocab=256), lm_data(n=20, seq=16, vocab=256)
+    cfg = dict(activation_type="float", weight_type="int4", weights="per-block", block_size=32, weight_method="gptq",
+               calibration_samples=12, evaluation_samples=4)
+    files = []
+    for store in (Recording, lambda: None):
+        monkeypatch.setattr(api, "KeptStore", store)
+        out = tmp_path / f"out{len(files)}"
+        qlinear.quantize(m, d, cfg).save(out, report=False)
+        files.append({p.name: p.read_bytes() for p in out.iterdir()})
+    # the GPTQ weights (the tied embedding is rounded to nearest, redone when written): 4 bits, two to a byte
+    kept_weights = 64 * 128 + 128 * 64 + 64 * 64
+    assert len(stores) == 1 and stores[0].size == kept_weights // 2
+    assert files[0] == files[1] and "model.qdq.onnx" in files[0]
+
+
 def _linear(src):
     from qlinear.ptq.weightonly.plan import find_linears
 

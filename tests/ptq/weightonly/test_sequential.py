@@ -197,6 +197,71 @@ def test_sequential_is_the_default_and_runs(tmp_path):
     assert y.shape == (2, 12, 96) and np.isfinite(y).all()
 
 
+@pytest.mark.parametrize("external", [False, True])
+def test_float_pass_hessians_equal_the_one_pass(tmp_path, monkeypatch, external):
+    # the data methods without GPTQ (aag here) take each group's Hessians from the staged float graph (pieces at
+    # ONNX Runtime's level basic, weights as initializers): byte-identical to the one statistics pass of the whole
+    # float model, which fetches every linear's input at once
+    import qlinear.ptq.weightonly.api as api
+    from qlinear.ptq.data import load_dataset, model_inputs
+
+    m, d = decoder(blocks=2), lm_data(n=20, seq=12, vocab=96)
+    model, base = m, None
+    if external:
+        onnx.save(onnx.load_from_string(m.SerializeToString()), str(tmp_path / "m.onnx"), save_as_external_data=True,
+                  location="m.onnx.data")
+        model, base = str(tmp_path / "m.onnx"), tmp_path
+    seen: dict[str, np.ndarray] = {}
+    real = api.run_job
+
+    def spy(job, w, h):
+        seen[job.lins[0].input] = np.array(h)
+        return real(job, w, h)
+
+    monkeypatch.setattr(api, "run_job", spy)
+    cfg = {**WO, "weight_method": "aag", "calibration_samples": 12, "evaluation_samples": 8, "batch_size": 5}
+    qm = qlinear.quantize(model, d, cfg)
+    assert any("Hessians from the float model, one group at a time" in n for n in qm.notes)
+    by_weight = _plan(m)
+    ds = load_dataset(d, model_inputs(m))
+    one = api._gram_matrices(m, base, [ls[0].input for ls in by_weight.values()], ds, 12, 5, "m", None)
+    assert sorted(seen) == sorted(one)
+    for x, (h, _) in one.items():
+        assert seen[x].tobytes() == h.tobytes(), x
+
+
+def test_awq_scaled_weights_stay_out_of_the_graph(tmp_path):
+    # AWQ's scaled weights of a model with external data go to a temporary file (Tensors.replace), not inline into
+    # the graph: the graph keeps its external references, the written model its values; the report compares against
+    # the input float model (before the scales moved into the norms)
+    m, d = decoder(blocks=2), lm_data(n=20, seq=12, vocab=96)
+    onnx.save(onnx.load_from_string(m.SerializeToString()), str(tmp_path / "m.onnx"), save_as_external_data=True,
+              location="m.onnx.data")
+    cfg = {**WO, "weight_method": "awq", "calibration_samples": 12, "evaluation_samples": 8, "batch_size": 4}
+    ext = qlinear.quantize(str(tmp_path / "m.onnx"), d, cfg)
+    inl = qlinear.quantize(m, d, cfg)
+    awq = next(n for n in ext.notes if n.startswith("AWQ:"))
+    assert int(awq.split("(")[1].split(" scaled")[0]) > 0, awq
+    scaled = set(ext.streamed.tensors.replaced)
+    assert scaled and all(ext.encoded_model.graph.initializer[i].data_location == TensorProto.EXTERNAL
+                          for i, t in enumerate(ext.encoded_model.graph.initializer) if t.name in scaled)
+    assert not inl.streamed.tensors.replaced  # a model without external data: written back inline at the end
+    for name in scaled:  # the same scaled values either way
+        a = ext.streamed.tensors.array(name)
+        b = numpy_helper.to_array(next(t for t in inl.encoded_model.graph.initializer if t.name == name))
+        assert a.tobytes() == b.tobytes() and a.tobytes() != ext.streamed.tensors.array(name, original=True).tobytes()
+    assert ext.reference_model.graph.SerializeToString() != ext.encoded_model.graph.SerializeToString()
+    assert [n.name for n in ext.reference_model.graph.node] == [n.name for n in m.graph.node]
+    ext.save(tmp_path / "e", report=True)
+    inl.save(tmp_path / "i", report=True)
+    for f in ("model.qdq.onnx", "model.encodings"):
+        assert (tmp_path / "e" / f).read_bytes() != b""
+    q_e = onnx.load(str(tmp_path / "e" / "model.qdq.onnx"))
+    q_i = onnx.load(str(tmp_path / "i" / "model.qdq.onnx"))
+    assert {t.name: t.raw_data for t in q_e.graph.initializer} == {t.name: t.raw_data for t in q_i.graph.initializer}
+    assert (tmp_path / "e" / "model.encodings").read_bytes() == (tmp_path / "i" / "model.encodings").read_bytes()
+
+
 K, N = 32, 65536  # one block: an 8 MiB float32 weight [K, N]
 
 
@@ -230,11 +295,12 @@ def _big_decoder(path, blocks: int) -> int:
 
 
 @pytest.mark.slow
-def test_peak_memory_is_about_one_block(tmp_path):
+@pytest.mark.parametrize("method", ["gptq", "awq+gptq", "awq"])
+def test_peak_memory_is_about_one_block(tmp_path, method):
     # one process quantizes 4 blocks (a warm-up: imports, ONNX Runtime's first session), then 4 and 16 blocks, each
-    # from a reset peak (/proc/self/clear_refs 5): 12 more blocks (96 MiB of weights) add their kept GPTQ integers
-    # (4-bit, packed: 1/8 of their float bytes) and noise to the peak; with gptq_sequential false the one-pass
-    # Hessians hold the whole model in ONNX Runtime
+    # from a reset peak (/proc/self/clear_refs 5): 12 more blocks (96 MiB of weights) add noise to the peak (GPTQ's
+    # integers and AWQ's scaled weights go to temporary files); with gptq_sequential false the one-pass Hessians
+    # hold the whole model in ONNX Runtime, and AWQ's scaled weights held in the graph grew with the model
     (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
     small, big = _big_decoder(tmp_path / "a" / "m.onnx", 4), _big_decoder(tmp_path / "b" / "m.onnx", 16)
     np.savez(tmp_path / "x.npz", x=np.random.default_rng(1).standard_normal((4, 8, K)).astype(np.float32))
@@ -243,7 +309,7 @@ def test_peak_memory_is_about_one_block(tmp_path):
         from qlinear.ptq import QuantizeConfig
         from qlinear.ptq.weightonly import quantize_weights
         cfg = QuantizeConfig(activation_type="float", weight_type="int4", weights="per-block", block_size=32,
-                             weight_method="gptq",
+                             weight_method={method!r},
                              calibration_samples=4, evaluation_samples=0, batch_size=2)
 
         def status(key):
@@ -279,14 +345,14 @@ def test_awq_sequential_statistics_are_those_of_the_written_model(tmp_path, monk
     import qlinear.ptq.weightonly.api as api
 
     seen: dict[str, np.ndarray] = {}
-    real = api._quantize_weight
+    real = api.run_job
 
-    def spy(name, lins, tensors, cfg, hess, *a, **kw):
-        if lins[0].input in hess:
-            seen[name] = np.array(hess[lins[0].input][0])
-        return real(name, lins, tensors, cfg, hess, *a, **kw)
+    def spy(job, w, h):
+        if h is not None:
+            seen[job.name] = np.array(h)
+        return real(job, w, h)
 
-    monkeypatch.setattr(api, "_quantize_weight", spy)
+    monkeypatch.setattr(api, "run_job", spy)
     m, d = decoder(blocks=2), lm_data(n=20, seq=12, vocab=96)
     cfg = {**WO, "weight_method": method, "calibration_samples": 12, "evaluation_samples": 8, "batch_size": 4,
            "lm_head_type": "float"}  # the tied embedding stays float: the lookup reads the same weights in both

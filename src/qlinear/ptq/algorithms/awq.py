@@ -26,7 +26,7 @@ diag(s)^-1`` (the scaled input's), so GPTQ (``awq+gptq``) runs on the scaled pro
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import onnx
@@ -176,12 +176,19 @@ def search_group(read: Callable[[str], np.ndarray], by_weight: dict[str, list[An
     return Scaled(x, list(names), {lin.node for nm in names for lin in by_weight[nm]}, s, alpha), ws
 
 
+def scaled_weights(by_weight: dict[str, list[Any]], sc: Scaled,
+                   ws: list[np.ndarray]) -> Iterator[tuple[str, np.ndarray]]:
+    """``(name, W diag(s))`` in the initializer's layout for the weights of ``sc`` (``ws``: as read, ``[N, K]``)."""
+    for nm, w in zip(sc.names, ws):
+        ws_ = w * sc.s[None, :]
+        yield nm, (ws_.T if by_weight[nm][0].k_first else ws_)
+
+
 def scale_weights(m: onnx.ModelProto, by_weight: dict[str, list[Any]], sc: Scaled, ws: list[np.ndarray]) -> None:
     """Write ``W diag(s)`` into ``m``'s initializers (inline) for the weights of ``sc`` (``ws``: as read)."""
     inits = {t.name: t for t in m.graph.initializer}
-    for nm, w in zip(sc.names, ws):
-        ws_ = w * sc.s[None, :]
-        _replace(inits[nm], ws_.T if by_weight[nm][0].k_first else ws_)
+    for nm, a in scaled_weights(by_weight, sc, ws):
+        _replace(inits[nm], a)
 
 
 def scaled_gram(gram: tuple[np.ndarray, int], s: np.ndarray) -> tuple[np.ndarray, int]:
@@ -234,5 +241,5 @@ def _nk(a: np.ndarray, k_first: bool) -> np.ndarray:
 
 
 __all__ = ["ALPHAS", "Scaled", "apply_awq", "awq_inputs", "awq_note", "awq_scales", "fold", "fold_input_scale",
-           "output_error", "rtn_quantizer", "scale_weights", "scaled_error", "scaled_gram", "search_group",
-           "search_scales"]
+           "output_error", "rtn_quantizer", "scale_weights", "scaled_error", "scaled_gram", "scaled_weights",
+           "search_group", "search_scales"]

@@ -28,9 +28,6 @@ QuantizeLinear/DequantizeLinear runs as the operator, float operators in between
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
-import gc
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -538,8 +535,8 @@ def evaluate_weight_only(qm: Any, model_path: Any, *, samples: int | None = None
     labels = None if ds.labels is None else np.asarray(ds.labels)
 
     def sessions(**kw: Any) -> tuple[Callable[[], Any], Callable[[], Any]]:
-        return (lambda: Session(sw.graph, level="all", label=sw.label, external_dir=str(base) if base else None,
-                                **kw),
+        return (lambda: Session(qm.reference_model, level="all", label=sw.label,
+                                external_dir=str(base) if base else None, **kw),
                 lambda: Session(onnx.load(str(model_path), load_external_data=False), level="all",
                                 label=f"the quantized {sw.label}", external_dir=str(model_path.parent), **kw))
 
@@ -575,10 +572,14 @@ def _token_passes(qm: Any, sessions: tuple[Callable[[], Any], Callable[[], Any]]
     dropped before the quantized model runs over the same samples (one session alive at a time, one sample's
     outputs of each model in memory). The metrics accumulate per batch of ``batch_size`` samples as before
     (:meth:`Agreement.add_sample`, :meth:`OutputPlot.add_part`). The sessions come from ``sessions`` (ONNX
-    Runtime's memory pattern off: no block for a whole run kept beside the arena)."""
+    Runtime's memory pattern off: no block for a whole run kept beside the arena). The heap freed by each step
+    (GPTQ's temporaries, what building a session read, one sample's outputs, the float session) goes back to the
+    system before the next (:func:`qlinear.ptq.stats.session.release_heap`)."""
     import tempfile
 
-    _release_heap()
+    from qlinear.ptq.stats.session import release_heap
+
+    release_heap()
     ds = qm.dataset
     tokens = token_input(qm.streamed.graph)
     labels = None if ds.labels is None else np.asarray(ds.labels)
@@ -594,6 +595,7 @@ def _token_passes(qm: Any, sessions: tuple[Callable[[], Any], Callable[[], Any]]
     while first < len(spans):
         with tempfile.TemporaryFile(prefix="qlinear-eval-") as f:
             fl, kept, last = sessions[0](), [], first
+            release_heap(collect=False)  # what building the session read and freed, before its runs
             while last < len(spans) and (last == first or f.tell() < ROUND_BYTES):
                 for i in range(spans[last][0], sum(spans[last])):
                     outs = fl.run(names, one(i), where=f"{ds.source}, sample {i}")
@@ -601,10 +603,13 @@ def _token_passes(qm: Any, sessions: tuple[Callable[[], Any], Callable[[], Any]]
                         kept.append((f.tell(), o.shape, o.dtype))
                         f.write(np.ascontiguousarray(o).data)
                     del outs, o
+                    release_heap(collect=False)
                 last += 1
             del fl
             f.flush()
+            release_heap()  # the float session's weights and arena, before the quantized session is built
             qs, it = sessions[1](), iter(kept)
+            release_heap(collect=False)
             for at, k in spans[first:last]:
                 for part, i in enumerate(range(at, at + k)):
                     feed = one(i)
@@ -617,21 +622,11 @@ def _token_passes(qm: Any, sessions: tuple[Callable[[], Any], Callable[[], Any]]
                         plots[n].add_part(a, b, i, part, k)
                         del a, b
                     del outs
+                    release_heap(collect=False)
                     if progress:
                         progress(1)
             del qs
         first = last
-
-
-def _release_heap() -> None:
-    """Return the memory freed by earlier steps (GPTQ's temporaries) to the system before the sessions are built:
-    ``gc.collect`` and, with glibc, ``malloc_trim(0)`` (no effect on any result)."""
-    gc.collect()
-    name = ctypes.util.find_library("c")
-    try:
-        ctypes.CDLL(name).malloc_trim(0)
-    except (OSError, AttributeError, TypeError):  # not glibc
-        pass
 
 
 def token_input(m: Any) -> str:

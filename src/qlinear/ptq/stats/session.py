@@ -7,6 +7,10 @@ ONNX Runtime raises its own exception types with multi-line messages; here a fai
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import gc
+from functools import lru_cache
 from typing import Any, Sequence
 
 import numpy as np
@@ -93,8 +97,28 @@ class Session:
             raise GraphError(f"{self.label}: ONNX Runtime failed on {where}: {msg}") from None
 
 
+def release_heap(collect: bool = True) -> None:
+    """Return the heap memory freed so far to the system: ``gc.collect`` (with ``collect``) and, with glibc,
+    ``malloc_trim(0)``, which gives back the free pages of every malloc arena, not only the top of the heap (the
+    arrays and ONNX Runtime buffers of an earlier step leave them resident otherwise). No effect on any result."""
+    if collect:
+        gc.collect()
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@lru_cache(maxsize=1)
+def _malloc_trim() -> Any:
+    """glibc's ``malloc_trim`` (``None`` elsewhere)."""
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c")).malloc_trim
+    except (OSError, AttributeError, TypeError):  # not glibc
+        return None
+
+
 def session(m: onnx.ModelProto, outputs: Sequence[str] = (), **kw: Any) -> Session:
     return Session(m, outputs, **kw)
 
 
-__all__ = ["LEVELS", "SPIN", "Session", "session"]
+__all__ = ["LEVELS", "SPIN", "Session", "release_heap", "session"]

@@ -10,6 +10,9 @@ the whole scheme costs one pass over the samples; memory is the tensors alive ac
 (with ``spill_dir``, each such tensor larger than ``spill_bytes`` over all batches is kept in a memory-mapped file
 there instead), and the constants set for the pieces not yet run (a constant is dropped after its last reader ran;
 with ``constant_inputs`` the constants are inputs of the piece's session, fed to each run, not copied into it).
+``level``: ONNX Runtime's optimization level of the pieces' sessions (``all`` by default); ``initializer_ops``: with
+``constant_inputs``, the constants read by nodes of these types are still copied in as initializers (ONNX Runtime
+prepacks a MatMul's constant weight, which rounds differently from a weight fed as an input).
 """
 
 from __future__ import annotations
@@ -81,8 +84,11 @@ class Staged:
 
     def __init__(self, model: onnx.ModelProto, cuts: Iterable[str], batches: list[dict[str, np.ndarray]], *,
                  label: str = "model", disable_qdq_fusion: bool = False, spill_dir: str | None = None,
-                 spill_bytes: int = 256 * 2 ** 20, arena: bool = True, constant_inputs: bool = False) -> None:
+                 spill_bytes: int = 256 * 2 ** 20, arena: bool = True, constant_inputs: bool = False,
+                 level: str = "all", initializer_ops: tuple[str, ...] = ()) -> None:
         self.model = model
+        self.level = level
+        self.initializer_ops = frozenset(initializer_ops)
         self.constant_inputs = constant_inputs
         self.arena = arena
         self.files: dict[str, str] = {}  # tensor -> its spill file
@@ -155,11 +161,12 @@ class Staged:
         if not outs:
             return
         needed = list(dict.fromkeys(x for n in kept for x in node_inputs(n)))
+        copied = {x for n in kept if n.op_type in self.initializer_ops for x in n.input}
         inits, feeds, given = [], [], {}
         for x in needed:
             if x in produced:
                 continue
-            if x in self.constants and self.constant_inputs:  # fed to every run: no copy in the session
+            if x in self.constants and self.constant_inputs and x not in copied:  # fed to every run: no copy
                 given[x] = self.constants[x]
             elif x in self.constants:
                 inits.append(numpy_helper.from_array(self.constants[x], x))
@@ -177,7 +184,7 @@ class Staged:
                               initializer=inits)
         m = helper.make_model(g, opset_imports=list(self.model.opset_import), ir_version=self.model.ir_version)
         m.functions.extend(self.model.functions)
-        sess = Session(m, level="all", label=f"{self.label} (nodes {_key(piece[0])!r}..)",
+        sess = Session(m, level=self.level, label=f"{self.label} (nodes {_key(piece[0])!r}..)",
                        disable_qdq_fusion=self.fusion_off, arena=self.arena)
         del g, m, inits
         results: dict[str, list[np.ndarray]] = {o: [] for o in outs}

@@ -49,8 +49,8 @@ from qlinear.ptq.algorithms.awq import (
     awq_note,
     fold,
     rtn_quantizer,
-    scale_weights,
     scaled_gram,
+    scaled_weights,
     search_group,
 )
 from qlinear.ptq.algorithms.gptq import gptq
@@ -66,6 +66,8 @@ from qlinear.ptq.result import QuantizedModel
 from qlinear.ptq.stats import Gram
 from qlinear.ptq.stats.distributed import active
 from qlinear.ptq.stats.stream import accumulate_model
+from qlinear.ptq.weightonly.kept import KeptStore
+from qlinear.ptq.weightonly.kept import kept as keep
 from qlinear.ptq.weightonly.plan import Linear, find_linears, lm_heads
 from qlinear.ptq.weightonly.sequential import quantize_sequential
 from qlinear.ptq.weightonly.sequential_ray import quantize_sequential_ray
@@ -186,6 +188,10 @@ def quantize_weights(model: Any, data: Any, cfg: QuantizeConfig, *, progress: Pr
     _check_upgrade(given, m, tensors, ds, label, notes)
     timings: dict[str, float] = {}
     shared = _other_readers(m, by_weight)
+    ref = m  # the float model the report compares against: the input as loaded (AWQ rescales m's weights and norms)
+    if "awq" in (cfg.weight_method or "") and ds is not None:
+        ref = onnx.ModelProto()
+        ref.CopyFrom(m)
     if sequential(cfg, ds, label, notes):
         results = _sequential_gptq(m, tensors, by_weight, ds, cfg, shared, heads, label, progress, timings, notes)
     else:
@@ -196,15 +202,17 @@ def quantize_weights(model: Any, data: Any, cfg: QuantizeConfig, *, progress: Pr
             notes += awq_notes
         t0 = time.perf_counter()
         adv = progress("quantizing weights", len(by_weight)) if progress else None
+        store = KeptStore()
         results = [_quantize_weight(name, lins, tensors, cfg, hess, shared, notes, adv,
-                                    role=heads.get(name, ""))
+                                    role=heads.get(name, ""), store=store)
                    for name, lins in by_weight.items()]
         timings["quantize"] = time.perf_counter() - t0
     timings["total"] = time.perf_counter() - t_all
     cov = coverage(m, set(by_weight), skipped)
     notes.append(coverage_note(cov))
     sw = StreamedWeights(m, tensors, results, label, model, skipped, cov)
-    return QuantizedModel(None, m, m, sw.encodings(), cfg, None, ds, timings, notes, streamed=sw)
+    return QuantizedModel(None, ref, ref, sw.encodings(), cfg, None, ds, timings, notes, encoded_model=m,
+                          streamed=sw)
 
 
 #: the default ``weight_method`` of per-block weight-only runs without data / with data: the best data-free and data
@@ -340,52 +348,98 @@ def _hessians(m: onnx.ModelProto, base: Path | None, by_weight: dict[str, list[L
 
 
 def sequential(cfg: QuantizeConfig, ds: Any, label: str, notes: list[str]) -> bool:
-    """Whether the run is sequential GPTQ (:mod:`.sequential`): any GPTQ variant (``gptq``, ``aag+gptq``,
-    ``awq+gptq``, ``awq+aag+gptq``) with ``gptq_sequential`` (the default) and data."""
+    """Whether the run takes its statistics group by group (:mod:`.sequential`): any GPTQ variant (``gptq``,
+    ``aag+gptq``, ``awq+gptq``, ``awq+aag+gptq``) with ``gptq_sequential`` (the default), on the model quantized so
+    far, and the other data methods (``awq``, ``aag``, ``awq+aag``), on the float model (``float_pass``); with
+    data."""
     method = cfg.weight_method or "minmax"
-    if not (method.endswith("gptq") and cfg.gptq_sequential and ds is not None):
+    if ds is None or method not in WEIGHT_ONLY_DATA_METHODS:
         return False
-    return True
+    return not method.endswith("gptq") or cfg.gptq_sequential
 
 
 def _sequential_gptq(m: onnx.ModelProto, tensors: Tensors, by_weight: dict[str, list[Linear]], ds: Any,
                      cfg: QuantizeConfig, shared: dict[str, set[str]], heads: dict[str, str], label: str,
                      progress: Progress | None, timings: dict[str, float], notes: list[str]) -> list[WeightResult]:
     """The weights quantized by :func:`.sequential.quantize_sequential`, in ``by_weight``'s order; with AWQ
-    (``awq+gptq``, ``awq+aag+gptq``) each group's scales searched on its Hessians there (:class:`_SequentialAwq`)."""
+    (``awq+gptq``, ``awq+aag+gptq``, ``awq``, ``awq+aag``) each group's scales searched on its Hessians there
+    (:class:`_SequentialAwq`). Methods without GPTQ take the float model's statistics (``float_pass``)."""
     n_cal = min(cfg.calibration_samples, len(ds))
     t0 = time.perf_counter()
-    adv = progress("sequential GPTQ", len(by_weight)) if progress else None
-    awq = _SequentialAwq(m, tensors, by_weight, cfg, set(shared)) if "awq" in (cfg.weight_method or "") else None
-
-    def one(name: str, hess: dict[str, tuple[np.ndarray, int]]) -> tuple[WeightResult, np.ndarray]:
-        deq: dict[str, np.ndarray] = {}
-        r = _quantize_weight(name, by_weight[name], tensors, cfg, hess, shared, notes, None,
-                             role=heads.get(name, ""), dequantized=deq)
-        return r, deq[name] if awq is None else awq.unscaled(name, deq[name])
-
+    method = cfg.weight_method or ""
+    float_pass = not method.endswith("gptq")
+    adv = progress("statistics and weights" if float_pass else "sequential GPTQ", len(by_weight)) \
+        if progress else None
+    awq = _SequentialAwq(m, tensors, by_weight, cfg, set(shared)) if "awq" in method else None
+    jobs = _SequentialJobs(by_weight, tensors, cfg, shared, notes, heads, awq, float_pass)
     batches, prepare = list(ds.batches(0, n_cal, cfg.batch_size)), None if awq is None else awq.prepare
+    kw = dict(label=label, progress=adv, prepare=prepare, float_pass=float_pass)
     if active(cfg.workers, cfg.ray_address):
-        done = quantize_sequential_ray(m, tensors, by_weight, batches, one, label=label, progress=adv,
-                                       prepare=prepare, workers=cfg.workers, ray_address=cfg.ray_address)
-        notes.append(f"{label}: sequential GPTQ's pass on Ray ({cfg.ray_address or f'{cfg.workers} workers'}): "
-                     "each group's Hessians merged from the actors' shares of the batches in batch order")
+        done = quantize_sequential_ray(m, tensors, by_weight, batches, jobs.here, workers=cfg.workers,
+                                       ray_address=cfg.ray_address, jobs=jobs, **kw)
+        notes.append(f"{label}: sequential pass on Ray ({cfg.ray_address or f'{cfg.workers} workers'}): each "
+                     "group's Hessians merged from the actors' shares of the batches in batch order, each linear "
+                     "quantized by a Ray task on an actor")
     else:
-        done = quantize_sequential(m, tensors, by_weight, batches, one, label=label, progress=adv, prepare=prepare)
+        done = quantize_sequential(m, tensors, by_weight, batches, jobs.here, **kw)
     timings["calibration"] = timings["quantize"] = time.perf_counter() - t0
-    notes.append(f"{cfg.weight_method} sequential on {n_cal} calibration samples: each group of linears' "
-                 f"{'AWQ statistics and ' if awq else ''}Hessians on the outputs of the linears before it already "
-                 f"quantized ({len(by_weight)} weights), damp {cfg.gptq_damp}, act_order {cfg.gptq_act_order}")
+    notes.append(_sequential_note(cfg, n_cal, len(by_weight), awq is not None, float_pass))
     if awq is not None:
-        notes.append(awq.finish())
+        notes.append(awq.finish(float_pass))
+    tensors.inline_replaced()
     return [done[name] for name in by_weight]
 
 
+class _SequentialJobs:
+    """Each weight of the sequential pass: :meth:`here` in this process, or (:class:`.sequential_ray.Jobs`) its
+    :func:`run_job` as a Ray task, :meth:`done` with its output; the dequantized weight for the pass (unscaled
+    after AWQ) unless ``float_pass``."""
+
+    def __init__(self, by_weight: dict[str, list[Linear]], tensors: Tensors, cfg: QuantizeConfig,
+                 shared: dict[str, set[str]], notes: list[str], heads: dict[str, str], awq: _SequentialAwq | None,
+                 float_pass: bool) -> None:
+        self.by_weight, self.tensors, self.cfg, self.shared, self.notes = by_weight, tensors, cfg, shared, notes
+        self.heads, self.awq, self.float_pass = heads, awq, float_pass
+        self.store = KeptStore()
+        self.pending: dict[str, WeightJob] = {}
+
+    def job(self, name: str, hess: dict[str, tuple[np.ndarray, int]]) -> tuple[Callable, tuple] | None:
+        lins = self.by_weight[name]
+        j = _weight_job(name, lins, self.tensors, self.cfg, self.shared, self.notes, self.heads.get(name, ""),
+                        not self.float_pass)
+        self.pending[name] = j
+        return None if j.streamed else (run_job, (j, self.tensors.array(name), hess.get(lins[0].input, (None, 0))[0]))
+
+    def local(self, name: str, hess: dict[str, tuple[np.ndarray, int]]) -> tuple[WeightResult, np.ndarray | None]:
+        return self.done(name, None)
+
+    def done(self, name: str, out: tuple | None) -> tuple[WeightResult, np.ndarray | None]:
+        deq: dict[str, np.ndarray] | None = None if self.float_pass else {}
+        r = _job_result(self.pending.pop(name), out, self.tensors, deq, self.store)
+        if deq is None:
+            return r, None
+        return r, deq[name] if self.awq is None else self.awq.unscaled(name, deq[name])
+
+    def here(self, name: str, hess: dict[str, tuple[np.ndarray, int]]) -> tuple[WeightResult, np.ndarray | None]:
+        spec = self.job(name, hess)
+        return self.local(name, hess) if spec is None else self.done(name, spec[0](*spec[1]))
+
+
+def _sequential_note(cfg: QuantizeConfig, n_cal: int, n: int, awq: bool, float_pass: bool) -> str:
+    if float_pass:
+        return (f"{cfg.weight_method} on {n_cal} calibration samples: each group of linears' {'AWQ statistics and ' if awq else ''}"
+                f"Hessians from the float model, one group at a time ({n} weights)")
+    return (f"{cfg.weight_method} sequential on {n_cal} calibration samples: each group of linears' "
+            f"{'AWQ statistics and ' if awq else ''}Hessians on the outputs of the linears before it already "
+            f"quantized ({n} weights), damp {cfg.gptq_damp}, act_order {cfg.gptq_act_order}")
+
+
 class _SequentialAwq:
-    """AWQ inside sequential GPTQ: each group's scales searched on the group's Hessians (taken on the quantized
-    prefix), its weights scaled in ``m`` and its Hessians scaled before GPTQ; the float graph the pass runs stays
-    unscaled, so it gets ``Q(W diag(s)) diag(s)^-1`` (:meth:`unscaled`); the ``1/s`` are folded into ``m`` after the
-    pass (:meth:`finish`), when no piece is left to run."""
+    """AWQ inside the sequential pass: each group's scales searched on the group's Hessians (taken on the quantized
+    prefix, or the float model's with ``float_pass``), its weights scaled (:meth:`Tensors.replace`: a temporary
+    file, not the graph) and its Hessians scaled before GPTQ; the float graph the pass runs stays unscaled, so it
+    gets ``Q(W diag(s)) diag(s)^-1`` (:meth:`unscaled`); the ``1/s`` are folded into ``m`` after the pass
+    (:meth:`finish`), when no piece is left to run."""
 
     def __init__(self, m: onnx.ModelProto, tensors: Tensors, by_weight: dict[str, list[Linear]],
                  cfg: QuantizeConfig, skip: set[str]) -> None:
@@ -406,7 +460,8 @@ class _SequentialAwq:
             self.found.append(sc)
             if sc.alpha == 0:
                 continue
-            scale_weights(self.m, self.by_weight, sc, ws)
+            for nm, a in scaled_weights(self.by_weight, sc, ws):
+                self.tensors.replace(nm, a)
             out[x] = scaled_gram(hess[x], sc.s)
             self.scale_of.update({nm: sc.s for nm in names})
         return out
@@ -420,9 +475,13 @@ class _SequentialAwq:
         k_first = self.by_weight[name][0].k_first
         return (deq.astype(np.float32) * (inv[:, None] if k_first else inv[None, :])).astype(deq.dtype)
 
-    def finish(self) -> str:
-        """Fold every ``1/s`` into ``m`` (a norm or an inserted ``Mul``); the run's AWQ note."""
+    def finish(self, in_input_order: bool = False) -> str:
+        """Fold every ``1/s`` into ``m`` (a norm or an inserted ``Mul``), in the pass's order or the order of the
+        shared inputs in the plan (``in_input_order``: the one-pass :func:`apply_awq`'s); the run's AWQ note."""
         where: dict[str, int] = {}
+        if in_input_order:
+            rank = {x: i for i, x in enumerate(self.inputs)}
+            self.found.sort(key=lambda sc: rank[sc.x])
         for sc in self.found:
             if sc.alpha > 0:
                 fold(self.m, sc, self.tensors.array, where)
@@ -460,11 +519,40 @@ def _other_readers(m: onnx.ModelProto, by_weight: dict[str, list[Linear]]) -> di
 def _quantize_weight(name: str, lins: list[Linear], tensors: Tensors, cfg: QuantizeConfig,
                      hess: dict[str, tuple[np.ndarray, int]], shared: dict[str, set[str]], notes: list[str],
                      adv: Callable[[int], None] | None, *, role: str = "",
-                     dequantized: dict[str, np.ndarray] | None = None) -> WeightResult:
+                     dequantized: dict[str, np.ndarray] | None = None, store: KeptStore | None = None) -> WeightResult:
     """One weight's result: its encoding now; its integers GPTQ's (kept, int8) or round to nearest redone from the
     weight when written (only the scales are kept: memory holds one weight at a time). ``role``: why an lm_head
     is quantized 8-bit per-channel (:func:`lm_head_plan`), empty for the other weights. ``dequantized``: receives
-    the dequantized weight in the initializer's layout and type (sequential GPTQ runs the model on it)."""
+    the dequantized weight in the initializer's layout and type (sequential GPTQ runs the model on it); ``store``:
+    where GPTQ's integers are kept until written (:mod:`.kept`; in memory without)."""
+    job = _weight_job(name, lins, tensors, cfg, shared, notes, role, dequantized is not None)
+    out = None if job.streamed else run_job(job, tensors.array(name), hess.get(lins[0].input, (None, 0))[0])
+    r = _job_result(job, out, tensors, dequantized, store)
+    if adv:
+        adv(1)
+    return r
+
+
+@dataclass
+class WeightJob:
+    """How one weight is quantized (:func:`_weight_job`), picklable: a weight quantized whole in memory (GPTQ, a
+    grid search, LPBQ) is computed by :func:`run_job`, in this process or as a Ray task (sequential GPTQ on Ray,
+    :mod:`.sequential_ray`); a round-to-nearest one is ``streamed`` here, slab by slab."""
+
+    name: str
+    lins: list[Linear]
+    g: _Grid
+    grid: str
+    method: str
+    cfg: QuantizeConfig | None
+    kept: bool
+    want_dq: bool
+    streamed: bool
+    role: str
+
+
+def _weight_job(name: str, lins: list[Linear], tensors: Tensors, cfg: QuantizeConfig, shared: dict[str, set[str]],
+                notes: list[str], role: str, want_dq: bool) -> WeightJob:
     lin, grid = lins[0], grid_for(cfg)
     method = (cfg.weight_method or "minmax").removeprefix("awq+").replace("awq", "minmax")  # AWQ: weights scaled
     wtype = ("uint8" if cfg.weight_type.startswith("u") else "int8") if role else cfg.weight_type
@@ -480,18 +568,45 @@ def _quantize_weight(name: str, lins: list[Linear], tensors: Tensors, cfg: Quant
     kept = method.endswith("gptq") and name not in shared
     if not kept:
         method = method.removesuffix("gptq").rstrip("+") or "minmax"
-    if not kept and not g.lpbq and method in RTN_METHODS and dequantized is None:  # one slab of rows at a time
-        bq, sqnr, rtn = _rtn_streamed(tensors, name, g, grid, method)
-        integers = _requantize(tensors, name, g, bq.scale, bq.zero_point)
+    streamed = not kept and not g.lpbq and method in RTN_METHODS  # one slab of rows at a time
+    return WeightJob(name, lins, g, grid, method, cfg if kept else None, kept, want_dq, streamed, role)
+
+
+def run_job(job: WeightJob, weight: np.ndarray, h: np.ndarray | None) -> tuple:
+    """A weight quantized whole in memory (``weight`` as stored, ``h`` its Hessian): ``(scale, zero_point, stored
+    integers when kept, dequantized weight in the initializer's layout and type when asked, SQNR, round to
+    nearest's SQNR, LPBQ integer scales, LPBQ per-channel scales)``. Pure: the same bytes in any process."""
+    g, lin = job.g, job.g.lin
+    w = _as_nk(weight, lin)
+    bq = _quantize_one(w, g, job.grid, job.method, job.cfg, h)
+    stored = _stored(bq.q, g) if job.kept else None
+    dq = bq.dequantize()
+    sqnr = weight_sqnr(w, dq)
+    deq = np.ascontiguousarray(dq.T if lin.k_first else dq).astype(g.weight_dtype, copy=False) if job.want_dq \
+        else None
+    del dq
+    rtn = sqnr if job.method == "minmax" else weight_sqnr(
+        w, _quantize_one(w, replace(g, int_scale=None, pc_scale=None), job.grid, "minmax", None, None).dequantize())
+    return bq.scale, bq.zero_point, stored, deq, sqnr, rtn, g.int_scale, g.pc_scale
+
+
+def _job_result(job: WeightJob, out: tuple | None, tensors: Tensors, dequantized: dict[str, np.ndarray] | None,
+                store: KeptStore | None) -> WeightResult:
+    """The weight's result from :func:`run_job`'s ``out`` (``None``: rounded to nearest here, slab by slab): GPTQ's
+    integers kept (in ``store``), others redone from the scales when written."""
+    g, name = job.g, job.name
+    if out is None:
+        bq, sqnr, rtn = _rtn_streamed(tensors, name, g, job.grid, job.method, dequantized)
     else:
-        bq, integers, sqnr, rtn = _in_memory(tensors, name, g, grid, method, cfg if kept else None,
-                                             hess.get(lin.input, (None, 0))[0], kept, dequantized)
-    if adv:
-        adv(1)
-    has_zp = (g.unsigned if g.lpbq else grid != "symmetric")
-    return WeightResult(lins, g.dtype, g.block, per_channel, _encoding(g, bq), integers, weight_dtype=wdt,
-                        lpbq=g.lpbq, has_zero_point=has_zp, method=method, sqnr_db=sqnr, rtn_sqnr_db=rtn,
-                        role=role)
+        scale, zero_point, stored, deq, sqnr, rtn, g.int_scale, g.pc_scale = out
+        bq = BlockQuant(np.zeros((0, g.lin.k), np.int8), scale, zero_point, g.block)
+        if dequantized is not None and deq is not None:
+            dequantized[name] = deq
+    integers = keep(stored, g.bits, store) if job.kept else _requantize(tensors, name, g, bq.scale, bq.zero_point)
+    has_zp = (g.unsigned if g.lpbq else job.grid != "symmetric")
+    return WeightResult(job.lins, g.dtype, g.block, g.per_channel, _encoding(g, bq), integers,
+                        weight_dtype=g.weight_dtype, lpbq=g.lpbq, has_zero_point=has_zp, method=job.method,
+                        sqnr_db=sqnr, rtn_sqnr_db=rtn, role=job.role)
 
 
 @dataclass
@@ -525,47 +640,6 @@ def _stored(q: np.ndarray, g: _Grid) -> np.ndarray:
     return np.ascontiguousarray(q.T) if g.lin.k_first else q
 
 
-def _in_memory(tensors: Tensors, name: str, g: _Grid, grid: str, method: str, cfg: QuantizeConfig | None,
-               h: np.ndarray | None, kept: bool, dequantized: dict[str, np.ndarray] | None
-               ) -> tuple[BlockQuant, Callable[[], np.ndarray], float, float]:
-    """A weight quantized whole in memory: GPTQ (its integers kept, 4 bits packed two to a byte), or round to
-    nearest / a grid search (integers redone from the scales when written); its SQNR and round to nearest's;
-    ``dequantized`` receives the dequantized weight in the initializer's layout and type."""
-    lin = g.lin
-    w = _as_nk(tensors.array(name), lin)
-    bq = _quantize_one(w, g, grid, method, cfg, h)
-    integers = _kept(_stored(bq.q, g), g.bits) if kept else _requantize(tensors, name, g, bq.scale, bq.zero_point)
-    dq = bq.dequantize()
-    sqnr = weight_sqnr(w, dq)
-    if dequantized is not None:
-        dequantized[name] = np.ascontiguousarray(dq.T if lin.k_first else dq).astype(g.weight_dtype, copy=False)
-    del dq
-    rtn = sqnr if method == "minmax" else weight_sqnr(
-        w, _quantize_one(w, replace(g, int_scale=None, pc_scale=None), grid, "minmax", None, None).dequantize())
-    return bq, integers, sqnr, rtn
-
-
-def _kept(q: np.ndarray, bits: int) -> Callable[[], np.ndarray]:
-    """``q`` kept until written: integers of 4 bits or less two to a byte (half the memory of int8), returned as
-    they were (type, shape, values)."""
-    if bits > 4:
-        return lambda: q
-    dtype, shape, signed = q.dtype, q.shape, bool(q.min(initial=0) < 0)
-    flat = (q.reshape(-1) & 0xF).astype(np.uint8)
-    if flat.size % 2:
-        flat = np.append(flat, np.uint8(0))
-    packed = flat[0::2] | (flat[1::2] << 4)
-    del flat
-
-    def unpack() -> np.ndarray:
-        out = np.empty(packed.size * 2, np.int16)
-        out[0::2], out[1::2] = packed & 0xF, packed >> 4
-        if signed:
-            out[out >= 8] -= 16
-        return out[:int(np.prod(shape))].astype(dtype).reshape(shape)
-    return unpack
-
-
 def _requantize(tensors: Tensors, name: str, g: _Grid, scale: np.ndarray,
                 zero_point: np.ndarray | None) -> Callable[[], np.ndarray]:
     """Round to nearest of the weight on its known grid, when written (the integers of :func:`quantize_rtn`), one
@@ -590,16 +664,25 @@ def _requantize(tensors: Tensors, name: str, g: _Grid, scale: np.ndarray,
     return f
 
 
-def _rtn_streamed(tensors: Tensors, name: str, g: _Grid, grid: str,
-                  method: str) -> tuple[BlockQuant, float, float]:
+def _rtn_streamed(tensors: Tensors, name: str, g: _Grid, grid: str, method: str,
+                  dequantized: dict[str, np.ndarray] | None = None) -> tuple[BlockQuant, float, float]:
     """Round to nearest (``minmax`` or ``mse``) of a weight read one slab of rows at a time (:func:`row_slabs`):
     its scales and zero points (no integers: they are redone when written), the SQNR of the result and of
-    ``minmax``; equal to quantizing the weight whole (every block is its own)."""
+    ``minmax``; equal to quantizing the weight whole (every block is its own). ``dequantized`` receives the
+    dequantized weight in the initializer's layout and type, filled slab by slab (sequential GPTQ's lm_head: no
+    whole-weight temporaries)."""
     scales, zps, acc, acc_rtn = [], [], [0.0, 0.0], [0.0, 0.0]
+    lin, out = g.lin, None
+    if dequantized is not None:
+        out = np.empty((lin.k, lin.n) if lin.k_first else (lin.n, lin.k), g.weight_dtype)
     for r0, r1 in row_slabs(tensors, name, g.lin):
         w = tensors.nk_rows(name, g.lin.k_first, r0, r1)
         bq = _quantize_one(w, g, grid, method, None, None)
-        _sqnr_add(acc, w, bq.dequantize())
+        dq = bq.dequantize()
+        _sqnr_add(acc, w, dq)
+        if out is not None:
+            (out.T if lin.k_first else out)[r0:r1] = dq
+        del dq
         if method != "minmax":
             _sqnr_add(acc_rtn, w, _quantize_one(w, g, grid, "minmax", None, None).dequantize())
         scales.append(bq.scale)
@@ -610,6 +693,8 @@ def _rtn_streamed(tensors: Tensors, name: str, g: _Grid, grid: str,
         z = np.concatenate([np.zeros(s.shape, np.int8) if x is None else x for s, x in zip(scales, zps)])
     sqnr = _db(acc)
     bq = BlockQuant(np.zeros((0, g.lin.k), np.int8), np.concatenate(scales), z, g.block)
+    if out is not None:
+        dequantized[name] = out
     return bq, sqnr, sqnr if method == "minmax" else _db(acc_rtn)
 
 

@@ -18,6 +18,13 @@ Memory: the weights the running piece reads (read from the external data when it
 Hessians, and the tensors alive across one cut for the calibration samples, each kept in a memory-mapped file in a
 temporary folder when it is over :data:`SPILL_BYTES`. A weight read before its own group (a tied embedding's
 ``Gather``, read first by the embedding lookup) is read float there, and dequantized from its group on.
+
+With ``float_pass`` the pieces run the float weights instead (the statistics of the float model, in the same bounded
+memory: AWQ and the activation-aware grid without GPTQ): the pieces' sessions at ONNX Runtime's level ``basic`` with
+the MatMul/Gemm weights as initializers (prepacked), the one-pass statistics pass's settings, so that each group's
+Hessians are those of that pass (byte-identical on SmolLM2 and the tests' models); other constants (an embedding
+read by a ``Gather``) are fed as inputs, not copied into the session. The pass always reads a weight's original values
+(:meth:`.tensors.Tensors.array`, ``original``), not AWQ's scaled ones.
 """
 
 from __future__ import annotations
@@ -30,13 +37,14 @@ import numpy as np
 import onnx
 
 from qlinear.ptq.stats import Gram
+from qlinear.ptq.stats.session import release_heap
 from qlinear.ptq.stats.staged import Staged, node_inputs
 from qlinear.ptq.weightonly.plan import Linear
 from qlinear.ptq.weightonly.tensors import Tensors, external_info
 
 SPILL_BYTES = 128 * 2 ** 20  # a tensor alive across a cut larger than this (all samples) goes to a memory map
 
-#: ``quantize(weight, hessian) -> (result, dequantized weight in the initializer's layout and type)``
+#: ``quantize(weight, hessian) -> (result, dequantized weight in the initializer's layout and type, or None)``
 Quantize = Callable[[str, "dict[str, tuple[np.ndarray, int]]"], "tuple[Any, np.ndarray]"]
 #: ``prepare(group's weights, {input: Hessian}) -> {input: Hessian}``
 Prepare = Callable[[list, "dict[str, tuple[np.ndarray, int]]"], "dict[str, tuple[np.ndarray, int]]"]
@@ -96,15 +104,16 @@ def group_hessians(st: Staged, group: Group, by_weight: dict[str, list[Linear]])
 def quantize_sequential(m: onnx.ModelProto, tensors: Tensors, by_weight: dict[str, list[Linear]],
                         batches: list[dict[str, np.ndarray]], quantize: Quantize, *, label: str = "model",
                         progress: Callable[[int], None] | None = None, spill_bytes: int = SPILL_BYTES,
-                        spill_dir: str | None = None, prepare: Prepare | None = None) -> dict[str, Any]:
+                        spill_dir: str | None = None, prepare: Prepare | None = None,
+                        float_pass: bool = False) -> dict[str, Any]:
     """Every weight of ``by_weight`` quantized by ``quantize`` with its Hessian on the already quantized model's
     activations (module docstring), over ``batches`` (the calibration samples); ``{weight: result}``. ``prepare``:
     called with each group's weights and Hessians before they are quantized, returns the Hessians to use (AWQ
-    scales the group there; ``quantize`` then returns the dequantized weight as the float graph reads it).
-    :func:`.sequential_ray.quantize_sequential_ray` is the same on Ray actors."""
+    scales the group there; ``quantize`` then returns the dequantized weight as the float graph reads it, or
+    ``None`` with ``float_pass``: module docstring). :func:`.sequential_ray.quantize_sequential_ray` is the same on
+    Ray actors."""
     with tempfile.TemporaryDirectory(prefix="qlinear-gptq-", dir=spill_dir) as tmp:
-        st = Staged(m, [], batches, label=label, spill_dir=tmp, spill_bytes=spill_bytes, arena=False,
-                    constant_inputs=True)
+        st = staged(m, batches, label, tmp, spill_bytes, float_pass)
         batches.clear()  # the staged cache holds the inputs now
         groups = linear_groups(st.nodes, by_weight, set(tensors.by_name))
         dequantized: dict[str, np.ndarray] = {}
@@ -115,28 +124,41 @@ def quantize_sequential(m: onnx.ModelProto, tensors: Tensors, by_weight: dict[st
             if prepare is not None:
                 hess = prepare(g.weights, hess)
             for name in g.weights:
-                results[name], dequantized[name] = quantize(name, hess)
+                results[name], deq = quantize(name, hess)
+                if deq is not None:
+                    dequantized[name] = deq
                 if progress:
                     progress(1)
             del hess
+            release_heap(collect=False)
             run_piece(st, tensors, dequantized, groups[j + 1].cut if j + 1 < len(groups) else len(st.nodes))
+            release_heap(collect=False)
         st.cache.clear()  # the memory maps closed before the folder goes
     return results
 
 
+def staged(m: onnx.ModelProto, batches: list[dict[str, np.ndarray]], label: str, spill_dir: str, spill_bytes: int,
+           float_pass: bool) -> Staged:
+    """The staged float graph of the pass over ``batches`` (module docstring: ``float_pass``'s settings)."""
+    return Staged(m, [], batches, label=label, spill_dir=spill_dir, spill_bytes=spill_bytes, arena=False,
+                  constant_inputs=True, level="basic" if float_pass else "all",
+                  initializer_ops=("MatMul", "Gemm") if float_pass else ())
+
+
 def run_piece(st: Staged, tensors: Tensors, dequantized: dict[str, np.ndarray], end: int) -> None:
     """Run the staged nodes up to ``end`` with the weights they read: dequantized when already quantized, else
-    read from the external data now (inline initializers stay in the graph); dropped after."""
+    the original values read from the external data now (inline initializers stay in the graph); dropped after."""
     reads = {x for n in st.nodes[st.pos:end] for x in node_inputs(n)}
     for x in reads:
         if x in dequantized:
             st.set_constant(x, dequantized[x])
         elif x in tensors.by_name and external_info(tensors.by_name[x]) is not None:
-            st.set_constant(x, tensors.array(x))
+            st.set_constant(x, tensors.array(x, original=True))
     st.advance_to(end)
     st.constants.clear()
     for x in [x for x in dequantized if st.last_use.get(x, -1) < end]:
         del dequantized[x]
 
 
-__all__ = ["Group", "Prepare", "SPILL_BYTES", "group_hessians", "linear_groups", "quantize_sequential", "run_piece"]
+__all__ = ["Group", "Prepare", "SPILL_BYTES", "group_hessians", "linear_groups", "quantize_sequential", "run_piece",
+           "staged"]

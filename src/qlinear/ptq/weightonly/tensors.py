@@ -3,7 +3,12 @@ load_external_data=False)``) keeps only the graph in memory; :meth:`Tensors.arra
 external data file (``numpy.fromfile`` at its offset: exactly that tensor's bytes, nothing mapped beyond it) or
 from the proto; :meth:`Tensors.nk_rows` reads a slab of output channels of an external weight (exactly its bytes: the
 process holds that slab only). External paths are resolved inside the model's folder only (ONNX external data rule; a path that
-leaves it is refused)."""
+leaves it is refused).
+
+A tensor's values can be replaced for the rest of the run (:meth:`Tensors.replace`: AWQ's scaled weights): the new
+values go to a temporary file (:class:`~qlinear.ptq.weightonly.kept.KeptStore`), not into the graph, and every read
+returns them (slabs too) unless it asks for the original; :meth:`Tensors.inline_replaced` writes those of inline
+initializers into the graph at the end (a small model's graph stays complete)."""
 
 from __future__ import annotations
 
@@ -15,12 +20,40 @@ import onnx
 from onnx import numpy_helper
 
 from qlinear.errors import GraphError
+from qlinear.ptq.weightonly.kept import KeptStore
 
 
 def external_info(t: onnx.TensorProto) -> dict[str, str] | None:
     if t.data_location != onnx.TensorProto.EXTERNAL:
         return None
     return {e.key: e.value for e in t.external_data}
+
+
+def _read_rows(fd: int, off: int, dtype: np.dtype, dims: tuple[int, ...], k_first: bool, start: int,
+               stop: int) -> np.ndarray | None:
+    """Rows ``[start, stop)`` of ``W[N, K]`` stored at ``off`` in ``fd`` as ``dims`` (``[K, N]`` when ``k_first``),
+    in the stored layout: contiguous rows in one buffer, or one ``preadv`` per stored row into the slab; ``None``
+    when the file is short."""
+    d0, d1 = dims
+    if not k_first:
+        slab = np.empty((stop - start, d1), dtype)
+        return slab if _pread_into(fd, slab, off + start * d1 * dtype.itemsize) else None
+    slab = np.empty((d0, stop - start), dtype)
+    for i in range(d0):
+        if not _pread_into(fd, slab[i], off + (i * d1 + start) * dtype.itemsize):
+            return None
+    return slab
+
+
+def _pread_into(fd: int, a: np.ndarray, off: int) -> bool:
+    """Fill the contiguous array ``a`` from ``fd`` at ``off``; false when the file ends first."""
+    view, done = memoryview(a).cast("B"), 0
+    while done < len(view):
+        n = os.preadv(fd, [view[done:]], off + done)
+        if n <= 0:
+            return False
+        done += n
+    return True
 
 
 class Tensors:
@@ -31,6 +64,24 @@ class Tensors:
         self.base = base_dir
         self.label = label
         self.by_name = {t.name: t for t in model.graph.initializer}
+        self.replaced: dict[str, tuple[int, int]] = {}  # name -> (offset, length) of its new values in the store
+        self.store: KeptStore | None = None
+
+    def replace(self, name: str, values: np.ndarray) -> None:
+        """Use ``values`` (the initializer's shape, cast to its type) for ``name`` from now on (module docstring)."""
+        t = self.by_name[name]
+        a = np.ascontiguousarray(values, onnx.helper.tensor_dtype_to_np_dtype(t.data_type))
+        if a.shape != tuple(t.dims):
+            raise GraphError(f"{self.label}: new values of {name!r} have shape {a.shape}, not {tuple(t.dims)}")
+        if self.store is None:
+            self.store = KeptStore()
+        self.replaced[name] = self.store.put(a)
+
+    def inline_replaced(self) -> None:
+        """Write the replaced values of inline initializers into the graph (external ones stay in the store)."""
+        for name in [n for n in self.replaced if external_info(self.by_name[n]) is None]:
+            self.by_name[name].CopyFrom(numpy_helper.from_array(self.array(name), name))
+            del self.replaced[name]
 
     @property
     def external(self) -> bool:
@@ -43,15 +94,21 @@ class Tensors:
             return int(info.get("length", 0))
         return len(t.raw_data) if t.HasField("raw_data") else t.ByteSize()
 
-    def array(self, name: str) -> np.ndarray:
+    def array(self, name: str, *, original: bool = False) -> np.ndarray:
+        """The values of ``name`` (the replaced ones unless ``original``)."""
         t = self.by_name[name]
+        if name in self.replaced and not original:
+            off, n = self.replaced[name]
+            return self.store.get(off, n).view(onnx.helper.tensor_dtype_to_np_dtype(t.data_type)).reshape(
+                tuple(t.dims))
         info = external_info(t)
         if info is None:
             return numpy_helper.to_array(t)
         return self._read_external(t, info)
 
     def is_external(self, name: str) -> bool:
-        return external_info(self.by_name[name]) is not None
+        """Whether ``name`` is read from a file (its external data, or the store of replaced values)."""
+        return name in self.replaced or external_info(self.by_name[name]) is not None
 
     def nk_rows(self, name: str, k_first: bool, start: int, stop: int) -> np.ndarray:
         """Rows ``[start, stop)`` of the 2-D weight ``name`` seen as ``W[N, K]`` (stored ``[K, N]`` when ``k_first``),
@@ -60,33 +117,27 @@ class Tensors:
         pages would count in the process's memory); an inline one is converted whole and sliced."""
         t = self.by_name[name]
         info = external_info(t)
-        if info is None:
+        if info is None and name not in self.replaced:
             a = numpy_helper.to_array(t)
             return np.array(a[:, start:stop].T if k_first else a[start:stop], np.float32, order="C")
         dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(t.data_type))
-        path, (d0, d1) = self._path(t, info), tuple(t.dims)
-        off = int(info.get("offset", 0))
-        if not k_first:
-            a = np.fromfile(path, dtype=dtype, count=(stop - start) * d1, offset=off + start * d1 * dtype.itemsize)
-            got = a.size // d1 if d1 else 0
-            slab = a.reshape(got, d1)
+        if name in self.replaced:
+            slab = _read_rows(self.store.fileno(), self.replaced[name][0], dtype, tuple(t.dims), k_first, start, stop)
+            where = "the replaced values"
         else:
-            slab = np.empty((d0, stop - start), dtype)
-            width, got = (stop - start) * dtype.itemsize, d0
+            path = self._path(t, info)
             with open(path, "rb", buffering=0) as f:
-                fd = f.fileno()
-                for i in range(d0):
-                    if os.preadv(fd, [memoryview(slab[i]).cast("B")], off + (i * d1 + start) * dtype.itemsize) \
-                            != width:
-                        got = 0
-                        break
-        if got != (d0 if k_first else stop - start):
-            raise GraphError(f"{self.label}: external data of {t.name!r} in {path.name} is truncated")
+                slab = _read_rows(f.fileno(), int(info.get("offset", 0)), dtype, tuple(t.dims), k_first, start, stop)
+            where = path.name
+        if slab is None:
+            raise GraphError(f"{self.label}: external data of {t.name!r} in {where} is truncated")
         return np.array(slab.T if k_first else slab, np.float32, order="C")
 
     def raw(self, name: str) -> bytes | None:
-        """The external bytes of ``name`` as stored (``None`` for an inline tensor)."""
+        """The external bytes of ``name`` as stored (``None`` for an inline tensor); replaced values as stored."""
         t = self.by_name[name]
+        if name in self.replaced:
+            return self.store.get(*self.replaced[name]).tobytes()
         info = external_info(t)
         if info is None:
             return None
