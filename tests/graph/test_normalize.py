@@ -349,3 +349,30 @@ def test_an_upgrade_the_converter_cannot_do_names_the_node():
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 9)])
     with pytest.raises(GraphError, match=r"m.onnx: cannot upgrade opset 9 to 13 .*TopK, node name: top.*re-export"):
         upgrade(m, "m.onnx")
+
+
+def _with_bytes(m: onnx.ModelProto, marker: bytes, raw: bytes) -> onnx.ModelProto:
+    """``m`` serialized with ``marker`` (a string value it holds) replaced by ``raw`` (not UTF-8), read back."""
+    out = onnx.ModelProto()
+    out.ParseFromString(m.SerializeToString().replace(marker, raw))
+    return out
+
+
+def test_text_that_is_not_utf8_is_repaired_in_metadata_and_refused_in_names():
+    """A producer_name / doc_string that is not UTF-8 (kept as bytes, which onnx_ir cannot write back) is decoded
+    with replacement characters and noted; a node name that is not UTF-8 is refused naming where it is."""
+    from qlinear.examples import DATA, MODEL
+
+    base = onnx.load(str(MODEL))
+    base.producer_name, base.graph.doc_string = "PPPP", "DDDD"
+    m = _with_bytes(_with_bytes(base, b"PPPP", b"\xff\xfePP"), b"DDDD", b"D\xc3(D")
+    assert isinstance(m.producer_name, bytes)
+    n, notes = normalize(m, "m.onnx")
+    assert n.producer_name == "\ufffd\ufffdPP" and n.graph.doc_string == "D\ufffd(D"
+    assert any("2 text field(s) that are not UTF-8" in x and "model.producer_name" in x for x in notes)
+    qm = qlinear.quantize(m, np.load(DATA), dict(calibration_samples=8, evaluation_samples=4))
+    assert any("not UTF-8" in x for x in qm.notes)
+    named = onnx.load(str(MODEL))
+    named.graph.node[2].name = "NNNN"
+    with pytest.raises(GraphError, match=r"model\.graph\.node\[2\]\.name is not UTF-8"):
+        normalize(_with_bytes(named, b"NNNN", b"\xff\xfeNN"), "m.onnx")

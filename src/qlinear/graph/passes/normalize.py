@@ -25,6 +25,11 @@
 5. **subgraphs** (``If``/``Loop``/``Scan`` bodies) are left float: a note names every node holding one and the
    Conv/ConvTranspose/Gemm/MatMul inside it.
 
+Before all of this, **text that is not UTF-8** (protobuf keeps such a string as bytes, which ``onnx_ir`` cannot write
+back): in documentation and metadata (``producer_name``, ``doc_string``, ``metadata_props``, the graph's name) it is
+decoded with replacement characters, with a note; in a name the plan and the encodings use (a node, tensor, input,
+output or operator) it is a :class:`~qlinear.errors.GraphError` naming the field (:func:`text_notes`).
+
 The notes say what changed (one line each); nothing is changed silently, and a model that needs none of this comes
 back with an identical graph. Shapes are not stored in the file: the plan's ``GraphIndex`` infers them
 (``onnx.shape_inference``, symbolic dimensions kept) on the normalized model, where every weight is now an
@@ -59,7 +64,7 @@ def normalize(model: onnx.ModelProto, label: str = "model", *, copy: bool = True
     if copy:
         m = onnx.ModelProto()
         m.CopyFrom(model)
-    notes: list[str] = []
+    notes: list[str] = text_notes(m, label)
     m = upgrade(m, label, notes)
     n_const = constants_to_initializers(m.graph)
     n_fold = fold_constant_chains(m.graph)
@@ -70,6 +75,54 @@ def normalize(model: onnx.ModelProto, label: str = "model", *, copy: bool = True
     notes += unfolded_weight_notes(m)
     notes += subgraph_notes(m)
     return m, notes
+
+
+_TEXT = ("doc_string", "producer_name", "producer_version", "domain", "key", "value")  # repaired where not UTF-8
+_NAMED = {"NodeProto": ("name", "op_type", "domain", "input", "output"), "ValueInfoProto": ("name",),
+          "TensorProto": ("name",), "AttributeProto": ("name",), "GraphProto": ()}
+
+
+def text_notes(m: onnx.ModelProto, label: str = "model") -> list[str]:
+    """Repair the documentation and metadata strings of ``m`` that are not UTF-8 (in place, replacement characters)
+    and say so; a name that is not UTF-8 is a :class:`GraphError` naming where it is."""
+    fixed: list[str] = []
+
+    def walk(msg: Any, path: str) -> None:
+        kind = msg.DESCRIPTOR.name
+        if kind == "TensorProto":  # never its data: only the fields that are text
+            fields = [(msg.DESCRIPTOR.fields_by_name[f], getattr(msg, f)) for f in ("name", "doc_string")]
+        else:
+            fields = msg.ListFields()
+        for fd, val in fields:
+            where = f"{path}.{fd.name}"
+            if fd.type == fd.TYPE_MESSAGE:
+                for i, sub in enumerate(val if fd.is_repeated else [val]):
+                    walk(sub, f"{where}[{i}]" if fd.is_repeated else where)
+            elif fd.type == fd.TYPE_STRING:
+                _repair(msg, fd, val, where, label, fixed)
+
+    walk(m, "model")
+    if not fixed:
+        return []
+    return [f"{len(fixed)} text field(s) that are not UTF-8 decoded with replacement characters: "
+            + ", ".join(fixed[:4]) + (" ..." if len(fixed) > 4 else "")]
+
+
+def _repair(msg: Any, fd: Any, val: Any, where: str, label: str, fixed: list[str]) -> None:
+    """One string field of ``msg`` (``val``: a str, bytes when not UTF-8, or a repeated field of them)."""
+    vals = list(val) if fd.is_repeated else [val]
+    if not any(isinstance(v, bytes) for v in vals):
+        return
+    if fd.name not in _TEXT or fd.name in _NAMED.get(msg.DESCRIPTOR.name, ()):
+        raise GraphError(f"{label}: {where} is not UTF-8 text ({next(v for v in vals if isinstance(v, bytes))[:40]!r});"
+                         " names must be UTF-8 (ONNX's rule): fix or re-export the model")
+    new = [v.decode("utf-8", "replace") if isinstance(v, bytes) else v for v in vals]
+    if fd.is_repeated:
+        del val[:]
+        val.extend(new)
+    else:
+        setattr(msg, fd.name, new[0])
+    fixed.append(where)
 
 
 def unfolded_weight_notes(m: onnx.ModelProto) -> list[str]:
