@@ -94,7 +94,8 @@ def test_choice_follows_sensitivity():
     the weight picked is the least harmful per byte saved among the weights whose int4 alone fits."""
     all8 = _size_fraction(qlinear.quantize(MODEL, DATA, BASE))
     budget = round(all8 - 0.01, 4)  # int4 saves 0.014 on stem, 0.098 on pw, 0.005 on dw and fc
-    qm = qlinear.quantize(MODEL, DATA, dict(BASE, size_budget=budget))
+    # min-max weights, as the independent measurement rounds them (a budget's default is SQNR search)
+    qm = qlinear.quantize(MODEL, DATA, dict(BASE, size_budget=budget, weight_method="minmax"))
     ws = [s.name for s in qm.plan.weights]
     noise = {t: _int4_noise(t, qm) for t in ws}
     picked = [d["tensor"] for d in qm.decisions]
@@ -152,7 +153,8 @@ def test_refused_in_config(opts, msg):
 def test_unreachable_budget_names_smallest_fraction_before_calibration(monkeypatch):
     import qlinear.ptq.pipeline as P
 
-    every_int4 = _size_fraction(qlinear.quantize(MODEL, DATA, dict(BASE, weight_type="int4")))
+    # the all-int4 file with the budget's default weight method (SQNR search)
+    every_int4 = _size_fraction(qlinear.quantize(MODEL, DATA, dict(BASE, weight_type="int4", weight_method="sqnr")))
     real = P._collect
 
     def no_calibration(*a, **k):

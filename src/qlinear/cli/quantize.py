@@ -27,7 +27,7 @@ _HELP = {  # the help text of each option
                         'minmax/mse).'),
     "block_size": 'Block size of per-block weights (default 32).',
     "calibration": 'Activation method: minmax (default), sqnr, mse, percentile, entropy or moving_average.',
-    "weight_method": ('Weight method: minmax (default), sqnr, mse, percentile, seqmse (ranges by the '
+    "weight_method": ('Weight method: minmax (default; sqnr with per-tensor weights or a size budget), sqnr, mse, percentile, seqmse (ranges by the '
                       "layer's output error) or adaround (learned rounding; uses the calibration "
                       'data); weight-only: minmax (round to nearest), mse, or with data gptq, awq, aag '
                       '(activation-aware grid) and their + combinations (awq+gptq); the weight-only '
