@@ -213,6 +213,17 @@ def test_check_upgrade_names_the_node_that_broke():
         check_upgrade(m, n, [{"x": data["x"][i:i + 1]} for i in range(2)], "m.onnx")
 
 
+def test_upgrade_check_on_samples_that_do_not_fit_the_declared_input_is_one_error():
+    """An old-opset model whose declared batch dimension is 0 (a fuzz find): the upgrade check cannot run it on the
+    samples, which is a GraphError naming the declared inputs, not ONNX Runtime's traceback."""
+    m = opset11_model()
+    m.graph.input[0].type.tensor_type.shape.dim[0].dim_value = 0
+    data = _data(opset11_model())
+    with pytest.raises(GraphError, match=r"cannot run the model on the first calibration samples to check the opset "
+                                         r"upgrade: .*declared inputs \(x \[0, 3, 6, 6\]\)"):
+        qlinear.quantize(m, data, CAL)
+
+
 def test_opset_outside_7_to_25_is_refused_with_the_fix():
     m = opset9_model()
     m.opset_import[0].version = 6

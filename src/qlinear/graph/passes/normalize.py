@@ -478,11 +478,26 @@ def _run(m: onnx.ModelProto, samples: Sequence[Mapping[str, Any]], names: list[s
     out_names = [o.name for o in sess.get_outputs()]
     res: dict[str, list] = {x: [] for x in names}
     for feed in samples:
-        vals = dict(zip(out_names, sess.run(None, dict(feed))))
+        try:
+            vals = dict(zip(out_names, sess.run(None, dict(feed))))
+        except Exception as e:  # noqa: BLE001 - e.g. samples that do not fit the declared input shapes
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise GraphError(f"ONNX Runtime cannot run the model on the first calibration samples to check the "
+                             f"opset upgrade: {first}; make the samples match the model's declared inputs "
+                             f"({_declared(m)})") from None
         for x in names:
             v = vals.get(x)
             res[x].append(np.asarray(v) if isinstance(v, np.ndarray) else None)
     return res
+
+
+def _declared(m: onnx.ModelProto) -> str:
+    """The graph inputs' declared shapes, e.g. ``input [N, 3, 224, 224]``."""
+    def dims(v: onnx.ValueInfoProto) -> str:
+        shape = v.type.tensor_type.shape.dim
+        return ", ".join(d.dim_param or (str(d.dim_value) if d.HasField("dim_value") else "?") for d in shape)
+    init = {t.name for t in m.graph.initializer}
+    return "; ".join(f"{v.name} [{dims(v)}]" for v in m.graph.input if v.name not in init)
 
 
 __all__ = ["check_upgrade", "constants_to_initializers", "fold_constant_chains", "normalize",
