@@ -257,8 +257,7 @@ class GraphIndex:
             if tt.elem_type:
                 self.elem_types[v.name] = tt.elem_type
             if tt.HasField("shape"):
-                self.shapes[v.name] = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
-                                            for d in tt.shape.dim)
+                self.shapes[v.name] = declared_dims(v)
 
     def exists(self, name: str) -> bool:
         return name in self.initializers or name in self.producer or name in self.inputs
@@ -342,3 +341,11 @@ def topological_sort(graph: onnx.GraphProto) -> None:
                 raise GraphError(f"the graph has a cycle through node {nodes[nxt].name or nodes[nxt].op_type!r}")
     del graph.node[:]
     graph.node.extend(nodes[i] for i in order)
+
+
+def declared_dims(v: onnx.ValueInfoProto) -> tuple[int | str | None, ...] | None:
+    """A value's declared shape: each dimension's size, its symbolic name, or None; None when no shape is declared."""
+    tt = v.type.tensor_type
+    if not tt.HasField("shape"):
+        return None
+    return tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tt.shape.dim)

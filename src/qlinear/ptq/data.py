@@ -123,14 +123,15 @@ def model_inputs(m: Any) -> dict[str, InputSpec]:
     """The :class:`InputSpec` of every graph input of an ``onnx.ModelProto`` that is not an initializer."""
     from onnx import helper
 
+    from qlinear.graph.model import declared_dims
+
     inits = {t.name for t in m.graph.initializer}
     out = {}
     for v in m.graph.input:
         if v.name in inits:
             continue
         tt = v.type.tensor_type
-        dims = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tt.shape.dim) \
-            if tt.HasField("shape") else None
+        dims = declared_dims(v)
         try:
             dt = np.dtype(helper.tensor_dtype_to_np_dtype(tt.elem_type)) if tt.elem_type else np.dtype(np.float32)
         except (KeyError, TypeError, ValueError):

@@ -46,7 +46,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from qlinear.errors import GraphError
-from qlinear.graph.model import opset, serialized
+from qlinear.graph.model import declared_dims, opset, serialized
 from qlinear.graph.ops import DATA_MOVEMENT, WEIGHTED
 
 TARGET_OPSET = 13
@@ -494,8 +494,7 @@ def _run(m: onnx.ModelProto, samples: Sequence[Mapping[str, Any]], names: list[s
 def _declared(m: onnx.ModelProto) -> str:
     """The graph inputs' declared shapes, e.g. ``input [N, 3, 224, 224]``."""
     def dims(v: onnx.ValueInfoProto) -> str:
-        shape = v.type.tensor_type.shape.dim
-        return ", ".join(d.dim_param or (str(d.dim_value) if d.HasField("dim_value") else "?") for d in shape)
+        return ", ".join("?" if d is None else str(d) for d in declared_dims(v) or ())
     init = {t.name for t in m.graph.initializer}
     return "; ".join(f"{v.name} [{dims(v)}]" for v in m.graph.input if v.name not in init)
 

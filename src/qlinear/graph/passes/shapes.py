@@ -25,6 +25,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from qlinear.errors import GraphError
+from qlinear.graph.model import declared_dims
 from qlinear.graph.ops import QDQ_STRUCTURE, QUANTIZE_OPS
 from qlinear.graph.passes.normalize import prune_initializers
 
@@ -72,7 +73,7 @@ def _check_one(label: str, name: str, dims: list[int], inputs: Mapping[str, onnx
         return
     have = list(tt.shape.dim)
     if len(have) != len(dims):
-        shown = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in have]
+        shown = ["?" if d is None else d for d in declared_dims(inputs[name])]
         raise GraphError(f"{label}: input_shapes: input {name!r} has rank {len(have)} {shown}, the shape given has "
                          f"{len(dims)} dimensions {dims}; give one value per dimension")
     for i, (d, n) in enumerate(zip(have, dims)):
