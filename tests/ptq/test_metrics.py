@@ -16,7 +16,7 @@ from onnx_peers import run_reference
 from tiny_models import make_model
 
 import qlinear
-from qlinear.ptq.report.evaluate import HEADLINE, kind_metrics, output_kind
+from qlinear.ptq.report.evaluate import HEADLINE, kind_metrics, output_kind, sequence_agreement
 
 CFG = dict(calibration_samples=24, evaluation_samples=40, batch_size=8)
 N_CAL = 24
@@ -128,6 +128,8 @@ def test_output_kind_from_values():
     assert output_kind("last_hidden_state", [rng.standard_normal((2, 5, 4)), rng.standard_normal((2, 9, 4))],
                        [2, 2]) == "embedding"
     assert output_kind("boxes", [rng.standard_normal((2, 5, 4))], [2]) == "generic"
+    seq = rng.standard_normal((2, 5, 4))
+    assert output_kind("probs", [np.exp(seq) / np.exp(seq).sum(-1, keepdims=True)], [2]) == "sequence"
     assert output_kind("ids", [np.arange(8)], [8]) == "integer"
     assert output_kind("ids", [np.arange(8)], [8], passthrough=True) == "passthrough"
 
@@ -201,3 +203,63 @@ def test_mixed_range_output_is_judged_per_part():
     assert r["sqnr_db[4:6]"] == pytest.approx(sqnr(f[..., 4:], q[..., 4:]), abs=1.0)
     assert r["sqnr_db_worst_part"] == min(r["sqnr_db[0:4]"], r["sqnr_db[4:6]"])
     assert r["sqnr_db"] == pytest.approx(sqnr(f, q), abs=1.0)
+
+
+def _onehot(paths: list[list[int]], classes: int = 4) -> np.ndarray:
+    return np.eye(classes, dtype=np.float32)[np.asarray(paths)] * 0.9 + 0.1 / classes
+
+
+def test_sequence_agreement_reads_paths_as_a_ctc_decoder():
+    """Paths over classes {0: blank, 1: 'a', 2: 'b', 3: 'c'} (the blank is the most frequent top class): a
+    character's run ending one step later is the same text; a dropped, added or doubled-across-blank character
+    is not."""
+    f = [[1, 1, 0, 2, 0, 0], [3, 0, 0, 3, 0, 0], [1, 2, 0, 0, 0, 0], [2, 0, 0, 0, 0, 1]]
+    q = [[1, 0, 0, 2, 2, 0],   # "ab" both: same text, 2 positions differ
+         [3, 3, 0, 3, 0, 0],   # "cc" both: same text
+         [1, 0, 0, 0, 0, 0],   # "ab" -> "a"
+         [2, 0, 0, 0, 0, 1]]   # identical
+    r = sequence_agreement([_onehot(f)], [_onehot(q)], [4])
+    assert r["ctc_agreement"] == 3 / 4
+    assert r["sequence_agreement"] == 1 / 4
+    assert r["top1_agreement"] == 1 - 4 / 24
+    # batches of different lengths are read sample by sample
+    r2 = sequence_agreement([_onehot(f[:2]), _onehot([x[:4] for x in f[2:]])],
+                            [_onehot(q[:2]), _onehot([x[:4] for x in q[2:]])], [2, 2])
+    assert r2["ctc_agreement"] == 3 / 4 and r2["sequence_agreement"] == 1 / 4
+
+
+def _ctc_text(path: np.ndarray, blank: int = 0) -> tuple:
+    out, prev = [], None
+    for c in path.tolist():
+        if c != prev and c != blank:
+            out.append(c)
+        prev = c
+    return tuple(out)
+
+
+def test_sequence_output_report_and_target_against_onnxruntime():
+    """A recognizer's head ``[batch, 12 positions, 6 classes]`` (softmax, class 0 the blank): the report judges it
+    as a sequence, its numbers equal greedy CTC decoding of ONNX Runtime's float and quantized outputs, and
+    ``ctc_agreement`` is a target precision repair accepts."""
+    rng = np.random.default_rng(6)
+    w = {"W": (rng.standard_normal((8, 6)) / 2).astype(np.float32),
+         "b": np.array([1.2, 0, 0, 0, 0, 0], np.float32)}
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["h"]), helper.make_node("Add", ["h", "b"], ["l"]),
+             helper.make_node("Softmax", ["l"], ["probs"], axis=-1)]
+    m = make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 12, 8])],
+                   [helper.make_tensor_value_info("probs", TensorProto.FLOAT, ["batch", 12, 6])], w)
+    x = rng.standard_normal((48, 12, 8)).astype(np.float32)
+    qm = qlinear.quantize(m, {"x": x}, dict(calibration_samples=16, evaluation_samples=32))
+    rep = qm.report()
+    assert rep.kinds["probs"] == "sequence" and rep.headlines["probs"] == "sequence_agreement"
+    f, q = _run(m, {"x": x[16:]})["probs"].argmax(-1), _run(qm.model, {"x": x[16:]})["probs"].argmax(-1)
+    r = rep.outputs["probs"]
+    assert r["top1_agreement"] == pytest.approx(np.mean(f == q))
+    assert r["sequence_agreement"] == pytest.approx(np.mean(np.all(f == q, axis=1)))
+    assert r["ctc_agreement"] == pytest.approx(np.mean([_ctc_text(a) == _ctc_text(b) for a, b in zip(f, q)]))
+    assert r["ctc_agreement"] >= r["sequence_agreement"]
+    hint = [n for n in qm.notes if n.startswith("output 'probs'") and "--accuracy-target ctc_agreement>=1.0" in n]
+    assert len(hint) == (r["ctc_agreement"] < 0.99) == 1   # the text changed: the option that repairs it is named
+    tq = qlinear.quantize(m, {"x": x}, dict(calibration_samples=16, evaluation_samples=32,
+                                            accuracy_target="ctc_agreement>=1.0"))
+    assert any(n.startswith("precision repair (ctc_agreement>=1") for n in tq.notes)

@@ -36,8 +36,9 @@ _HELP = {  # the help text of each option
     "output_format": ('Weight-only output: qdq (default: blocked DequantizeLinear, which ONNX Runtime '
                       'fuses into MatMulNBits) or matmulnbits (com.microsoft.MatMulNBits written '
                       'directly).'),
-    "accuracy_target": ('METRIC>=VALUE, e.g. top1_agreement>=0.99 or sqnr_db>=20: raise the precision '
-                        'of the tensors that hurt most until it holds on calibration samples.'),
+    "accuracy_target": ('METRIC>=VALUE, e.g. top1_agreement>=0.99, sequence_agreement>=0.95 (softmax rows '
+                        '[N, positions, classes]: every position\'s top class agrees) or sqnr_db>=20: raise the '
+                        'precision of the tensors that hurt most until it holds on calibration samples.'),
     "lm_head_type": ("Weight-only: the tied embedding / lm_head (the MatMul producing the logits): int8 per-channel "
                      "(default with 4-bit weights), int4 (follow the weights) or float."),
     "size_budget": "FRACTION of the float .onnx file's bytes that the written model.qdq.onnx may take: per-layer "

@@ -101,7 +101,8 @@ class QuantizeConfig:
             ``workers`` Ray actors, on a local Ray instance or the cluster at ``ray_address`` (``qlinear[ray]``); the
             outputs are byte-identical to ``workers: 1`` (default: one process, Ray not imported); see
             :mod:`qlinear.ptq.stats.distributed`.
-        accuracy_target: ``METRIC>=VALUE`` (``top1_agreement``, ``cosine_mean``, ``cosine_min``, ``sqnr_db``):
+        accuracy_target: ``METRIC>=VALUE`` (``top1_agreement``, ``sequence_agreement``, ``cosine_mean``,
+            ``cosine_min``, ``sqnr_db``):
             precision repair raises the tensors that hurt most until it holds on the last ``repair_samples``
             calibration samples (at most half of them), which are then held back from fitting; see
             :mod:`qlinear.ptq.algorithms.repair`.

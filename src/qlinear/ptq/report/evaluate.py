@@ -2,8 +2,10 @@
 
 * **output agreement** on every held-out sample, by the kind of each graph output (:func:`output_kind`, from its float
   values): ``classifier`` (``[N, classes]`` logits or softmax rows: top-1 agreement, top-1 accuracy when labels are
-  known, cosine, SQNR), ``probability`` (values in [0, 1], a few per sample: agreement of the decisions at 0.5 and
-  SQNR), ``embedding`` (unit-norm rows or an embedding/hidden-state name: cosine, SQNR), ``generic`` (cosine, SQNR),
+  known, cosine, SQNR), ``sequence`` (``[N, positions, classes]`` softmax rows, a CTC recognizer or a tagger: top-1
+  agreement per position, the fraction of samples whose every position agrees (the headline) and of those a CTC
+  decoder reads as the same text), ``probability``
+  (values in [0, 1], a few per sample: agreement of the decisions at 0.5 and SQNR), ``embedding`` (unit-norm rows or an embedding/hidden-state name: cosine, SQNR), ``generic`` (cosine, SQNR),
   ``mixed`` (an output computed by a Concat whose parts' ranges differ by more than 16x, such as boxes next to
   scores: SQNR per Concat input, :func:`concat_parts`; else channels of very different ranges along the last axis:
   SQNR per run of similar range, :func:`range_parts`; judged by the worst part), ``integer`` (exact match) and ``passthrough`` (an integer output no quantizer reaches: skipped, with a note). The
@@ -168,11 +170,9 @@ def evaluate(qm: Any, *, samples: int | None = None, progress: Callable[[int], N
             parts = None
         res[o] = kind_metrics(kinds[o], out_f[o], out_q[o], counts, labels, o, ds.source, parts=parts)
         heads[o] = HEADLINE[kinds[o]]
-        if kinds[o] == "passthrough":
-            note = (f"output {o!r} is an integer output that no quantizer reaches (it passes inputs or shapes "
-                    "through): left out of the report's metrics")
-            if note not in qm.notes:
-                qm.notes.append(note)
+        note = _kind_note(o, kinds[o], res[o], getattr(qm.config, "accuracy_target", None))
+        if note and note not in qm.notes:
+            qm.notes.append(note)
     by_name = {s.name: s for s in stats}
     hists = {}
     for name in ranking[:worst_histograms]:
@@ -277,6 +277,21 @@ def mixed_concats(qm: Any, stats: list[TensorStat], res: dict[str, dict[str, flo
     return rows
 
 
+def _kind_note(o: str, kind: str, r: dict[str, float], target: str | None) -> str | None:
+    """What the report says of output ``o`` beside its metrics: a passthrough left out; a sequence whose decoded
+    text changes on held-out samples, with the option that repairs it (when no target was asked for)."""
+    if kind == "passthrough":
+        return (f"output {o!r} is an integer output that no quantizer reaches (it passes inputs or shapes through): "
+                "left out of the report's metrics")
+    if kind == "sequence" and not target and r.get("ctc_agreement", 1.0) < 0.99:
+        return (f"output {o!r} (softmax rows [N, positions, classes]) reads as the same CTC text as float on "
+                f"{r['ctc_agreement']:.3f} of the held-out samples (every position's top class agrees on "
+                f"{r['sequence_agreement']:.3f}); --accuracy-target ctc_agreement>=1.0 (or sequence_agreement>=1.0 "
+                "for a tagger) raises the precision of the tensors that change it, judged on held-back calibration "
+                "samples")
+    return None
+
+
 def loaded_session(qm: Any, engine: str) -> Callable[[], Any] | None:
     """The session the pipeline's load check built of ``qm.model`` (ONNX Runtime's default level, as the ``ort-int8``
     engine runs it: the same options, so the same outputs), as the ``session`` of
@@ -299,6 +314,8 @@ def output_metrics(a: np.ndarray | list[np.ndarray], b: np.ndarray | list[np.nda
             return kind_metrics("generic", a, b, [len(x) for x in a], labels, name, source)
         a, b = np.concatenate(a), np.concatenate(b)
     r: dict[str, float] = {}
+    if a.shape == b.shape and softmax_rows(a, len(a)) and (b.ndim, b.shape[-1]) == (a.ndim, a.shape[-1]):
+        r.update(sequence_agreement([a], [b], [len(a)]))
     if a.ndim == 2 and a.shape[1] > 1:
         fa, qa = a.argmax(1), b.argmax(1)
         r["top1_agreement"] = float(np.mean(fa == qa))
@@ -322,7 +339,8 @@ def output_metrics(a: np.ndarray | list[np.ndarray], b: np.ndarray | list[np.nda
 
 # --------------------------------------------------------------------------------------------- metrics by output kind
 #: the metric that judges each kind of output (None: not judged)
-HEADLINE: dict[str, str | None] = {"classifier": "top1_agreement", "probability": "decision_agreement",
+HEADLINE: dict[str, str | None] = {"classifier": "top1_agreement", "sequence": "sequence_agreement",
+                                   "probability": "decision_agreement",
                                    "embedding": "cosine_mean", "generic": "sqnr_db", "mixed": "sqnr_db_worst_part",
                                    "integer": "exact_match", "token_logits": "perplexity_quantized",
                                    "passthrough": None}
@@ -406,7 +424,8 @@ def output_kind(name: str, xs: list[np.ndarray], counts: list[int], *, passthrou
     """The kind of a graph output from the float model's values ``xs`` (one array per batch of ``counts``
     samples) and the operator that computes it (:func:`output_producers`): ``passthrough`` / ``integer`` (integer
     dtype), ``classifier`` (softmax rows, or ``[N, classes]`` that is not unit-norm, not named like an embedding and
-    not computed by a pooling or normalization, ``EMBEDDING_OPS``), ``probability`` (values in [0, 1], at most
+    not computed by a pooling or normalization, ``EMBEDDING_OPS``), ``sequence`` (softmax rows ``[N, positions,
+    classes]``, :func:`softmax_rows`), ``probability`` (values in [0, 1], at most
     ``FEW`` per sample), ``embedding`` (unit-norm rows, an embedding-like name or operator) or ``generic``."""
     if not xs or xs[0].dtype.kind in "biu":
         return "passthrough" if passthrough or not xs else "integer"
@@ -418,6 +437,8 @@ def output_kind(name: str, xs: list[np.ndarray], counts: list[int], *, passthrou
     unit = lo >= 0 and hi <= 1
     if unit and classes and all(np.allclose(r.sum(1), 1.0, atol=1e-3) for r in rows):
         return "classifier"
+    if unit and all(softmax_rows(x, b) for x, b in zip(xs, counts)):
+        return "sequence"
     if unit and max(r.shape[1] for r in rows) <= FEW:
         return "probability"
     hint = any(h in name.lower() for h in EMBEDDING_HINTS) or producer in EMBEDDING_OPS
@@ -463,6 +484,8 @@ def kind_metrics(kind: str, fa: list[np.ndarray], qa: list[np.ndarray], counts: 
     r: dict[str, float] = {}
     if kind == "classifier":
         r.update(_top1(fa, qa, counts, labels, name, source))
+    if kind == "sequence":
+        r.update(sequence_agreement(fa, qa, counts))
     if kind == "probability":
         same = sum(int(np.sum((a >= 0.5) == (b >= 0.5))) for a, b in zip(fa, qa))
         r["decision_agreement"] = same / max(1, sum(a.size for a in fa))
@@ -485,6 +508,34 @@ def kind_metrics(kind: str, fa: list[np.ndarray], qa: list[np.ndarray], counts: 
             worst = min(worst, v)
         r["sqnr_db_worst_part"] = worst
     return r
+
+
+def softmax_rows(x: np.ndarray, b: int) -> bool:
+    """Whether ``x`` (a batch of ``b`` samples) is ``[b, positions, classes]`` with more than one position and class
+    and each row along the last axis summing to 1 (a softmax per position: a CTC recognizer, a tagger)."""
+    if x.ndim != 3 or x.shape[0] != b or x.shape[1] < 2 or x.shape[2] < 2 or not x.size:
+        return False
+    return bool(np.allclose(x.reshape(-1, x.shape[-1]).astype(np.float64).sum(1), 1.0, atol=1e-3))
+
+
+def sequence_agreement(fa: list[np.ndarray], qa: list[np.ndarray], counts: list[int]) -> dict[str, float]:
+    """Agreement of the top classes of ``[n, positions, classes]`` outputs (``n`` per batch): ``top1_agreement`` of
+    the positions, ``sequence_agreement`` of the samples (every position agrees) and ``ctc_agreement`` of the
+    samples as a CTC decoder reads them (repeats merged, then the blank dropped, taken to be the float output's
+    most frequent top class): the same text where the paths differ only in where a character's run ends."""
+    ff = [a.argmax(-1).reshape(n, -1) for a, n in zip(fa, counts)]
+    qq = [b.argmax(-1).reshape(n, -1) for b, n in zip(qa, counts)]
+    same = [f == q for f, q in zip(ff, qq)]
+    blank = int(np.bincount(np.concatenate([f.reshape(-1) for f in ff])).argmax())
+
+    def text(row: np.ndarray) -> tuple[int, ...]:
+        keep = np.r_[True, row[1:] != row[:-1]] & (row != blank)
+        return tuple(row[keep].tolist())
+
+    ctc = sum(text(f) == text(q) for fb, qb in zip(ff, qq) for f, q in zip(fb, qb))
+    n = max(1, sum(len(s) for s in same))
+    return {"top1_agreement": sum(int(s.sum()) for s in same) / max(1, sum(s.size for s in same)),
+            "sequence_agreement": sum(int(s.all(1).sum()) for s in same) / n, "ctc_agreement": ctc / n}
 
 
 def _top1(fa: list[np.ndarray], qa: list[np.ndarray], counts: list[int], labels: list[int] | None, name: str,

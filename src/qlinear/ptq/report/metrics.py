@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from qlinear.errors import ConfigError
 
-METRICS = ("top1_agreement", "cosine_mean", "cosine_min", "sqnr_db")
+METRICS = ("top1_agreement", "sequence_agreement", "ctc_agreement", "cosine_mean", "cosine_min", "sqnr_db")
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,8 @@ class Target:
         vals = [d[key(d)] for d in metrics.values() if key(d) in d]
         if not vals:
             raise ConfigError(f"accuracy_target: no output has the metric {self.metric!r} (top-1 agreement needs a "
-                              "classifier output [N, classes]); use cosine_mean or sqnr_db")
+                              "classifier output [N, classes] or softmax rows [N, positions, classes], sequence "
+                              "and CTC agreement the latter); use cosine_mean or sqnr_db")
         return min(vals)
 
     def __str__(self) -> str:
