@@ -129,7 +129,10 @@ def test_output_kind_from_values():
                        [2, 2]) == "embedding"
     assert output_kind("boxes", [rng.standard_normal((2, 5, 4))], [2]) == "generic"
     seq = rng.standard_normal((2, 5, 4))
-    assert output_kind("probs", [np.exp(seq) / np.exp(seq).sum(-1, keepdims=True)], [2]) == "sequence"
+    soft_seq = np.exp(seq) / np.exp(seq).sum(-1, keepdims=True)
+    assert output_kind("probs", [soft_seq], [2]) == "sequence"
+    assert output_kind("log_probs", [np.log(soft_seq).transpose(1, 0, 2)], [2]) == "sequence"   # torch CTC layout
+    assert output_kind("probs", [soft_seq[:, :1]], [2]) != "sequence"                           # one position
     assert output_kind("ids", [np.arange(8)], [8]) == "integer"
     assert output_kind("ids", [np.arange(8)], [8], passthrough=True) == "passthrough"
 
@@ -226,6 +229,9 @@ def test_sequence_agreement_reads_paths_as_a_ctc_decoder():
     r2 = sequence_agreement([_onehot(f[:2]), _onehot([x[:4] for x in f[2:]])],
                             [_onehot(q[:2]), _onehot([x[:4] for x in q[2:]])], [2, 2])
     assert r2["ctc_agreement"] == 3 / 4 and r2["sequence_agreement"] == 1 / 4
+    # log-probabilities, positions first ([positions, batch, classes], as torch's CTC loss takes them)
+    r3 = sequence_agreement([np.log(_onehot(f)).transpose(1, 0, 2)], [np.log(_onehot(q)).transpose(1, 0, 2)], [4])
+    assert r3 == r
 
 
 def _ctc_text(path: np.ndarray, blank: int = 0) -> tuple:

@@ -2,15 +2,16 @@
 
 * **output agreement** on every held-out sample, by the kind of each graph output (:func:`output_kind`, from its float
   values): ``classifier`` (``[N, classes]`` logits or softmax rows: top-1 agreement, top-1 accuracy when labels are
-  known, cosine, SQNR), ``sequence`` (``[N, positions, classes]`` softmax rows, a CTC recognizer or a tagger: top-1
-  agreement per position, the fraction of samples whose every position agrees (the headline) and of those a CTC
-  decoder reads as the same text), ``probability``
-  (values in [0, 1], a few per sample: agreement of the decisions at 0.5 and SQNR), ``embedding`` (unit-norm rows or an embedding/hidden-state name: cosine, SQNR), ``generic`` (cosine, SQNR),
-  ``mixed`` (an output computed by a Concat whose parts' ranges differ by more than 16x, such as boxes next to
-  scores: SQNR per Concat input, :func:`concat_parts`; else channels of very different ranges along the last axis:
-  SQNR per run of similar range, :func:`range_parts`; judged by the worst part), ``integer`` (exact match) and ``passthrough`` (an integer output no quantizer reaches: skipped, with a note). The
-  metric of its kind is the output's headline (``Report.headlines``). Metrics are accumulated batch by batch, so
-  samples of different shapes (a dynamic sequence length) are compared sample by sample and aggregated;
+  known, cosine, SQNR), ``sequence`` (softmax or log-softmax rows ``[N, positions, classes]``, or positions first: a
+  CTC recognizer or a tagger: top-1 agreement per position, the fraction of samples whose every position agrees, the
+  headline, and of those a CTC decoder reads as the same text), ``probability`` (values in [0, 1], a few per sample:
+  agreement of the decisions at 0.5 and SQNR), ``embedding`` (unit-norm rows or an embedding/hidden-state name:
+  cosine, SQNR), ``generic`` (cosine, SQNR), ``mixed`` (an output computed by a Concat whose parts' ranges differ by
+  more than 16x, such as boxes next to scores: SQNR per Concat input, :func:`concat_parts`; else channels of very
+  different ranges along the last axis: SQNR per run of similar range, :func:`range_parts`; judged by the worst
+  part), ``integer`` (exact match) and ``passthrough`` (an integer output no quantizer reaches: skipped, with a
+  note). The metric of its kind is the output's headline (``Report.headlines``). Metrics are accumulated batch by
+  batch, so samples of different shapes (a dynamic sequence length) are compared sample by sample and aggregated;
 * **per-tensor SQNR** of each activation's own quantization, ``10 log10(sum x^2 / sum (x - DQ(Q(x)))^2)`` with ``x``
   the float model's tensor and its encoding, on the first ``stat_samples`` held-out samples (of a large tensor, on a
   strided sample of :data:`STAT_VALUES` values per sample: an OCR detector's 480 x 480 maps give millions per sample,
@@ -314,7 +315,7 @@ def output_metrics(a: np.ndarray | list[np.ndarray], b: np.ndarray | list[np.nda
             return kind_metrics("generic", a, b, [len(x) for x in a], labels, name, source)
         a, b = np.concatenate(a), np.concatenate(b)
     r: dict[str, float] = {}
-    if a.shape == b.shape and softmax_rows(a, len(a)) and (b.ndim, b.shape[-1]) == (a.ndim, a.shape[-1]):
+    if a.shape == b.shape and sequence_axis(a, len(a)) == 0:
         r.update(sequence_agreement([a], [b], [len(a)]))
     if a.ndim == 2 and a.shape[1] > 1:
         fa, qa = a.argmax(1), b.argmax(1)
@@ -424,9 +425,9 @@ def output_kind(name: str, xs: list[np.ndarray], counts: list[int], *, passthrou
     """The kind of a graph output from the float model's values ``xs`` (one array per batch of ``counts``
     samples) and the operator that computes it (:func:`output_producers`): ``passthrough`` / ``integer`` (integer
     dtype), ``classifier`` (softmax rows, or ``[N, classes]`` that is not unit-norm, not named like an embedding and
-    not computed by a pooling or normalization, ``EMBEDDING_OPS``), ``sequence`` (softmax rows ``[N, positions,
-    classes]``, :func:`softmax_rows`), ``probability`` (values in [0, 1], at most
-    ``FEW`` per sample), ``embedding`` (unit-norm rows, an embedding-like name or operator) or ``generic``."""
+    not computed by a pooling or normalization, ``EMBEDDING_OPS``), ``sequence`` (softmax or log-softmax rows ``[N,
+    positions, classes]`` or ``[positions, N, classes]``, :func:`sequence_axis`), ``probability`` (values in [0, 1],
+    at most ``FEW`` per sample), ``embedding`` (unit-norm rows, an embedding-like name or operator) or ``generic``."""
     if not xs or xs[0].dtype.kind in "biu":
         return "passthrough" if passthrough or not xs else "integer"
     if not all(x.size for x in xs):
@@ -437,7 +438,7 @@ def output_kind(name: str, xs: list[np.ndarray], counts: list[int], *, passthrou
     unit = lo >= 0 and hi <= 1
     if unit and classes and all(np.allclose(r.sum(1), 1.0, atol=1e-3) for r in rows):
         return "classifier"
-    if unit and all(softmax_rows(x, b) for x, b in zip(xs, counts)):
+    if all(sequence_axis(x, b) is not None for x, b in zip(xs, counts)):
         return "sequence"
     if unit and max(r.shape[1] for r in rows) <= FEW:
         return "probability"
@@ -510,21 +511,33 @@ def kind_metrics(kind: str, fa: list[np.ndarray], qa: list[np.ndarray], counts: 
     return r
 
 
-def softmax_rows(x: np.ndarray, b: int) -> bool:
-    """Whether ``x`` (a batch of ``b`` samples) is ``[b, positions, classes]`` with more than one position and class
-    and each row along the last axis summing to 1 (a softmax per position: a CTC recognizer, a tagger)."""
-    if x.ndim != 3 or x.shape[0] != b or x.shape[1] < 2 or x.shape[2] < 2 or not x.size:
-        return False
-    return bool(np.allclose(x.reshape(-1, x.shape[-1]).astype(np.float64).sum(1), 1.0, atol=1e-3))
+def sequence_axis(x: np.ndarray, b: int) -> int | None:
+    """The batch axis (0, or 1 for a sequence-first ``[positions, b, classes]`` CTC output) of ``x``, a batch of
+    ``b`` samples, when ``x`` is a distribution over its last axis at more than one position: softmax rows (each
+    summing to 1) or log-softmax rows (their exponentials summing to 1); else None."""
+    if x.ndim != 3 or x.shape[-1] < 2 or not x.size:
+        return None
+    axis = 0 if x.shape[0] == b else 1 if x.shape[1] == b else None
+    if axis is None or x.shape[1 - axis] < 2:
+        return None
+    r = x.reshape(-1, x.shape[-1]).astype(np.float64)
+    if float(r.min()) >= 0 and np.allclose(r.sum(1), 1.0, atol=1e-3):
+        return axis
+    if float(r.max()) <= 1e-6 and np.allclose(np.exp(r).sum(1), 1.0, atol=1e-3):
+        return axis
+    return None
 
 
 def sequence_agreement(fa: list[np.ndarray], qa: list[np.ndarray], counts: list[int]) -> dict[str, float]:
-    """Agreement of the top classes of ``[n, positions, classes]`` outputs (``n`` per batch): ``top1_agreement`` of
-    the positions, ``sequence_agreement`` of the samples (every position agrees) and ``ctc_agreement`` of the
-    samples as a CTC decoder reads them (repeats merged, then the blank dropped, taken to be the float output's
-    most frequent top class): the same text where the paths differ only in where a character's run ends."""
-    ff = [a.argmax(-1).reshape(n, -1) for a, n in zip(fa, counts)]
-    qq = [b.argmax(-1).reshape(n, -1) for b, n in zip(qa, counts)]
+    """Agreement of the top classes of :func:`sequence_axis` outputs: ``top1_agreement`` of the positions,
+    ``sequence_agreement`` of the samples (every position agrees) and ``ctc_agreement`` of the samples as a CTC
+    decoder reads them (repeats merged, then the blank dropped, taken to be the float output's most frequent top
+    class): the same text where the paths differ only in where a character's run ends."""
+    def paths(xs: list[np.ndarray]) -> list[np.ndarray]:
+        return [np.moveaxis(x.argmax(-1), sequence_axis(f, n) or 0, 0).reshape(n, -1)
+                for x, f, n in zip(xs, fa, counts)]
+
+    ff, qq = paths(fa), paths(qa)
     same = [f == q for f, q in zip(ff, qq)]
     blank = int(np.bincount(np.concatenate([f.reshape(-1) for f in ff])).argmax())
 
