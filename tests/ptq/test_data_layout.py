@@ -105,6 +105,7 @@ def test_recurrent_model_quantizes_and_reports(tmp_path):
     doc = json.loads((tmp_path / "out" / "report.json").read_text())
     outs = doc["report"]["outputs"]
     assert set(outs) == {"y", "state_out"}
+    assert outs["state_out"]["kind"] == "state" and outs["state_out"]["headline"] == "sqnr_db"   # not top-1
     # the quantized model on all held-out samples at once (state [2, 8, 16]) agrees with the report's SQNR
     f = _ort(m, {"x": x[12:], "state": np.moveaxis(st[12:], 0, 1)})
     q = _ort(qm.model, {"x": x[12:], "state": np.moveaxis(st[12:], 0, 1)})

@@ -133,6 +133,15 @@ def test_output_kind_from_values():
     assert output_kind("probs", [soft_seq], [2]) == "sequence"
     assert output_kind("log_probs", [np.log(soft_seq).transpose(1, 0, 2)], [2]) == "sequence"   # torch CTC layout
     assert output_kind("probs", [soft_seq[:, :1]], [2]) != "sequence"                           # one position
+    # recurrent states: never top-1 (a GRU's [1, batch, 128]) nor parts (silero's [2, batch, 128])
+    state = [rng.standard_normal((1, 1, 128)).astype(np.float32)]
+    assert output_kind("h_out", state, [1], producer="GRU") == "state"
+    assert output_kind("out7", state, [1], producer="GRU") == "state"
+    assert output_kind("stateN", [rng.standard_normal((2, 1, 128)) * np.logspace(-3, 2, 128)], [1]) == "state"
+    assert output_kind("hn", state, [1]) == "state" and output_kind("present.0.key", state, [1]) == "state"
+    assert output_kind("last_hidden_state", state, [1]) == "embedding"                    # an encoder's output
+    assert output_kind("hand", [rng.standard_normal((8, 10))], [8]) == "classifier"       # 'h' only as a word
+    assert output_kind("h", [rng.standard_normal((8, 10))], [8]) == "classifier"          # a bare 'h' is not
     assert output_kind("ids", [np.arange(8)], [8]) == "integer"
     assert output_kind("ids", [np.arange(8)], [8], passthrough=True) == "passthrough"
 

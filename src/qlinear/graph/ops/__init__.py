@@ -59,6 +59,8 @@ TFLITE_MOVED = tuple(t for t, s in REGISTRY.specs.items() if s.tflite_move is no
 INTEGER_KERNEL_OPS = tuple(t for t, s in REGISTRY.specs.items() if s.kernel is not None)
 #: operators that make an embedding (pooling, normalization) when they produce a graph output (report metrics)
 EMBEDDING_PRODUCERS = ("Div", "ReduceMean", "ReduceSum", "ReduceL2", "LpNormalization", "LayerNormalization")
+#: operators whose outputs include a recurrent state (report metrics: judged as a state, not by top-1)
+RECURRENT = ("GRU", "LSTM", "RNN")
 #: operators a graph output's kind is looked through (layout only, the values unchanged)
 LAYOUT_PASSTHROUGH = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Cast", "Transpose", "Concat")
 #: operators that quantize or dequantize

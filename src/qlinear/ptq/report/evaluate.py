@@ -6,7 +6,7 @@
   CTC recognizer or a tagger: top-1 agreement per position, the fraction of samples whose every position agrees, the
   headline, and of those a CTC decoder reads as the same text), ``probability`` (values in [0, 1], a few per sample:
   agreement of the decisions at 0.5 and SQNR), ``embedding`` (unit-norm rows or an embedding/hidden-state name:
-  cosine, SQNR), ``generic`` (cosine, SQNR), ``mixed`` (an output computed by a Concat whose parts' ranges differ by
+  cosine, SQNR), ``state`` (a recurrent state: SQNR, cosine), ``generic`` (cosine, SQNR), ``mixed`` (an output computed by a Concat whose parts' ranges differ by
   more than 16x, such as boxes next to scores: SQNR per Concat input, :func:`concat_parts`; else channels of very
   different ranges along the last axis: SQNR per run of similar range, :func:`range_parts`; judged by the worst
   part), ``integer`` (exact match) and ``passthrough`` (an integer output no quantizer reaches: skipped, with a
@@ -31,6 +31,7 @@ QuantizeLinear/DequantizeLinear runs as the operator, float operators in between
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -38,7 +39,7 @@ import numpy as np
 import onnx
 
 from qlinear.errors import DataError
-from qlinear.graph.ops import EMBEDDING_PRODUCERS, LAYOUT_PASSTHROUGH, QUANTIZE_OPS
+from qlinear.graph.ops import EMBEDDING_PRODUCERS, LAYOUT_PASSTHROUGH, QUANTIZE_OPS, RECURRENT
 from qlinear.graph.plan import resolve_inherit
 from qlinear.ptq.mixed import MIXED_RATIO, REMEDY, mixed, part_slices
 from qlinear.ptq.report.passes import Basis, Passes, stat_encodings
@@ -342,10 +343,12 @@ def output_metrics(a: np.ndarray | list[np.ndarray], b: np.ndarray | list[np.nda
 #: the metric that judges each kind of output (None: not judged)
 HEADLINE: dict[str, str | None] = {"classifier": "top1_agreement", "sequence": "sequence_agreement",
                                    "probability": "decision_agreement",
-                                   "embedding": "cosine_mean", "generic": "sqnr_db", "mixed": "sqnr_db_worst_part",
+                                   "embedding": "cosine_mean", "state": "sqnr_db", "generic": "sqnr_db", "mixed": "sqnr_db_worst_part",
                                    "integer": "exact_match", "token_logits": "perplexity_quantized",
                                    "passthrough": None}
 EMBEDDING_HINTS = ("embed", "hidden", "pool", "feature", "encod", "vector", "represent")
+#: a recurrent state carried to the next call (``stateN``, ``h_out``, ``hn``, ``present.0.key``), by name
+STATE_NAME = re.compile(r"state|present|^(h|c)(_?out|_?n|_?t)$|(^|[._/])(h|c)n($|[._/])", re.IGNORECASE)
 #: operators that make an embedding (pooling, normalization), seen through data movement from a graph output
 EMBEDDING_OPS = EMBEDDING_PRODUCERS
 _MOVES = LAYOUT_PASSTHROUGH
@@ -426,12 +429,15 @@ def output_kind(name: str, xs: list[np.ndarray], counts: list[int], *, passthrou
     samples) and the operator that computes it (:func:`output_producers`): ``passthrough`` / ``integer`` (integer
     dtype), ``classifier`` (softmax rows, or ``[N, classes]`` that is not unit-norm, not named like an embedding and
     not computed by a pooling or normalization, ``EMBEDDING_OPS``), ``sequence`` (softmax or log-softmax rows ``[N,
-    positions, classes]`` or ``[positions, N, classes]``, :func:`sequence_axis`), ``probability`` (values in [0, 1],
-    at most ``FEW`` per sample), ``embedding`` (unit-norm rows, an embedding-like name or operator) or ``generic``."""
+    positions, classes]`` or ``[positions, N, classes]``, :func:`sequence_axis`), ``state`` (a recurrent state
+    computed by a GRU/LSTM/RNN or named like one, :data:`STATE_NAME`: SQNR and cosine, never top-1 or parts),
+    ``probability`` (values in [0, 1], at most ``FEW`` per sample), ``embedding`` (unit-norm rows, an embedding-like name or operator) or ``generic``."""
     if not xs or xs[0].dtype.kind in "biu":
         return "passthrough" if passthrough or not xs else "integer"
     if not all(x.size for x in xs):
         return "generic"
+    if producer in RECURRENT or (STATE_NAME.search(name) and not any(h in name.lower() for h in EMBEDDING_HINTS)):
+        return "state"
     lo, hi = min(float(x.min()) for x in xs), max(float(x.max()) for x in xs)
     classes = _classes(xs, counts)
     rows = [_rows(x, b).astype(np.float64) for x, b in zip(xs, counts)]
