@@ -133,6 +133,16 @@ def test_output_kind_from_values():
     assert output_kind("probs", [soft_seq], [2]) == "sequence"
     assert output_kind("log_probs", [np.log(soft_seq).transpose(1, 0, 2)], [2]) == "sequence"   # torch CTC layout
     assert output_kind("probs", [soft_seq[:, :1]], [2]) != "sequence"                           # one position
+    # a text / segmentation map from a Sigmoid (float32 rounding may give 1.0000001): decisions at 0.5, judged by IoU
+    pm = rng.random((2, 1, 8, 8)).astype(np.float32)
+    pm[0, 0, 0, 0] = np.nextafter(np.float32(1), np.float32(2))
+    assert output_kind("maps", [pm], [2], producer="Sigmoid") == "map"
+    assert output_kind("score", [pm[:, 0, 0, :1]], [2], producer="Sigmoid") == "probability"   # a few per sample
+    f, q = np.zeros((1, 10), np.float32), np.zeros((1, 10), np.float32)
+    f[0, :4], q[0, 2:5] = 0.9, 0.7                      # float says 0..3, quantized 2..4: IoU 2 / 5
+    r = kind_metrics("map", [f], [q], [1], None, "maps", "src")
+    assert r["decision_iou"] == pytest.approx(2 / 5) and r["decision_agreement"] == pytest.approx(7 / 10)
+    assert HEADLINE["map"] == "decision_iou"
     # recurrent states: never top-1 (a GRU's [1, batch, 128]) nor parts (silero's [2, batch, 128])
     state = [rng.standard_normal((1, 1, 128)).astype(np.float32)]
     assert output_kind("h_out", state, [1], producer="GRU") == "state"

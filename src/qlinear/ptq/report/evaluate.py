@@ -5,13 +5,15 @@
   known, cosine, SQNR), ``sequence`` (softmax or log-softmax rows ``[N, positions, classes]``, or positions first: a
   CTC recognizer or a tagger: top-1 agreement per position, the fraction of samples whose every position agrees, the
   headline, and of those a CTC decoder reads as the same text), ``probability`` (values in [0, 1], a few per sample:
-  agreement of the decisions at 0.5 and SQNR), ``embedding`` (unit-norm rows or an embedding/hidden-state name:
-  cosine, SQNR), ``state`` (a recurrent state: SQNR, cosine), ``generic`` (cosine, SQNR), ``mixed`` (an output computed by a Concat whose parts' ranges differ by
-  more than 16x, such as boxes next to scores: SQNR per Concat input, :func:`concat_parts`; else channels of very
-  different ranges along the last axis: SQNR per run of similar range, :func:`range_parts`; judged by the worst
-  part), ``integer`` (exact match) and ``passthrough`` (an integer output no quantizer reaches: skipped, with a
-  note). The metric of its kind is the output's headline (``Report.headlines``). Metrics are accumulated batch by
-  batch, so samples of different shapes (a dynamic sequence length) are compared sample by sample and aggregated;
+  agreement of the decisions at 0.5 and SQNR), ``map`` (more values in [0, 1] from a Sigmoid, a text or segmentation
+  map: the IoU of the decisions at 0.5, the headline, their agreement and SQNR), ``embedding`` (unit-norm rows or an
+  embedding/hidden-state name: cosine, SQNR), ``state`` (a recurrent state: SQNR, cosine), ``generic`` (cosine,
+  SQNR), ``mixed`` (an output computed by a Concat whose parts' ranges differ by more than 16x, such as boxes next to
+  scores: SQNR per Concat input, :func:`concat_parts`; else channels of very different ranges along the last axis:
+  SQNR per run of similar range, :func:`range_parts`; judged by the worst part), ``integer`` (exact match) and
+  ``passthrough`` (an integer output no quantizer reaches: skipped, with a note). The metric of its kind is the
+  output's headline (``Report.headlines``). Metrics are accumulated batch by batch, so samples of different shapes
+  (a dynamic sequence length) are compared sample by sample and aggregated;
 * **per-tensor SQNR** of each activation's own quantization, ``10 log10(sum x^2 / sum (x - DQ(Q(x)))^2)`` with ``x``
   the float model's tensor and its encoding, on the first ``stat_samples`` held-out samples (of a large tensor, on a
   strided sample of :data:`STAT_VALUES` values per sample: an OCR detector's 480 x 480 maps give millions per sample,
@@ -342,7 +344,7 @@ def output_metrics(a: np.ndarray | list[np.ndarray], b: np.ndarray | list[np.nda
 # --------------------------------------------------------------------------------------------- metrics by output kind
 #: the metric that judges each kind of output (None: not judged)
 HEADLINE: dict[str, str | None] = {"classifier": "top1_agreement", "sequence": "sequence_agreement",
-                                   "probability": "decision_agreement",
+                                   "probability": "decision_agreement", "map": "decision_iou",
                                    "embedding": "cosine_mean", "state": "sqnr_db", "generic": "sqnr_db", "mixed": "sqnr_db_worst_part",
                                    "integer": "exact_match", "token_logits": "perplexity_quantized",
                                    "passthrough": None}
@@ -353,6 +355,7 @@ STATE_NAME = re.compile(r"state|present|^(h|c)(_?out|_?n|_?t)$|(^|[._/])(h|c)n($
 EMBEDDING_OPS = EMBEDDING_PRODUCERS
 _MOVES = LAYOUT_PASSTHROUGH
 FEW = 4  #: at most this many values per sample, all in [0, 1]: a probability / score output
+UNIT_TOL = 1e-6  #: how far outside [0, 1] a probability's float32 rounding may go
 
 
 def untouched_outputs(m: Any) -> set[str]:
@@ -431,7 +434,8 @@ def output_kind(name: str, xs: list[np.ndarray], counts: list[int], *, passthrou
     not computed by a pooling or normalization, ``EMBEDDING_OPS``), ``sequence`` (softmax or log-softmax rows ``[N,
     positions, classes]`` or ``[positions, N, classes]``, :func:`sequence_axis`), ``state`` (a recurrent state
     computed by a GRU/LSTM/RNN or named like one, :data:`STATE_NAME`: SQNR and cosine, never top-1 or parts),
-    ``probability`` (values in [0, 1], at most ``FEW`` per sample), ``embedding`` (unit-norm rows, an embedding-like name or operator) or ``generic``."""
+    ``probability`` (values in [0, 1], at most ``FEW`` per sample), ``map`` (more values in [0, 1] from a Sigmoid: a
+    detector's or segmenter's probability map), ``embedding`` (unit-norm rows, an embedding-like name or operator) or ``generic``."""
     if not xs or xs[0].dtype.kind in "biu":
         return "passthrough" if passthrough or not xs else "integer"
     if not all(x.size for x in xs):
@@ -441,13 +445,15 @@ def output_kind(name: str, xs: list[np.ndarray], counts: list[int], *, passthrou
     lo, hi = min(float(x.min()) for x in xs), max(float(x.max()) for x in xs)
     classes = _classes(xs, counts)
     rows = [_rows(x, b).astype(np.float64) for x, b in zip(xs, counts)]
-    unit = lo >= 0 and hi <= 1
+    unit = lo >= -UNIT_TOL and hi <= 1 + UNIT_TOL   # a float32 sigmoid reaches 1.0000001
     if unit and classes and all(np.allclose(r.sum(1), 1.0, atol=1e-3) for r in rows):
         return "classifier"
     if all(sequence_axis(x, b) is not None for x, b in zip(xs, counts)):
         return "sequence"
     if unit and max(r.shape[1] for r in rows) <= FEW:
         return "probability"
+    if unit and producer == "Sigmoid":
+        return "map"
     hint = any(h in name.lower() for h in EMBEDDING_HINTS) or producer in EMBEDDING_OPS
     normed = all(np.allclose(np.linalg.norm(r, axis=1), 1.0, atol=1e-3) for r in rows) and \
         min(r.shape[1] for r in rows) > 1
@@ -493,9 +499,13 @@ def kind_metrics(kind: str, fa: list[np.ndarray], qa: list[np.ndarray], counts: 
         r.update(_top1(fa, qa, counts, labels, name, source))
     if kind == "sequence":
         r.update(sequence_agreement(fa, qa, counts))
-    if kind == "probability":
+    if kind in ("probability", "map"):
         same = sum(int(np.sum((a >= 0.5) == (b >= 0.5))) for a, b in zip(fa, qa))
         r["decision_agreement"] = same / max(1, sum(a.size for a in fa))
+    if kind == "map":
+        both = sum(int(np.sum((a >= 0.5) & (b >= 0.5))) for a, b in zip(fa, qa))
+        either = sum(int(np.sum((a >= 0.5) | (b >= 0.5))) for a, b in zip(fa, qa))
+        r["decision_iou"] = both / either if either else 1.0
     rows_f = [_rows(a, n).astype(np.float64) for a, n in zip(fa, counts)]
     rows_q = [_rows(b, n).astype(np.float64) for b, n in zip(qa, counts)]
     if kind != "probability" and min(x.shape[1] for x in rows_f) > 1:
