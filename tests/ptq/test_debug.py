@@ -202,3 +202,16 @@ def test_transformer_encoder(tmp_path, tensor):
     clean = compare_models(fm, qm, data)
     assert clean.first_jump is None and not clean.unmatched
     assert compare_models(fm, _scaled(qm, f"{tensor}_scale"), data).first_jump == tensor
+
+
+def test_same_values_in_another_shape_are_compared():
+    """A constant the quantized model holds as ``[1]`` where the float model has a scalar (the TFLite target writes
+    scalars so; ppocr-v4-rec's ``qlinear debug`` stopped on it): compared value for value. Another number of values
+    is not comparable and says so."""
+    from qlinear.ptq.report.debug import _Acc
+
+    a = _Acc()
+    a.add(np.float32(2.0), np.array([2.5], np.float32), None)
+    assert a.sig == pytest.approx(4.0) and a.noise == pytest.approx(0.25)
+    with pytest.raises(DataError, match="shapes differ"):
+        a.add(np.zeros(3, np.float32), np.zeros(4, np.float32), None)

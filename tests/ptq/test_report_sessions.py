@@ -100,3 +100,36 @@ def test_sessions_take_large_weights_as_arrays_with_the_same_outputs(level: str,
             got[share] = s.run(names, feed)
         for a, b in zip(got[False], got[True]):
             np.testing.assert_array_equal(a, b)
+
+
+def test_large_weights_that_nothing_reads_do_not_break_the_session(monkeypatch) -> None:
+    """An initializer nothing reads (a piece of a model cut for the sensitivity runs kept all of them) in a model
+    whose weights go to ONNX Runtime as arrays: ONNX Runtime dropped it, then failed to find it among the arrays
+    ("Failed to find existing initializer", seen on ppocr-v4-rec's --sensitivity). Unread ones are left out; the
+    outputs are those of the model as written, and a weight read only inside an If branch is still handed over."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    from qlinear.graph.model import weights_apart
+
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((64, 64)).astype(np.float32)
+    v = rng.standard_normal((64, 64)).astype(np.float32)
+    branch = lambda name, t: helper.make_graph([helper.make_node("MatMul", ["x", t], [name])], name, [],  # noqa: E731
+                                               [helper.make_tensor_value_info(name, TensorProto.FLOAT, None)])
+    g = helper.make_graph(
+        [helper.make_node("If", ["c"], ["y"], then_branch=branch("yt", "W"), else_branch=branch("ye", "V"))], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 64]),
+         helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(w, "W"), numpy_helper.from_array(v, "V"),
+         numpy_helper.from_array(rng.standard_normal((64, 64)).astype(np.float32), "unused")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    light, taken = weights_apart(m)
+    assert {t.name for t in taken} == {"W", "V"} and "unused" not in {t.name for t in light.graph.initializer}
+    monkeypatch.setattr(sessions, "SHARE_ABOVE", 0)
+    x = rng.standard_normal((2, 64)).astype(np.float32)
+    for c, want in ((True, x @ w), (False, x @ v)):
+        for level in ("disable", "basic", "all"):
+            got = sessions.Session(m, level=level).run(["y"], {"x": x, "c": np.array(c)})[0]
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

@@ -255,7 +255,10 @@ class _Acc:
         f64 = np.asarray(f, np.float64)
         q64 = np.asarray(q, np.float64)
         if f64.shape != q64.shape:
-            raise DataError(f"tensor shapes differ between the models: float {f64.shape}, quantized {q64.shape}")
+            if f64.size != q64.size:
+                raise DataError(f"tensor shapes differ between the models: float {f64.shape}, quantized {q64.shape}")
+            q64 = q64.reshape(f64.shape)  # the same values in another layout: a scalar written as [1] (TFLite)
+            pre = None if pre is None else np.reshape(pre, f64.shape)
         self.sig += float(np.sum(f64 * f64))
         self.noise += float(np.sum((f64 - q64) ** 2))
         if pre is not None:
@@ -289,14 +292,18 @@ def compare_models(float_model: Any, quant_model: Any, data: Any, *, samples: in
     fs = Session(fm, f_fetch, level="basic", label="the float model")
     qs = Session(qm, q_fetch, level="basic", label="the quantized model", disable_qdq_fusion=True)
     acc = {mt.tensor: _Acc() for mt in matches}
-    done = 0
+    done, reshaped = 0, set()
     for feed in ds.batches(0, n, batch_size):
         where = f"{ds.source}, samples {done}..{done + ds.batch_len(feed) - 1}"
         fv = dict(zip(f_fetch, fs.run(f_fetch, feed, where=where)))
         qv = dict(zip(q_fetch, qs.run(q_fetch, feed, where=where)))
         for mt in matches:
-            if mt.role in _CONST and done:
+            if (mt.role in _CONST and done) or mt.tensor in reshaped:
                 continue  # constants: once
+            shapes = (np.shape(finits[mt.tensor] if mt.role in _CONST else fv[mt.tensor]), np.shape(qv[mt.post]))
+            if np.prod(shapes[0], dtype=np.int64) != np.prod(shapes[1], dtype=np.int64):
+                reshaped.add(mt.tensor)  # another number of values (a shape the quantized model fixed): not compared
+                continue
             f = finits[mt.tensor] if mt.role in _CONST else fv[mt.tensor]
             try:
                 pre = qv[mt.pre] if mt.pre else None
@@ -306,6 +313,9 @@ def compare_models(float_model: Any, quant_model: Any, data: Any, *, samples: in
             except DataError as e:
                 raise DataError(f"{mt.tensor} (quantized model: {mt.post}): {e}") from None
         done += ds.batch_len(feed)
+    if reshaped:
+        matches = [mt for mt in matches if mt.tensor not in reshaped]
+        unmatched = unmatched + [f"{t} (shapes differ)" for t in sorted(reshaped)]
     return _diff(fm, matches, acc, done, (jump_db, excess_db), unmatched)
 
 

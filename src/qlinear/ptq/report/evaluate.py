@@ -345,7 +345,8 @@ def output_metrics(a: np.ndarray | list[np.ndarray], b: np.ndarray | list[np.nda
 #: the metric that judges each kind of output (None: not judged)
 HEADLINE: dict[str, str | None] = {"classifier": "top1_agreement", "sequence": "sequence_agreement",
                                    "probability": "decision_agreement", "map": "decision_iou",
-                                   "embedding": "cosine_mean", "state": "sqnr_db", "generic": "sqnr_db", "mixed": "sqnr_db_worst_part",
+                                   "embedding": "cosine_mean", "state": "sqnr_db", "generic": "sqnr_db",
+                                   "mixed": "sqnr_db_worst_part",
                                    "integer": "exact_match", "token_logits": "perplexity_quantized",
                                    "passthrough": None}
 EMBEDDING_HINTS = ("embed", "hidden", "pool", "feature", "encod", "vector", "represent")
@@ -435,7 +436,8 @@ def output_kind(name: str, xs: list[np.ndarray], counts: list[int], *, passthrou
     positions, classes]`` or ``[positions, N, classes]``, :func:`sequence_axis`), ``state`` (a recurrent state
     computed by a GRU/LSTM/RNN or named like one, :data:`STATE_NAME`: SQNR and cosine, never top-1 or parts),
     ``probability`` (values in [0, 1], at most ``FEW`` per sample), ``map`` (more values in [0, 1] from a Sigmoid: a
-    detector's or segmenter's probability map), ``embedding`` (unit-norm rows, an embedding-like name or operator) or ``generic``."""
+    detector's or segmenter's probability map), ``embedding`` (unit-norm rows, an embedding-like name or operator)
+    or ``generic``."""
     if not xs or xs[0].dtype.kind in "biu":
         return "passthrough" if passthrough or not xs else "integer"
     if not all(x.size for x in xs):
