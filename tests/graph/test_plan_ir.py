@@ -70,11 +70,24 @@ def _models(shared_dir):
     return out
 
 
+def _with_norm_rule(old, m: onnx.ModelProto, target: str):
+    """The legacy plan with the rule added since: a decomposed normalization's statistics stay float (ort, tflite)."""
+    from qlinear.graph.norm_stats import norm_statistics
+
+    stats = norm_statistics(list(to_ir(m).graph)) if target in ("ort", "tflite") else set()
+    new = dataclasses.replace(old, activations=[t for t in old.activations if t not in stats],
+                              skipped=dict(old.skipped))
+    for t in stats:   # decided before the placement, after the other reasons
+        if t in old.activations or old.skipped.get(t, "").startswith("placement matmul"):
+            new.skipped[t] = "a normalization's statistic (mean, variance, square root): left in float"
+    return new
+
+
 def test_ir_plan_equals_the_graphindex_plan(shared_dir):
     for name, m in _models(shared_dir).items():
         model = to_ir(m)
         for kw in OPTIONS:
-            old = legacy_plan(m, **kw)
+            old = _with_norm_rule(legacy_plan(m, **kw), m, kw["target"])
             assert make_plan(m, **kw) == old, (name, kw)
             assert make_plan(model, **kw) == old, (name, kw)
         assert old.activations or old.weights, name
@@ -151,3 +164,37 @@ def test_weight_axes_follow_the_first_consumer_in_node_order(raw):
     spec = [s for s in make_plan(model).weights if s.node == "gemm"][0]
     assert (spec.channel_axis, spec.block_axis) == (0, 1) == tuple(
         (s.channel_axis, s.block_axis) for s in legacy_plan(m).weights if s.node == "gemm")[0]
+
+
+def _one_hot_classifier() -> onnx.ModelProto:
+    """``bytes [batch, 8]`` (int64) -> one-hot ``[batch, 8, 16]`` (Equal against 0..15, Cast), times ``W`` -> Relu
+    -> plus an additive mask made from the same bytes (``(bytes == 0) * -1e4``) -> times ``W2``: magika's shape
+    (jax2tf's one_hot), where everything after the first layer used to read as a mask and stayed float."""
+    rng = np.random.default_rng(3)
+    nodes = [helper.make_node("Unsqueeze", ["bytes", "ax"], ["b3"]),
+             helper.make_node("Equal", ["b3", "classes"], ["eq"]),
+             helper.make_node("Cast", ["eq"], ["one_hot"], to=TensorProto.FLOAT),
+             helper.make_node("MatMul", ["one_hot", "W"], ["h"]), helper.make_node("Relu", ["h"], ["r"]),
+             helper.make_node("Equal", ["b3", "zero"], ["pad"]), helper.make_node("Cast", ["pad"], ["padf"],
+                                                                              to=TensorProto.FLOAT),
+             helper.make_node("Mul", ["padf", "neg"], ["mask"]), helper.make_node("Add", ["r", "mask"], ["rm"]),
+             helper.make_node("MatMul", ["rm", "W2"], ["logits"])]
+    return make_model(nodes, [helper.make_tensor_value_info("bytes", TensorProto.INT64, ["batch", 8])],
+                      [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", 8, 4])],
+                      {"ax": np.array([2], np.int64), "classes": np.arange(16, dtype=np.int64),
+                       "zero": np.array([0], np.int64), "neg": np.array(-1e4, np.float32),
+                       "W": (rng.standard_normal((16, 12)) / 2).astype(np.float32),
+                       "W2": (rng.standard_normal((12, 4)) / 2).astype(np.float32)})
+
+
+def test_a_weighted_layer_over_a_one_hot_input_makes_data():
+    m = _one_hot_classifier()
+    plan = make_plan(m, placement="all", target="ort")
+    assert "h" in plan.activations or "r" in plan.activations   # the first layer's output is data (fused Relu)
+    assert "mask" in plan.skipped["mask"]                      # the mask itself stays float, as before
+    assert "attention mask" in plan.skipped["rm"]              # and the sum it goes into, as before
+    assert "one_hot" not in plan.activations                   # a 0/1 encoding computed from integers
+    x = np.random.default_rng(4).integers(0, 16, (40, 8))
+    qm = qlinear.quantize(m, {"bytes": x}, dict(calibration_samples=24, evaluation_samples=16))
+    assert sum(n.op_type == "QuantizeLinear" for n in qm.model.graph.node) >= 2
+    assert "logits" in qm.plan.activations and "mask" not in qm.plan.activations

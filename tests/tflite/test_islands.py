@@ -105,6 +105,12 @@ CASES = {
                           True),
     "global_max_pool": ([_n("GlobalMaxPool", ["x"], ["y"])], {}, {"REDUCE_MAX"}, True),
     "reduce_sum_channels": ([_n("ReduceSum", ["x", "a"], ["y"], keepdims=0)], {"a": _i64(1)}, {"SUM"}, True),
+    # a decomposed normalization over the channels: its statistics (mean, variance, square root) stay float islands
+    "layernorm_statistics": ([_n("ReduceMean", ["x"], ["mu"], axes=[1], keepdims=1), _n("Sub", ["x", "mu"], ["d"]),
+                              _n("Mul", ["d", "d"], ["dd"]), _n("ReduceMean", ["dd"], ["var"], axes=[1], keepdims=1),
+                              _n("Add", ["var", "eps"], ["ve"]), _n("Sqrt", ["ve"], ["sd"]),
+                              _n("Div", ["d", "sd"], ["y"])], {"eps": np.array(1e-5, np.float32)},
+                             {"MEAN", "SQRT"}, True),
     "softmax_channels": ([_n("Softmax", ["x"], ["y"], axis=1)], {}, {"SOFTMAX"}, False),  # NHWC: already last
     "softmax_axis2": ([_n("Softmax", ["x"], ["y"], axis=2)], {}, {"SOFTMAX", "TRANSPOSE"}, False),
     "reshape_3d_to_4d": ([_n("Reshape", ["x", "s1"], ["r"]), _n("Reshape", ["r", "s2"], ["y"])],

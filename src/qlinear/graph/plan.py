@@ -32,6 +32,7 @@ from qlinear.graph import ops
 from qlinear.graph.axes import value_axes
 from qlinear.graph.ir import light_proto, to_ir
 from qlinear.graph.model import without_weights
+from qlinear.graph.norm_stats import norm_statistics
 
 # the operator tables live in the registry (qlinear.graph.ops); these names are its views
 WEIGHTED = ops.WEIGHTED
@@ -82,6 +83,10 @@ class ConcatSpec:
 
 #: targets whose Concat requires one set of parameters for its inputs and output
 TIED_CONCAT_TARGETS = ("tflite",)
+#: targets where a normalization's statistics stay float (:mod:`qlinear.graph.norm_stats`): ONNX Runtime computes
+#: them in float anyway (no integer Sqrt, ReduceSum, ...), a .tflite as float islands (not a full-integer one: the
+#: pipeline says so); QNN gets them in integers, as AIMET's configs do
+FLOAT_STATS_TARGETS = ("ort", "tflite")
 
 
 @dataclass
@@ -111,7 +116,7 @@ def is_transformer(m: onnx.ModelProto) -> bool:
 
 def make_plan(m: onnx.ModelProto | ir.Model, *, exclude_nodes: tuple[str, ...] = (),
               exclude_op_types: tuple[str, ...] = (), quantize_outputs: bool = True, placement: str = "all",
-              target: str = "tflite", proto: onnx.ModelProto | None = None) -> Plan:
+              target: str = "tflite", proto: onnx.ModelProto | None = None, float_stats: bool | None = None) -> Plan:
     """The plan of ``m`` (a ``ModelProto``, or the :class:`onnx_ir.Model` a pipeline already holds: read through its
     def-use chains, never changed; ``proto``: its ``ModelProto`` when the caller holds one too, for the one shape
     inference the plan runs, else that is made from ``m`` without the weights).
@@ -121,13 +126,15 @@ def make_plan(m: onnx.ModelProto | ir.Model, *, exclude_nodes: tuple[str, ...] =
     scores and probabilities too) — transformer encoders on CPUs/GPUs, where LayerNorm, Softmax, Gelu and the
     residual adds run in float and their outlier ranges never meet an 8-bit grid.
     ``target``: Concat inputs and output are tied into one encoding only for the targets that require it
-    (``TIED_CONCAT_TARGETS``)."""
+    (``TIED_CONCAT_TARGETS``); a decomposed normalization's statistics stay float for ``FLOAT_STATS_TARGETS``
+    (``float_stats``: True/False overrides the target's rule)."""
     if isinstance(m, onnx.ModelProto):
         model, floats = to_ir(m), float_values(without_weights(m))
     else:
         model, floats = m, float_values(without_weights(proto) if proto is not None else light_proto(m))
     g = _Graph(model.graph)
-    plan = _make_plan(g, floats, exclude_nodes, exclude_op_types, quantize_outputs, target in TIED_CONCAT_TARGETS)
+    plan = _make_plan(g, floats, exclude_nodes, exclude_op_types, quantize_outputs, target in TIED_CONCAT_TARGETS,
+                      target in FLOAT_STATS_TARGETS if float_stats is None else float_stats)
     if placement == "matmul":
         feeds: set[str] = set()
         for n in g.nodes:
@@ -171,11 +178,12 @@ def _names(values: Any) -> list[str]:
 
 
 def _make_plan(g: _Graph, floats: set[str], exclude_nodes: tuple[str, ...], exclude_op_types: tuple[str, ...],
-               quantize_outputs: bool, tie_concat: bool = True) -> Plan:
+               quantize_outputs: bool, tie_concat: bool = True, float_stats: bool = False) -> Plan:
     plan = Plan()
     excluded = set(exclude_nodes)
     ex_ops = set(exclude_op_types)
     data = _float_data(g, floats)
+    stats = norm_statistics(g.nodes) if float_stats else set()
     seen: set[str] = set()
 
     def want(t: str, why_not: str | None = None) -> None:
@@ -190,6 +198,9 @@ def _make_plan(g: _Graph, floats: set[str], exclude_nodes: tuple[str, ...], excl
             return
         if why_not:
             plan.skipped[t] = why_not
+            return
+        if t in stats:
+            plan.skipped[t] = "a normalization's statistic (mean, variance, square root): left in float"
             return
         plan.activations.append(t)
 
@@ -301,18 +312,27 @@ _FLOAT_DTYPES = (ir.DataType.FLOAT, ir.DataType.FLOAT16)
 
 
 def _float_data(g: _Graph, floats: set[str]) -> set[str]:
-    """Tensors computed from float data: float graph inputs, lookups into float initializers (``Gather``) and what
-    depends on them (nodes in topological order, as ONNX requires)."""
+    """Tensors computed from float data: float graph inputs, lookups into float initializers (``Gather``), layers
+    with a float weight (a one-hot encoding times the weight) and what depends on them (nodes in topological order,
+    as ONNX requires)."""
     data = {i.name for i in g.graph.inputs if i.name not in g.inits and i.name in floats}
     for n in g.nodes:
         if n.op_type in ("Shape", "Size"):  # a shape is not data: masks built from it stay masks
             continue
         x0 = n.inputs[0] if n.inputs else None
-        lookup = n.op_type in ops.LOOKUPS and x0 is not None and x0.name in g.inits \
-            and g.inits[x0.name].const_value is not None and g.inits[x0.name].const_value.dtype in _FLOAT_DTYPES
-        if lookup or any(x is not None and x.name in data for x in n.inputs):
+        lookup = n.op_type in ops.LOOKUPS and _float_init(g, x0)
+        # a layer with a float weight makes data of what it reads (a one-hot encoding of bytes or tokens times the
+        # weight is a lookup written as a MatMul); masks are added or multiplied, never weighted
+        weighted = n.op_type in WEIGHTED and len(n.inputs) > 1 and _float_init(g, n.inputs[1])
+        if lookup or weighted or any(x is not None and x.name in data for x in n.inputs):
             data.update(o.name for o in n.outputs if o.name)
     return data
+
+
+def _float_init(g: _Graph, x: ir.Value | None) -> bool:
+    """Whether ``x`` is a float initializer with its value."""
+    return x is not None and x.name in g.inits and g.inits[x.name].const_value is not None \
+        and g.inits[x.name].const_value.dtype in _FLOAT_DTYPES
 
 
 def _is_mask(x: ir.Value | None, g: _Graph, data: set[str], floats: set[str]) -> bool:

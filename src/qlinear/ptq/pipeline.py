@@ -209,7 +209,8 @@ def _calibrate(run: _Run, reference: onnx.ModelProto, placement: str) -> Quantiz
     cfg, m, notes, timings, progress = run.cfg, run.m, run.notes, run.timings, run.progress
     model = to_ir(m) if run.model is None else run.model  # the ir model the rewrites left: no new index
     plan = make_plan(model, exclude_nodes=cfg.exclude_nodes, exclude_op_types=cfg.exclude_op_types,
-                     quantize_outputs=cfg.quantize_outputs, placement=placement, target=cfg.target, proto=m)
+                     quantize_outputs=cfg.quantize_outputs, placement=placement, target=cfg.target, proto=m,
+                     float_stats=False if cfg.full_integer else None)
     notes += float_weight_note(m, plan)
     implicit: dict[str, str] = {}
     if placement == "matmul" and cfg.activation_method is None:

@@ -59,6 +59,12 @@ TFLITE_MOVED = tuple(t for t, s in REGISTRY.specs.items() if s.tflite_move is no
 INTEGER_KERNEL_OPS = tuple(t for t, s in REGISTRY.specs.items() if s.kernel is not None)
 #: operators that make an embedding (pooling, normalization) when they produce a graph output (report metrics)
 EMBEDDING_PRODUCERS = ("Div", "ReduceMean", "ReduceSum", "ReduceL2", "LpNormalization", "LayerNormalization")
+#: a decomposed normalization's statistics (:mod:`qlinear.graph.norm_stats`): the reductions that make them, the
+#: operators they pass through to a square root, and those that take one (Sqrt, Pow by 0.5) or invert it
+NORM_REDUCTIONS = ("ReduceMean", "ReduceSum")
+NORM_THROUGH = ("Add", "Sub", "Mul", "Div", "Max", "Min", "Neg", "Abs", "Reshape", "Expand", "Squeeze", "Unsqueeze",
+                "Cast", "Identity", "Flatten", "Transpose")
+NORM_ROOTS = ("Sqrt", "Pow", "Reciprocal")
 #: operators whose outputs include a recurrent state (report metrics: judged as a state, not by top-1)
 RECURRENT = ("GRU", "LSTM", "RNN")
 #: operators a graph output's kind is looked through (layout only, the values unchanged)
@@ -99,6 +105,10 @@ def bias_input(op_type: str) -> int | None:
 
 
 __all__ = [
+    "NORM_REDUCTIONS",
+    "NORM_ROOTS",
+    "NORM_THROUGH",
+    "RECURRENT",
     "ACTIVATION_FNS",
     "AFFINE_NORMS",
     "CONSTANT_CLAMPS",
