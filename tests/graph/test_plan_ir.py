@@ -198,3 +198,17 @@ def test_a_weighted_layer_over_a_one_hot_input_makes_data():
     qm = qlinear.quantize(m, {"bytes": x}, dict(calibration_samples=24, evaluation_samples=16))
     assert sum(n.op_type == "QuantizeLinear" for n in qm.model.graph.node) >= 2
     assert "logits" in qm.plan.activations and "mask" not in qm.plan.activations
+
+
+def test_a_plan_without_activations_says_so():
+    """Integer activations asked for and none quantized (every float tensor left float for a reason: here all are
+    excluded) is said in a note, with the reasons, not left to the header's "uint8 activations"."""
+    m = _one_hot_classifier()
+    x = np.random.default_rng(4).integers(0, 16, (40, 8))
+    qm = qlinear.quantize(m, {"bytes": x}, dict(calibration_samples=24, evaluation_samples=0,
+                                                exclude_op_types=("Relu", "Add"), quantize_outputs=False))
+    assert not qm.plan.activations and qm.plan.weights
+    (note,) = [n for n in qm.notes if n.startswith("no activation is quantized")]
+    assert "excluded" in note
+    ok = qlinear.quantize(m, {"bytes": x}, dict(calibration_samples=24, evaluation_samples=0))
+    assert not any(n.startswith("no activation is quantized") for n in ok.notes)

@@ -377,6 +377,20 @@ def resolve_inherit(plan: Plan, name: str) -> str:
 
 
 
+def no_activation_note(plan: Plan) -> list[str]:
+    """A note when the plan quantizes weights but no activation (asked for integer activations, the model would run
+    with float ones, silently): how many tensors each reason left float."""
+    if plan.activations or not plan.weights:
+        return []
+    reasons: dict[str, int] = {}
+    for why in plan.skipped.values():
+        if why != "not a float tensor":
+            reasons[why] = reasons.get(why, 0) + 1
+    top = sorted(reasons.items(), key=lambda kv: -kv[1])[:3]
+    return ["no activation is quantized, so the model runs its layers with float activations (weights only in "
+            "integers): " + "; ".join(f"{n} tensor(s) {why}" for why, n in top)]
+
+
 def float_weight_note(m: onnx.ModelProto, plan: Plan) -> list[str]:
     """A note naming the constant weights of the main graph the plan leaves float (none of its runtimes' integer
     kernels takes them): recurrent and attention weights (``WEIGHT_BEARING`` operators outside ``WEIGHTED``) and the

@@ -35,7 +35,7 @@ from qlinear.graph.passes.equalize import Equalize
 from qlinear.graph.passes.fold_batchnorm import FoldBatchNorm
 from qlinear.graph.passes.normalize import check_upgrade
 from qlinear.graph.passes.shapes import fix_input_shapes
-from qlinear.graph.plan import float_weight_note, make_plan
+from qlinear.graph.plan import float_weight_note, make_plan, no_activation_note
 from qlinear.ptq import targets
 from qlinear.ptq.algorithms.smooth import smooth_model
 from qlinear.ptq.config import DATA_WEIGHT_METHODS, QuantizeConfig
@@ -211,7 +211,7 @@ def _calibrate(run: _Run, reference: onnx.ModelProto, placement: str) -> Quantiz
     plan = make_plan(model, exclude_nodes=cfg.exclude_nodes, exclude_op_types=cfg.exclude_op_types,
                      quantize_outputs=cfg.quantize_outputs, placement=placement, target=cfg.target, proto=m,
                      float_stats=False if cfg.full_integer else None)
-    notes += float_weight_note(m, plan)
+    notes += float_weight_note(m, plan) + no_activation_note(plan)
     implicit: dict[str, str] = {}
     if placement == "matmul" and cfg.activation_method is None:
         from qlinear.graph.plan import activation_fn_outputs
