@@ -107,3 +107,30 @@ def test_check_quantized_model_passes(tmp_path, capsys):
 def test_help_does_not_run_the_command(argv, capsys):
     assert main(argv) == EXIT_OK
     assert "Usage:" in capsys.readouterr().out
+
+
+def test_the_program_exits_at_once_with_its_status_and_all_its_output(tmp_path):
+    """``python -m qlinear`` ends without the interpreter's teardown (``run``): the status of ``main`` (0, a bad
+    input's 3 with its one red line on stderr), the whole of stdout, and a temporary file a library registered for
+    removal at exit removed (the exit hooks run)."""
+    from qlinear.cli.main import EXIT_ERROR
+    from qlinear.examples import DATA, MODEL
+
+    src = str(Path(qlinear.__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH")) if p)}
+    out = subprocess.run([sys.executable, "-m", "qlinear", "quantize", str(MODEL), "--data", str(DATA),
+                          "--calibration-samples", "8", "--evaluation-samples", "8", "-o", str(tmp_path / "o")],
+                         capture_output=True, text=True, env=env, check=False)
+    assert out.returncode == 0, out.stderr
+    assert "wrote" in out.stdout and (tmp_path / "o" / "model.qdq.onnx").is_file()
+    bad = subprocess.run([sys.executable, "-m", "qlinear", "quantize", str(tmp_path / "missing.onnx"), "--data",
+                          str(DATA), "-o", str(tmp_path / "o2")], capture_output=True, text=True, env=env, check=False)
+    assert bad.returncode == EXIT_ERROR and "missing.onnx" in bad.stderr and "Traceback" not in bad.stderr
+    hook = tmp_path / "hook.py"
+    marker = tmp_path / "tmpdir.txt"
+    hook.write_text("import sys, tempfile\nfrom qlinear.cli.main import run\n"
+                    f"d = tempfile.TemporaryDirectory()\nopen({str(marker)!r}, 'w').write(d.name)\n"
+                    "sys.argv = ['qlinear', '--version']\nrun()\n")
+    v = subprocess.run([sys.executable, str(hook)], capture_output=True, text=True, env=env, check=False)
+    assert v.returncode == 0 and v.stdout == f"qlinear {qlinear.__version__}\n"
+    assert not Path(marker.read_text()).exists()       # the finalizer of the temporary directory ran

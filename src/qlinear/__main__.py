@@ -1,8 +1,7 @@
 """``python -m qlinear ...`` runs the ``qlinear`` command."""
 
-import sys
 
-from qlinear.cli.main import main
+from qlinear.cli.main import run
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run()
