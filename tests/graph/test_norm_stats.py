@@ -61,3 +61,24 @@ def test_layernorm_written_as_e_x2_minus_mean2_keeps_its_accuracy():
         None, {"x": x[32:]})[0].astype(np.float64)
     f, q = run(m), run(qm.model)
     assert 10 * np.log10(np.sum(f ** 2) / np.sum((f - q) ** 2)) > 18   # 22 dB; 11 dB with the statistics at 8 bits
+
+
+def test_qnn_quantizes_the_statistics_at_16_bits():
+    """QNN's HTP runs every tensor in integers: the statistics stay quantized there, at 16 bits over their range
+    (with a note), and the model keeps its accuracy; at 8 bits (an overrides rule) it does not."""
+    m = jax_layernorm()
+    x = np.random.default_rng(1).standard_normal((64, 16)).astype(np.float32)
+    stats = norm_statistics(list(to_ir(m).graph))
+    qm = qlinear.quantize(m, {"x": x}, dict(calibration_samples=32, evaluation_samples=32, target="qnn"))
+    assert set(qm.plan.norm_stats) <= stats and {"var", "ex2", "m2"} <= set(qm.plan.norm_stats)
+    dtypes = {e.name: e.dtype for e in qm.encodings.activations}
+    assert all(dtypes[t] == "uint16" for t in qm.plan.norm_stats) and dtypes["y"] == "uint8"
+    assert any(n.startswith(f"{len(qm.plan.norm_stats)} statistics of decomposed normalizations") for n in qm.notes)
+    eight = qlinear.quantize(m, {"x": x}, dict(calibration_samples=32, evaluation_samples=32, target="qnn",
+                                               overrides=[{"name": "*", "role": "activation", "type": "uint8"}]))
+    assert all(e.dtype == "uint8" for e in eight.encodings.activations)       # an overrides rule keeps its type
+    run = lambda mm: ort.InferenceSession(mm.SerializeToString(), providers=["CPUExecutionProvider"]).run(  # noqa: E731
+        None, {"x": x[32:]})[0].astype(np.float64)
+    f = run(m)
+    db = [10 * np.log10(np.sum(f ** 2) / np.sum((f - run(q.model)) ** 2)) for q in (qm, eight)]
+    assert db[0] > 18 and db[0] > db[1] + 6, db

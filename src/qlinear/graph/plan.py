@@ -100,6 +100,7 @@ class Plan:
     weights: list[WeightSpec] = field(default_factory=list)
     biases: list[BiasSpec] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)        # tensor -> reason
+    norm_stats: list[str] = field(default_factory=list)          # quantized normalization statistics (norm_stats)
 
 
 PLACEMENTS = ("all", "matmul")
@@ -148,6 +149,7 @@ def make_plan(m: onnx.ModelProto | ir.Model, *, exclude_nodes: tuple[str, ...] =
         plan.activations = [t for t in plan.activations if t in feeds]
         plan.tied = [grp for grp in plan.tied if all(t in feeds for t in grp)]
         plan.concats = [c for c in plan.concats if c.output in feeds]
+        plan.norm_stats = [t for t in plan.norm_stats if t in feeds]
         keep = set(plan.activations)
         plan.inherit = {k: v for k, v in plan.inherit.items() if resolve_inherit(plan, v) in keep}
     return plan
@@ -183,7 +185,8 @@ def _make_plan(g: _Graph, floats: set[str], exclude_nodes: tuple[str, ...], excl
     excluded = set(exclude_nodes)
     ex_ops = set(exclude_op_types)
     data = _float_data(g, floats)
-    stats = norm_statistics(g.nodes) if float_stats else set()
+    all_stats = norm_statistics(g.nodes)
+    stats = all_stats if float_stats else set()
     seen: set[str] = set()
 
     def want(t: str, why_not: str | None = None) -> None:
@@ -235,6 +238,7 @@ def _make_plan(g: _Graph, floats: set[str], exclude_nodes: tuple[str, ...], excl
             axis = int(a.value) if a is not None else 0
             parts = [t for t in ins if t and t not in g.inits]
             plan.concats.append(ConcatSpec(n.name or outs[0], parts, outs[0], axis))
+    plan.norm_stats = [t for t in plan.activations if t in all_stats]   # the target quantizes them
     return plan
 
 

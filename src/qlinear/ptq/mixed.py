@@ -146,17 +146,34 @@ def _wide_cone(by_name: dict[str, Encoding], parts: list[Any], plan: Plan, m: An
                notes: list[str], obs: dict[str, Any]) -> None:
     """The activations the ``parts`` nodes are computed from (their producers back to the graph inputs) at 16 bits
     (the run's integer type widened) over ``HEADROOM`` times their observed range (``obs``: minimum and maximum on
-    the calibration data), or a ``BOUNDED`` function's range (module docstring). Activations set by an ``overrides``
-    rule, of a non-integer type, tied to others, wider than 16 bits or not observed keep their encodings."""
+    the calibration data), or a ``BOUNDED`` function's range (module docstring); :func:`widen` says which keep their
+    encodings."""
     done = {resolve_inherit(plan, n.output[0]) for n in parts}
+    raised, wide = widen(by_name, [t for t in _cone(parts, {o: n for n in m.graph.node for o in n.output})
+                                   if resolve_inherit(plan, t) not in done], plan, m, tcfg, obs, HEADROOM)
+    if raised:
+        notes.append(f"{len(raised)} activations that {', '.join(sorted(n.output[0] for n in parts))} "
+                     f"{'is' if len(parts) == 1 else 'are'} computed from (back to the graph inputs) are quantized at "
+                     f"{wide} over {HEADROOM:g}x their calibrated ranges (a bounded function's outputs over its "
+                     "range): a score sigmoid(z) below ~0.5 has the relative error of the absolute error of z, which "
+                     "the 8-bit noise of every layer before it makes large; ONNX Runtime's CPU session runs 16-bit "
+                     "layers in float (slower than 8-bit); an overrides rule setting a tensor's type keeps it")
+
+
+def widen(by_name: dict[str, Encoding], tensors: list[str], plan: Plan, m: Any, tcfg: Any, obs: dict[str, Any],
+          headroom: float) -> tuple[list[str], str]:
+    """Re-encode ``tensors`` (each once, through the tensors sharing its encoding) at 16 bits (the run's integer type
+    widened) over ``headroom`` times their observed range, or a ``BOUNDED`` function's range, in ``by_name``;
+    returns those raised and the new type. Activations set by an ``overrides`` rule, of a non-integer type, tied to
+    others, per-channel, wider than 16 bits or not observed keep their encodings."""
     tied = {t for g in plan.tied for t in g}
     prod = {o: n for n in m.graph.node for o in n.output}
     acts = set(plan.activations)
     followers: dict[str, list[str]] = {}
     for k in plan.inherit:
         followers.setdefault(resolve_inherit(plan, k), []).append(k)
-    raised, wide = [], ""
-    for t in _cone(parts, prod):
+    raised, wide, done = [], "", set()
+    for t in tensors:
         root = resolve_inherit(plan, t)
         if root in done or root not in acts or root not in by_name or root in tcfg.resolved or root in tied:
             continue
@@ -168,7 +185,7 @@ def _wide_cone(by_name: dict[str, Encoding], parts: list[Any], plan: Plan, m: An
             continue
         n = prod.get(root)
         lo, hi = BOUNDED[n.op_type] if n is not None and n.op_type in BOUNDED else \
-            (HEADROOM * min(float(np.min(o.min)), 0.0), HEADROOM * max(float(np.max(o.max)), 0.0))
+            (headroom * min(float(np.min(o.min)), 0.0), headroom * max(float(np.max(o.max)), 0.0))
         wide = int_type(16, q.signed).name
         e = C.calibrate(np.array([lo, hi], np.float32), wide, method="minmax", policy=cfg.policy,
                         symmetric=cfg.activation_symmetric, name=root)
@@ -176,13 +193,7 @@ def _wide_cone(by_name: dict[str, Encoding], parts: list[Any], plan: Plan, m: An
             if k in by_name:
                 by_name[k] = e.replace(name=k)
         raised.append(root)
-    if raised:
-        notes.append(f"{len(raised)} activations that {', '.join(sorted(n.output[0] for n in parts))} "
-                     f"{'is' if len(parts) == 1 else 'are'} computed from (back to the graph inputs) are quantized at "
-                     f"{wide} over {HEADROOM:g}x their calibrated ranges (a bounded function's outputs over its "
-                     "range): a score sigmoid(z) below ~0.5 has the relative error of the absolute error of z, which "
-                     "the 8-bit noise of every layer before it makes large; ONNX Runtime's CPU session runs 16-bit "
-                     "layers in float (slower than 8-bit); an overrides rule setting a tensor's type keeps it")
+    return raised, wide
 
 
 def _cone(parts: list[Any], prod: dict[str, Any]) -> list[str]:

@@ -42,6 +42,7 @@ from qlinear.ptq.config import DATA_WEIGHT_METHODS, QuantizeConfig
 from qlinear.ptq.data import Dataset, ImagePreprocess, load_dataset, model_inputs
 from qlinear.ptq.encode import TensorConfigs, apply_encodings, build_encodings, int32_biases
 from qlinear.ptq.mixed import bounded_parts, fill_ranges, keep_parts
+from qlinear.ptq.norms import wide_statistics
 from qlinear.ptq.report.evaluate import output_engine, quant_session
 from qlinear.ptq.report.passes import Basis, Passes, stat_encodings
 from qlinear.ptq.result import QuantizedModel, held_out_span
@@ -235,6 +236,8 @@ def _calibrate(run: _Run, reference: onnx.ModelProto, placement: str) -> Quantiz
     fill_ranges(plan, obs)
     floated = keep_parts(plan, m, cfg.target, notes)
     encs = bounded_parts(build_encodings(m, plan, obs, tcfg), floated, plan, m, tcfg, notes, obs)
+    if cfg.target == "qnn":  # a full-integer .tflite has one activation type: its statistics stay 8-bit there
+        encs = wide_statistics(encs, plan, m, tcfg, notes, obs)
     es = EncodingSet(tuple(encs), producer={"package": "qlinear", "version": _version()}, version="2.0.0")
     es = targets.finalize(es, m, plan, cfg)
     timings["quantize"] = time.perf_counter() - t0
