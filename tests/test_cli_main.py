@@ -134,3 +134,15 @@ def test_the_program_exits_at_once_with_its_status_and_all_its_output(tmp_path):
     v = subprocess.run([sys.executable, str(hook)], capture_output=True, text=True, env=env, check=False)
     assert v.returncode == 0 and v.stdout == f"qlinear {qlinear.__version__}\n"
     assert not Path(marker.read_text()).exists()       # the finalizer of the temporary directory ran
+
+
+def test_a_profiled_run_still_writes_its_profile(tmp_path):
+    """Under a profiler (``python -m cProfile -m qlinear``) the program exits the ordinary way, so the profiler
+    writes its results after it returns."""
+    src = str(Path(qlinear.__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH")) if p)}
+    prof = tmp_path / "run.prof"
+    out = subprocess.run([sys.executable, "-m", "cProfile", "-o", str(prof), "-m", "qlinear", "--version"],
+                         capture_output=True, text=True, env=env, check=False)
+    assert out.returncode == 0 and out.stdout == f"qlinear {qlinear.__version__}\n"
+    assert prof.is_file() and prof.stat().st_size > 0

@@ -119,9 +119,10 @@ def run() -> None:
     at once. The exit hooks run (logging's flush, temporary files' finalizers) and the streams are flushed, but not
     the interpreter's teardown of every module and of ONNX Runtime's sessions and thread pools, which took 0.1-0.15 s
     of a small model's 0.5-0.8 s run (magika, silero-vad). With Ray imported the ordinary exit stays: Ray stops its
-    local instance in its own hook, and its workers must see the driver go."""
+    local instance in its own hook, and its workers must see the driver go; so does a run under a profiler or a
+    tracer (``python -m cProfile``, coverage), which writes its results after the program returns."""
     code = main()
-    if "ray" in sys.modules:
+    if "ray" in sys.modules or sys.getprofile() is not None or sys.gettrace() is not None:
         sys.exit(code)
     import atexit
     import os
