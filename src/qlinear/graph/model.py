@@ -130,17 +130,20 @@ def weights_apart(m: onnx.ModelProto) -> tuple[onnx.ModelProto, list[onnx.Tensor
                   "qlinear-weights-passed-as-arrays", keep=lambda t: t.name in read)
 
 
+def node_inputs(n: onnx.NodeProto) -> list[str]:
+    """Inputs of ``n`` including the outer-scope names its subgraphs read."""
+    out = [x for x in n.input if x]
+    for a in n.attribute:
+        for sg in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+            local = {v.name for v in sg.input} | {t.name for t in sg.initializer} | \
+                {o for sn in sg.node for o in sn.output}
+            out += [x for sn in sg.node for x in node_inputs(sn) if x not in local]
+    return out
+
+
 def reads(g: onnx.GraphProto) -> set[str]:
     """The names the nodes of ``g`` read, with the outer-scope names their subgraphs read."""
-    out: set[str] = set()
-    for n in g.node:
-        out.update(x for x in n.input if x)
-        for a in n.attribute:
-            for sg in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
-                local = {v.name for v in sg.input} | {t.name for t in sg.initializer} | \
-                    {o for sn in sg.node for o in sn.output}
-                out.update(reads(sg) - local)
-    return out
+    return {x for n in g.node for x in node_inputs(n)}
 
 
 def inline_bytes(m: onnx.ModelProto) -> int:

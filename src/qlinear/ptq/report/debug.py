@@ -292,17 +292,17 @@ def compare_models(float_model: Any, quant_model: Any, data: Any, *, samples: in
     fs = Session(fm, f_fetch, level="basic", label="the float model")
     qs = Session(qm, q_fetch, level="basic", label="the quantized model", disable_qdq_fusion=True)
     acc = {mt.tensor: _Acc() for mt in matches}
-    done, reshaped = 0, set()
+    done, incomparable = 0, set()
     for feed in ds.batches(0, n, batch_size):
         where = f"{ds.source}, samples {done}..{done + ds.batch_len(feed) - 1}"
         fv = dict(zip(f_fetch, fs.run(f_fetch, feed, where=where)))
         qv = dict(zip(q_fetch, qs.run(q_fetch, feed, where=where)))
         for mt in matches:
-            if (mt.role in _CONST and done) or mt.tensor in reshaped:
+            if (mt.role in _CONST and done) or mt.tensor in incomparable:
                 continue  # constants: once
             shapes = (np.shape(finits[mt.tensor] if mt.role in _CONST else fv[mt.tensor]), np.shape(qv[mt.post]))
             if np.prod(shapes[0], dtype=np.int64) != np.prod(shapes[1], dtype=np.int64):
-                reshaped.add(mt.tensor)  # another number of values (a shape the quantized model fixed): not compared
+                incomparable.add(mt.tensor)  # another number of values: not compared
                 continue
             f = finits[mt.tensor] if mt.role in _CONST else fv[mt.tensor]
             try:
@@ -313,9 +313,9 @@ def compare_models(float_model: Any, quant_model: Any, data: Any, *, samples: in
             except DataError as e:
                 raise DataError(f"{mt.tensor} (quantized model: {mt.post}): {e}") from None
         done += ds.batch_len(feed)
-    if reshaped:
-        matches = [mt for mt in matches if mt.tensor not in reshaped]
-        unmatched = unmatched + [f"{t} (shapes differ)" for t in sorted(reshaped)]
+    if incomparable:
+        matches = [mt for mt in matches if mt.tensor not in incomparable]
+        unmatched = unmatched + [f"{t} (shapes differ)" for t in sorted(incomparable)]
     return _diff(fm, matches, acc, done, (jump_db, excess_db), unmatched)
 
 

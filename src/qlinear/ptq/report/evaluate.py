@@ -538,10 +538,11 @@ def sequence_axis(x: np.ndarray, b: int) -> int | None:
     axis = 0 if x.shape[0] == b else 1 if x.shape[1] == b else None
     if axis is None or x.shape[1 - axis] < 2:
         return None
-    r = x.reshape(-1, x.shape[-1]).astype(np.float64)
-    if float(r.min()) >= 0 and np.allclose(r.sum(1), 1.0, atol=1e-3):
+    r = x.reshape(-1, x.shape[-1])
+    lo, hi = float(r.min()), float(r.max())
+    if lo >= 0 and np.allclose(r.sum(1, dtype=np.float64), 1.0, atol=1e-3):
         return axis
-    if float(r.max()) <= 1e-6 and np.allclose(np.exp(r).sum(1), 1.0, atol=1e-3):
+    if hi <= 1e-6 and np.allclose(np.exp(r.astype(np.float64)).sum(1), 1.0, atol=1e-3):
         return axis
     return None
 
@@ -551,8 +552,8 @@ def sequence_agreement(fa: list[np.ndarray], qa: list[np.ndarray], counts: list[
     ``sequence_agreement`` of the samples (every position agrees) and ``ctc_agreement`` of the samples as a CTC
     decoder reads them (repeats merged, then the blank dropped, taken to be the float output's most frequent top
     class): the same text where the paths differ only in where a character's run ends."""
-    def paths(xs: list[np.ndarray]) -> list[np.ndarray]:
-        return [np.moveaxis(x.argmax(-1), sequence_axis(f, n) or 0, 0).reshape(n, -1)
+    def paths(xs: list[np.ndarray]) -> list[np.ndarray]:   # the batch axis: first, else second (positions first)
+        return [np.moveaxis(x.argmax(-1), 0 if f.shape[0] == n else 1, 0).reshape(n, -1)
                 for x, f, n in zip(xs, fa, counts)]
 
     ff, qq = paths(fa), paths(qa)

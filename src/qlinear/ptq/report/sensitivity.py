@@ -28,10 +28,11 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from qlinear.graph.model import node_inputs
 from qlinear.graph.ops import bias_input
 from qlinear.graph.plan import resolve_inherit
 from qlinear.ptq.stats.session import Session
-from qlinear.ptq.stats.staged import _order, node_inputs
+from qlinear.ptq.stats.staged import _order
 
 MASK = "qlinear_sensitivity_mask"
 

@@ -25,20 +25,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from qlinear.errors import GraphError
-
-
-def node_inputs(n: onnx.NodeProto) -> list[str]:
-    """Inputs of ``n`` including the outer-scope names its subgraphs read."""
-    out = [x for x in n.input if x]
-    for a in n.attribute:
-        graphs = [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)
-        for sg in graphs:
-            local = {v.name for v in sg.input} | {t.name for t in sg.initializer}
-            for sn in sg.node:
-                local |= set(sn.output)
-            for sn in sg.node:
-                out += [x for x in node_inputs(sn) if x not in local]
-    return out
+from qlinear.graph.model import node_inputs
 
 
 def _key(n: onnx.NodeProto) -> str:
@@ -207,4 +194,4 @@ class Staged:
         self.cache.update(results)
 
 
-__all__ = ["Staged", "node_inputs", "staged_order"]
+__all__ = ["Staged", "staged_order"]

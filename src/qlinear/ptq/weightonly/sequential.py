@@ -36,9 +36,10 @@ from typing import Any, Callable
 import numpy as np
 import onnx
 
+from qlinear.graph.model import node_inputs
 from qlinear.ptq.stats import Gram
 from qlinear.ptq.stats.session import release_heap
-from qlinear.ptq.stats.staged import Staged, node_inputs
+from qlinear.ptq.stats.staged import Staged
 from qlinear.ptq.weightonly.plan import Linear
 from qlinear.ptq.weightonly.tensors import Tensors, external_info
 
