@@ -108,3 +108,17 @@ def test_a_narrow_log_and_a_target_in_integers_keep_their_quantization():
                                                               target="qnn"))
     assert {"mc", "pw", "re"} <= set(qnn.plan.activations)
     assert any(n.startswith("WARNING: Log of 'mc'") and "target ort" in n for n in qnn.notes)
+
+
+def test_debug_reads_the_float_cone_as_exact_not_as_a_drop():
+    """The debug command on the model with its cone in float: those tensors equal float (SQNR inf) and no drop below
+    their inputs is computed for them (it was -inf); the first jump is not among them."""
+    from qlinear.ptq.report.debug import compare_models
+
+    m = spectrogram()
+    x = audio(48)
+    qm = qlinear.quantize(m, {"audio": x}, dict(calibration_samples=32, evaluation_samples=16))
+    r = compare_models(m, qm.model, {"audio": x[32:]})
+    by = {t.tensor: t for t in r.tensors}
+    assert {"pw", "mc"} <= set(by) and all(np.isinf(by[t].sqnr_db) and by[t].drop_db is None for t in ("pw", "mc"))
+    assert r.first_jump not in {"pw", "mc", "re", "im", "audio"}

@@ -359,6 +359,8 @@ def _diff(fm: onnx.ModelProto, matches: list[_Match], acc: dict[str, _Acc], n: i
             td.drop_db = (a.grid_db(mt.bits) if mt.pre else ideal_db(mt.bits)) - td.sqnr_db
         elif mt.role == "weight":
             td.drop_db = typical[mt.bits] - td.sqnr_db
+        if math.isinf(td.sqnr_db) and td.sqnr_db > 0:
+            td.drop_db = None  # equal to float (a tensor left float on an exact path): nothing dropped
         if mt.pre:
             td.excess_db = a.excess_db(mt.bits)
         if ((td.drop_db is not None and td.drop_db > jump_db) or (td.excess_db is not None and td.excess_db > excess_db))\
