@@ -109,6 +109,8 @@ CASES = {
     "sigmoid": ([_node("Sigmoid", ["x"], ["y"])], {}),
     "tanh": ([_node("Tanh", ["x"], ["y"])], {}),
     "hardswish": ([_node("HardSwish", ["x"], ["y"])], {}),
+    "conv_leakyrelu": ([_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+                        _node("LeakyRelu", ["c"], ["y"], alpha=0.2)], {"w": _w(6, 4, 3, 3), "b": _w(6)}),
     "relu6_alone": ([_node("Clip", ["x", "lo", "hi"], ["y"])], {"lo": np.float32(0), "hi": np.float32(6)}),
 }
 X = RNG.normal(0, 2, (64, 4, 8, 8)).astype(np.float32)

@@ -3,8 +3,8 @@
 * **Weights** of Conv, ConvTranspose, Gemm and MatMul (initializers) are quantized per channel along the output
   channel (:mod:`qlinear.graph.axes`); their **bias** becomes int32 at ``input_scale * weight_scale``.
 * **Activations**: graph inputs and the outputs of nodes, except where a runtime fuses: no quantizer between a
-  Conv/Gemm/MatMul/Add and the Relu/Clip/LeakyRelu that is its only consumer (the quantizer goes after the
-  activation).
+  Conv/Gemm/MatMul/Add and the Relu/Clip that is its only consumer (the quantizer goes after the activation). A
+  LeakyRelu is not fused (no runtime's integer Conv takes it): its input is quantized.
 * **Data-movement ops** (Reshape, Flatten, Transpose, Squeeze, Unsqueeze, MaxPool, Identity, Slice, Gather, Pad,
   SpaceToDepth, DepthToSpace) share their input's parameters.
 * **Concat**: where the target requires it (``tflite``: one scale in and out), its inputs and output share one set of
@@ -348,8 +348,8 @@ def _is_mask(x: ir.Value | None, g: _Graph, data: set[str], floats: set[str]) ->
 
 
 def _is_act(n: ir.Node, g: _Graph) -> bool:
-    """An elementwise activation a runtime fuses into its producer: Relu, Clip, LeakyRelu, or Max/Min against a
-    constant (the per-channel clip that cross-layer equalization writes)."""
+    """An elementwise activation a runtime fuses into its producer: Relu, Clip, or Max/Min against a constant (the
+    per-channel clip that cross-layer equalization writes)."""
     if n.op_type in FUSABLE_ACT:
         return True
     x = n.inputs[1] if len(n.inputs) == 2 else None

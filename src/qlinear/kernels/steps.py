@@ -18,6 +18,7 @@ from qlinear.graph.model import attr
 from qlinear.graph.qdq import QdqGraph, QOp, QValue, clip_bounds
 from qlinear.kernels import activation as A
 from qlinear.kernels import elementwise as EW
+from qlinear.kernels import leaky_relu as LR
 from qlinear.kernels import pool as P
 from qlinear.kernels.batch_matmul import BatchMatMul
 from qlinear.kernels.deconv import TransposeConvLayer
@@ -357,10 +358,12 @@ def _clamp_kernel(op: QOp, prof: Profile, qg: QdqGraph) -> Step:
 
 
 def _activation_kernel(op: QOp, prof: Profile, qg: QdqGraph) -> Step:
-    """Sigmoid / Tanh / Softmax / HardSwish (LiteRT profiles): TFLite's int8 kernels, and its 16-bit ones at the fixed
+    """Sigmoid / Tanh / Softmax / HardSwish / LeakyRelu (LiteRT profiles): TFLite's int8 kernels, and its 16-bit ones at the fixed
     output ``1/32768, 0``."""
     o, x, name = _out_of(op, prof), _first_input(op), op.op
     axis = attr(op.node, "axis", -1)
+    if name == "LeakyRelu":
+        return _leaky_relu_step(op, prof, o, x)
     if o.dtype == np.int16 and x.params.dtype.storage == np.int16 and x.params.z == 0 and o.z == 0 \
             and np.float32(o.s) == np.float32(1 / 32768):
         fn16 = {"Sigmoid": A.logistic16, "Tanh": A.tanh16}.get(name)
@@ -389,6 +392,19 @@ def _activation_kernel(op: QOp, prof: Profile, qg: QdqGraph) -> Step:
         o.emit(env, np.clip(fn(env.int_of(x), s_in=x.params.s, zp_in=x.params.z, s_out=o.s, zp_out=o.z), o.lo, o.hi))
 
     return run
+
+
+def _leaky_relu_step(op: QOp, prof: Profile, o: Any, x: Any) -> Step:
+    """LiteRT's LEAKY_RELU (int8, int16; :mod:`qlinear.kernels.leaky_relu`): the builtin kernel, or XNNPACK's for an
+    int8 one under the ``litert_xnnpack`` profile; other runtimes compute it in float (DQ -> op -> Q)."""
+    if not prof.name.startswith("litert") or o.dtype not in (np.int8, np.int16) \
+            or x.params.dtype.storage != o.dtype:
+        raise NotInteger
+    alpha = float(attr(op.node, "alpha", 0.01))
+    kw = dict(s_in=x.params.s, zp_in=x.params.z, s_out=o.s, zp_out=o.z, alpha=alpha)
+    if o.dtype == np.int8 and prof.name == "litert_xnnpack":
+        return lambda env: o.emit(env, LR.xnnpack_leaky_relu(env.int_of(x), **kw))
+    return lambda env: o.emit(env, LR.leaky_relu(env.int_of(x), **kw, qmin=o.lo, qmax=o.hi))
 
 
 #: integer kernel family (the operator registry's ``OpSpec.kernel``) -> the function preparing its step

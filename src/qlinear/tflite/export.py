@@ -469,12 +469,16 @@ class _Writer:
                 new_shape=_nhwc(x.onnx_shape) if x.nhwc else list(x.onnx_shape))
 
     def unary(self, op: QOp) -> None:
-        """LOGISTIC, TANH, HARD_SWISH."""
+        """LOGISTIC, TANH, HARD_SWISH, LEAKY_RELU."""
         x = self.input_of(op, 0)
         out = self.output_of(op, x.nhwc)
         name = _builtin(op)
         if name == "HARD_SWISH" and op.output.params.dtype.bits != 8:
             raise UnsupportedError(f"node {op.name}: HARD_SWISH has int8 kernels only in LiteRT (no 16-bit kernel)")
+        if name == "LEAKY_RELU":
+            self.op(name, op.output, [x.index], [out.index], "LeakyReluOptions",
+                    alpha=float(attr(op.node, "alpha", 0.01)))
+            return
         self.op(name, op.output, [x.index], [out.index], "HardSwishOptions" if name == "HARD_SWISH" else None)
 
     # ------------------------------------------------------------------------------------------ float islands

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 #: the roles an op type can play (``OpSpec.roles``); :func:`with_role` refuses any other name
 ROLES = {
     "weighted": "a weight initializer on input ``weight_input``, quantized per output channel (plan, check)",
-    "fuses_activation": "a runtime fuses a following Relu/Clip/LeakyRelu into it (no quantizer in between)",
+    "fuses_activation": "a runtime fuses a following Relu/Clip into it (no quantizer in between)",
     "fusable_activation": "an activation a runtime fuses into its producer (plan)",
     "qdq_fused_activation": "a clamp the Q/DQ parser folds into the operator before it (TFLite fused activation)",
     "data_movement": "moves values without computing: its output reuses its input's encoding (plan)",
