@@ -51,12 +51,13 @@ from qlinear.tflite.generic import ISLANDS, MOVEMENT, Ctx, Slot
 VERSION8 = {"CONV_2D": 3, "DEPTHWISE_CONV_2D": 3, "FULLY_CONNECTED": 5, "ADD": 2, "SUB": 2, "MUL": 2,
             "AVERAGE_POOL_2D": 2, "MAX_POOL_2D": 2, "MEAN": 2, "RESHAPE": 1, "PAD": 2, "CONCATENATION": 2,
             "SOFTMAX": 2, "LOGISTIC": 2, "TANH": 2, "QUANTIZE": 2, "DEQUANTIZE": 2, "TRANSPOSE": 2, "HARD_SWISH": 1,
-            "RELU": 2, "RELU6": 2, "RELU_N1_TO_1": 2, "STRIDED_SLICE": 2, "SPLIT_V": 2, "GATHER": 2,
+            "LEAKY_RELU": 1, "RELU": 2, "RELU6": 2, "RELU_N1_TO_1": 2, "STRIDED_SLICE": 2, "SPLIT_V": 2, "GATHER": 2,
             "RESIZE_BILINEAR": 2, "RESIZE_NEAREST_NEIGHBOR": 2, "TRANSPOSE_CONV": 3, "BATCH_MATMUL": 2}
 VERSION16 = {"CONV_2D": 4, "DEPTHWISE_CONV_2D": 5, "FULLY_CONNECTED": 7, "ADD": 3, "SUB": 3, "MUL": 4,
              "AVERAGE_POOL_2D": 3, "MAX_POOL_2D": 3, "MEAN": 3, "RESHAPE": 1, "PAD": 4, "CONCATENATION": 3,
              "SOFTMAX": 3, "LOGISTIC": 3, "TANH": 3, "QUANTIZE": 3, "DEQUANTIZE": 4, "TRANSPOSE": 5,
-             "HARD_SWISH": 1, "RELU": 3, "RELU6": 3, "RELU_N1_TO_1": 3, "STRIDED_SLICE": 4, "SPLIT_V": 3,
+             "HARD_SWISH": 1, "LEAKY_RELU": 2, "RELU": 3, "RELU6": 3, "RELU_N1_TO_1": 3, "STRIDED_SLICE": 4,
+             "SPLIT_V": 3,
              "GATHER": 6, "RESIZE_BILINEAR": 4, "RESIZE_NEAREST_NEIGHBOR": 4, "TRANSPOSE_CONV": 3,
              "BATCH_MATMUL": 3}
 
