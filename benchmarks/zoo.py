@@ -56,7 +56,7 @@ class Entry:
     exporter: str        # producer and opset, as read from the file
     task: str
     data: str            # key of DATA_BUILDERS
-    score: str           # top1 | ctc | mask_iou | det_f1 | vad | nn | db1
+    score: str           # top1 | ctc | mask_iou | det_f1 | vad | nn | db1 | feat
     note: str = ""
     output: int = 0      # index of the model output that is scored
 
@@ -104,6 +104,15 @@ MODELS: tuple[Entry, ...] = (
     Entry("oww-hey-mycroft", "openwakeword", "0.4.0", "openwakeword/resources/models/hey_mycroft_v0.1.onnx",
           "Apache-2.0 (code; models CC BY-NC-SA 4.0)", "tf2onnx 1.10.1, opset 13",
           "wake-word detector (two LSTMs), 16 embeddings -> score", "oww_mycroft", "vad"),
+    Entry("asr-kaldi", "onnx-asr", "0.12.0", "onnx_asr/preprocessors/data/kaldi_conv.onnx", "MIT",
+          "OnnxScript 0.7.1, opset 17", "Kaldi fbank front end (DC removal, pre-emphasis by Gather/Scatter, STFT as Conv, "
+          "log-mel), 2 s of 16 kHz audio", "asr", "feat"),
+    Entry("asr-nemo80", "onnx-asr", "0.12.0", "onnx_asr/preprocessors/data/nemo80_conv.onnx", "MIT",
+          "OnnxScript 0.7.1, opset 17", "NeMo log-mel front end with per-feature normalization (masks by Where)", "asr",
+          "feat"),
+    Entry("asr-whisper80", "onnx-asr", "0.12.0", "onnx_asr/preprocessors/data/whisper80.onnx", "MIT",
+          "OnnxScript 0.7.1, opset 17", "Whisper log-mel front end (STFT operator, log10, clamp to max - 8)", "asr",
+          "feat"),
 )
 
 
@@ -527,6 +536,15 @@ def _oww(n_cal: int, n_eval: int, make: Callable) -> tuple[Samples, Samples]:
     return out[0], out[1]
 
 
+def build_asr(n_cal: int, n_eval: int) -> tuple[Samples, Samples]:
+    """2 s windows of espeak-ng speech (16 kHz floats in [-1, 1]) with their length, as onnx-asr feeds its front ends."""
+    def make(a: np.ndarray) -> Samples:
+        a = a / np.float32(32767)
+        return [{"waveforms": a[None, i:i + 32000].astype(np.float32), "waveforms_lens": np.array([32000], np.int64)}
+                for i in range(0, len(a) - 32000, 8000)]
+    return _oww(n_cal, n_eval, make)
+
+
 def build_oww_mel(n_cal: int, n_eval: int) -> tuple[Samples, Samples]:
     return _oww(n_cal, n_eval, lambda a: [{"input": a[None, i:i + 17280]} for i in range(0, len(a) - 17280, 4000)])
 
@@ -620,6 +638,7 @@ DATA_BUILDERS: dict[str, Callable[[Entry, int, int], tuple[Samples, Samples]]] =
     "oww_mel": lambda e, c, v: build_oww_mel(c, v),
     "oww_emb": lambda e, c, v: build_oww_emb(c, v),
     "oww_mycroft": lambda e, c, v: build_oww_mycroft(c, v),
+    "asr": lambda e, c, v: build_asr(c, v),
 }
 
 
@@ -745,6 +764,8 @@ def fidelity(e: Entry, ref: list[list[np.ndarray]], got: list[list[np.ndarray]])
             vals.append(_f1(detections(a, fmt, conf), detections(b, fmt, conf)))
         elif e.score == "vad":
             vals.append(float((a.ravel()[0] > 0.5) == (b.ravel()[0] > 0.5)))
+        elif e.score == "feat":   # log-mel features: within 0.1 (ln power: 0.43 dB; normalized: 0.1 sd)
+            vals.append(float(np.mean(np.abs(a - b) <= 0.1)) if a.shape == b.shape else 0.0)
         elif e.score == "db1":
             vals.append(float(np.mean(np.abs(a - b) <= 1.0)) if a.shape == b.shape else 0.0)
         else:

@@ -11,7 +11,11 @@ After calibration, a ``Log`` whose input took values more than ``WIDE`` (2^16) t
   component: a short-time Fourier transform's leakage), with a note naming them all. On openwakeword's
   ``melspectrogram.onnx`` the dB output goes from 29 dB average error (W8A8, 18 % of the values within 1 dB of float)
   to 0.4 dB with the weights at 8 bits and 0.2 dB with them float; the graph's head after the ``Log`` stays
-  quantized.
+  quantized. onnx-asr's front ends (OnnxScript: pre-emphasis by ``GatherElements``/``ScatterElements``, power by
+  ``ReduceSumSquare`` or the ``STFT`` operator, padding masked by ``Where``), output SQNR on 32 windows of speech:
+  Kaldi fbank 8.3 dB with the cone stopping at the power, 50.8 dB through to the waveform (ONNX Runtime's
+  ``quantize_static``: ``-inf``, the log of a power rounded to zero), NeMo 32.8 dB (ORT: NaN), Whisper 20.7 dB
+  (ORT 12.2).
 * Other targets run every tensor in integers: the pipeline warns, naming the ``Log``, and quantizes as planned.
 
 An ``overrides`` rule setting a tensor's type keeps it quantized.

@@ -69,8 +69,10 @@ NORM_ROOTS = ("Sqrt", "Pow", "Reciprocal")
 #: carried through from a linear layer with their dynamic range kept (no squashing function), back to the graph input
 LOGS = ("Log",)
 LOG_THROUGH = ("Add", "Sub", "Mul", "Div", "Pow", "Sqrt", "Abs", "Neg", "Max", "Min", "Clip", "Conv", "ConvTranspose",
-               "MatMul", "Gemm", "ReduceSum", "ReduceMean", "ReduceL2", "Reshape", "Expand", "Squeeze", "Unsqueeze",
-               "Cast", "Identity", "Flatten", "Transpose", "Concat", "Slice", "Pad", "Split")
+               "MatMul", "Gemm", "ReduceSum", "ReduceSumSquare", "ReduceMean", "ReduceL1", "ReduceL2", "ReduceMax",
+               "ReduceMin", "STFT", "DFT", "Reshape", "Expand", "Squeeze", "Unsqueeze", "Cast", "Identity", "Flatten",
+               "Transpose", "Concat", "Slice", "Pad", "Split", "Where", "Gather", "GatherElements", "ScatterElements",
+               "ScatterND", "Tile")
 #: operators whose outputs include a recurrent state (report metrics: judged as a state, not by top-1)
 RECURRENT = ("GRU", "LSTM", "RNN")
 #: operators a graph output's kind is looked through (layout only, the values unchanged)
