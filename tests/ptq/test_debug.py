@@ -215,3 +215,34 @@ def test_same_values_in_another_shape_are_compared():
     assert a.sig == pytest.approx(4.0) and a.noise == pytest.approx(0.25)
     with pytest.raises(DataError, match="shapes differ"):
         a.add(np.zeros(3, np.float32), np.zeros(4, np.float32), None)
+
+
+def test_the_model_as_shipped_compares_like_the_runs_rewritten_float():
+    """A paddle2onnx-style model (Constant-node weights, Conv -> BatchNormalization): qlinear folds and moves them, so
+    the original file's weights and Conv outputs differ from the quantized model's. The debug command rewrites FLOAT
+    the same way (with notes) and gives what model.float.onnx gives; before, the folded weight was the first jump
+    (SQNR near 0 dB against the unfolded one)."""
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(0)
+    w = rng.normal(0, 0.5, (6, 3, 3, 3)).astype(np.float32)
+    nodes = [helper.make_node("Constant", [], ["w"], value=numpy_helper.from_array(w, "w")),
+             helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["c", "g", "b", "mu", "var"], ["bn"]),
+             helper.make_node("Relu", ["bn"], ["r"]),
+             helper.make_node("Conv", ["r", "w2"], ["y"], pads=[1, 1, 1, 1])]
+    inits = {"g": rng.uniform(0.2, 3, 6), "b": rng.normal(0, 1, 6), "mu": rng.normal(0, 1, 6),
+             "var": rng.uniform(0.01, 4, 6), "w2": rng.normal(0, 0.3, (4, 6, 3, 3))}
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 8, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4, 8, 8])],
+                          [numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in inits.items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    data = {"x": rng.normal(0, 1, (24, 3, 8, 8)).astype(np.float32)}
+    out = qlinear.quantize(m, data, dict(calibration_samples=16, evaluation_samples=8))
+    shipped = compare_models(m, out.model, data, samples=8)
+    rewritten = compare_models(out.reference_model, out.model, data, samples=8)   # model.float.onnx
+    assert any("Constant-node weights" in n for n in shipped.notes) and any("1 BatchNormalization" in n
+                                                                              for n in shipped.notes)
+    assert not rewritten.notes and shipped.first_jump == rewritten.first_jump
+    by = {t.tensor: t.sqnr_db for t in shipped.tensors}
+    assert by == pytest.approx({t.tensor: t.sqnr_db for t in rewritten.tensors}) and min(by.values()) > 30

@@ -94,6 +94,8 @@ def _print_models(res, first: Path, second: Path, as_json: bool) -> None:
                   style="bold red" if d.jump else "")
     con = _console()
     con.print(t)
+    for note in res.notes:
+        con.print(note, highlight=False)
     if res.unmatched:
         con.print(f"not observable in the quantized model (fused away): {', '.join(res.unmatched)}", highlight=False)
     if res.first_jump is None:
