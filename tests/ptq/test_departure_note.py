@@ -1,0 +1,44 @@
+"""An output that departs from float on the held-out samples (mean cosine below 0.9) is named in one note with the
+options that repair it; nothing is said of outputs that agree, of sequences (their own note) or when a target was
+asked for."""
+
+from __future__ import annotations
+
+import numpy as np
+from onnx import TensorProto, helper
+from tiny_models import make_model
+
+import qlinear
+from qlinear.ptq.report.evaluate import _departure_note
+
+
+def cancelling() -> object:
+    """``x [N, 8]`` -> MatMul -> ``h`` (about 1000 + small) -> ``h - 1000`` -> ``y`` (the small part: an 8-bit grid
+    over ``h`` leaves it noise) and ``z = h`` (kept well)."""
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["m"]), helper.make_node("Add", ["m", "big"], ["h"]),
+             helper.make_node("Sub", ["h", "big2"], ["y"]), helper.make_node("Identity", ["h"], ["z"])]
+    return make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4]),
+                       helper.make_tensor_value_info("z", TensorProto.FLOAT, ["N", 4])],
+                      {"W": rng.normal(0, 0.1, (8, 4)).astype(np.float32), "big": np.full(4, 1000, np.float32),
+                       "big2": np.full(4, 1000, np.float32)})
+
+
+def test_an_output_that_departs_is_named_with_the_remedy():
+    x = np.random.default_rng(1).normal(0, 1, (48, 8)).astype(np.float32)
+    qm = qlinear.quantize(cancelling(), {"x": x}, dict(calibration_samples=32, evaluation_samples=16))
+    rep = qm.report()
+    assert rep.outputs["y"]["cosine_mean"] < 0.9 <= rep.outputs["z"]["cosine_mean"]
+    notes = [n for n in qm.notes if "depart from float" in n]
+    assert len(notes) == 1 and "'y' (cosine" in notes[0] and "'z'" not in notes[0]
+    assert "--accuracy-target sqnr_db>=15" in notes[0] and "--activation-type uint16" in notes[0]
+
+
+def test_no_note_for_agreeing_outputs_sequences_or_a_target():
+    good = {"cosine_mean": 0.99, "sqnr_db": 20.0}
+    bad = {"cosine_mean": 0.5, "sqnr_db": 1.0}
+    assert _departure_note({"a": "generic"}, {"a": good}, None) is None
+    assert _departure_note({"a": "sequence"}, {"a": bad}, None) is None
+    assert _departure_note({"a": "generic"}, {"a": bad}, "sqnr_db>=15") is None
+    assert "1 output(s)" in _departure_note({"a": "generic", "b": "generic"}, {"a": bad, "b": good}, None)
