@@ -300,24 +300,30 @@ def system_files() -> list[Path]:
 Samples = list[dict[str, np.ndarray]]
 
 
+IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+
+
 def _chw(img, mean, std) -> np.ndarray:
     a = (np.asarray(img, np.float32) / 255.0 - np.float32(mean)) / np.float32(std)
     return a.transpose(2, 0, 1)[None].astype(np.float32)
 
 
-def build_ocr_det(n_cal: int, n_eval: int) -> tuple[Samples, Samples]:
+def _pages(tag: str, n_cal: int, n_eval: int, lines_per_page: int,
+           make: Callable[[list[str], np.random.Generator, int], dict]) -> tuple[Samples, Samples]:
+    """Samples of rendered pages: ``make(picked lines, rng, index)`` per sample, calibration pages from the first half
+    of the text lines and held-out ones from the second."""
     lines = text_lines()
+    half = len(lines) // 2
     out = []
     for part, count in (("cal", n_cal), ("eval", n_eval)):
-        r = _rng("ocr_det" + part)
-        half = len(lines) // 2
+        r = _rng(tag + part)
         pool = lines[:half] if part == "cal" else lines[half:]
-        s = []
-        for _ in range(count):
-            picks = [pool[int(i)] for i in r.integers(0, len(pool), 12)]
-            s.append({"x": _chw(render_page(picks, r, 384), 0.5, 0.5)})
-        out.append(s)
+        out.append([make([pool[int(j)] for j in r.integers(0, len(pool), lines_per_page)], r, i) for i in range(count)])
     return out[0], out[1]
+
+
+def build_ocr_det(n_cal: int, n_eval: int) -> tuple[Samples, Samples]:
+    return _pages("ocr_det", n_cal, n_eval, 12, lambda p, r, i: {"x": _chw(render_page(p, r, 384), 0.5, 0.5)})
 
 
 def _line_samples(tag: str, n_cal: int, n_eval: int, make: Callable) -> tuple[Samples, Samples]:
@@ -353,35 +359,14 @@ def build_ocr_cls(n_cal: int, n_eval: int) -> tuple[Samples, Samples]:
 
 
 def build_doc_orient(n_cal: int, n_eval: int) -> tuple[Samples, Samples]:
-    lines = text_lines()
-    out = []
-    for part, count in (("cal", n_cal), ("eval", n_eval)):
-        r = _rng("doc" + part)
-        half = len(lines) // 2
-        pool = lines[:half] if part == "cal" else lines[half:]
-        s = []
-        for i in range(count):
-            picks = [pool[int(j)] for j in r.integers(0, len(pool), 10)]
-            img = render_page(picks, r, 448).rotate(90 * (i % 4))
-            s.append({"x": _chw(img.resize((224, 224)), (0.485, 0.456, 0.406), (0.229, 0.224, 0.225))})
-        out.append(s)
-    return out[0], out[1]
+    return _pages("doc", n_cal, n_eval, 10, lambda p, r, i: {"x": _chw(
+        render_page(p, r, 448).rotate(90 * (i % 4)).resize((224, 224)), IMAGENET_MEAN, IMAGENET_STD)})
 
 
 def build_layout(n_cal: int, n_eval: int) -> tuple[Samples, Samples]:
-    """Rendered document pages (text blocks, some over photos) at 800x608, ImageNet-normalized as rapid-layout does."""
-    lines = text_lines()
-    out = []
-    for part, count in (("cal", n_cal), ("eval", n_eval)):
-        r = _rng("layout" + part)
-        half = len(lines) // 2
-        pool = lines[:half] if part == "cal" else lines[half:]
-        s = []
-        for _ in range(count):
-            img = render_page([pool[int(j)] for j in r.integers(0, len(pool), 16)], r, 800).resize((608, 800))
-            s.append({"image": _chw(img, (0.485, 0.456, 0.406), (0.229, 0.224, 0.225))})
-        out.append(s)
-    return out[0], out[1]
+    """Rendered document pages at 800x608, ImageNet-normalized as rapid-layout does."""
+    return _pages("layout", n_cal, n_eval, 16, lambda p, r, i: {"image": _chw(
+        render_page(p, r, 800).resize((608, 800)), IMAGENET_MEAN, IMAGENET_STD)})
 
 
 CAPTCHA_CHARS = "abcdefghijkmnpqrstuvwxyzABCDEFGHJKLMNPQRSTUVWXYZ23456789"

@@ -102,6 +102,14 @@ class Plan:
     skipped: dict[str, str] = field(default_factory=dict)        # tensor -> reason
     norm_stats: list[str] = field(default_factory=list)          # quantized normalization statistics (norm_stats)
 
+    def leave_float(self, tensors: set[str], reason: str) -> None:
+        """Take ``tensors`` out of the quantized activations (and out of those reusing an encoding), with ``reason``
+        (a decision made after calibration: :mod:`qlinear.ptq.mixed`, :mod:`qlinear.ptq.logs`)."""
+        self.activations = [t for t in self.activations if t not in tensors]
+        self.inherit = {k: v for k, v in self.inherit.items() if k not in tensors}
+        for t in tensors:
+            self.skipped[t] = reason
+
 
 PLACEMENTS = ("all", "matmul")
 

@@ -358,8 +358,8 @@ def _clamp_kernel(op: QOp, prof: Profile, qg: QdqGraph) -> Step:
 
 
 def _activation_kernel(op: QOp, prof: Profile, qg: QdqGraph) -> Step:
-    """Sigmoid / Tanh / Softmax / HardSwish / LeakyRelu (LiteRT profiles): TFLite's int8 kernels, and its 16-bit ones at the fixed
-    output ``1/32768, 0``."""
+    """Sigmoid / Tanh / Softmax / HardSwish / LeakyRelu (LiteRT profiles): TFLite's int8 kernels, and its 16-bit ones
+    at the fixed output ``1/32768, 0`` (LeakyRelu: any 16-bit output, :func:`_leaky_relu_step`)."""
     o, x, name = _out_of(op, prof), _first_input(op), op.op
     axis = attr(op.node, "axis", -1)
     if name == "LeakyRelu":

@@ -68,11 +68,8 @@ def float_log_cones(plan: Plan, nodes: list[Any], obs: dict[str, Any], target: s
         if not drop:
             continue
         gone = set(drop)
-        plan.activations = [a for a in plan.activations if a not in gone]
-        plan.inherit = {k: v for k, v in plan.inherit.items() if k not in gone}
+        plan.leave_float(gone, f"computed into the Log of '{t}' ({span} to {hi:.3g}): left in float")
         plan.concats = [c for c in plan.concats if c.output not in gone]
-        for a in drop:
-            plan.skipped[a] = f"computed into the Log of '{t}' ({span} to {hi:.3g}): left in float"
         named = [a for a in cone if a in gone]
         weights = _float_weights(plan, nodes, set(cone), resolved)
         notes.append(f"{what}, more than a 16-bit grid resolves (its small values would be rounded to zero and their "

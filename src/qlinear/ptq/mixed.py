@@ -94,10 +94,7 @@ def keep_parts(plan: Plan, m: Any, target: str, notes: list[str]) -> list[Concat
         drop = set(reach) | {c.output}
         if not reach or c.output not in plan.activations or _feeds_compute(m, plan, c.output, drop):
             continue
-        plan.activations = [t for t in plan.activations if t not in drop]
-        plan.inherit = {k: v for k, v in plan.inherit.items() if k not in drop}
-        for t in drop:
-            plan.skipped[t] = "output of a Concat of mixed ranges: left in float (each part keeps its parameters)"
+        plan.leave_float(drop, "output of a Concat of mixed ranges: left in float (each part keeps its parameters)")
         notes.append(f"{what}: each input keeps its own parameters and the output {', '.join(sorted(reach))} is "
                      "left in float (one grid over all parts would undo them)")
         floated.append(c)
