@@ -59,6 +59,7 @@ class Entry:
     score: str           # top1 | ctc | mask_iou | det_f1 | vad | nn | db1 | feat | pos_f1
     note: str = ""
     output: int = 0      # index of the model output that is scored
+    options: tuple[str, ...] = ()   # what qlinear's notes on this model suggest (a run of its own in the bench)
 
     @property
     def file(self) -> Path:
@@ -89,7 +90,8 @@ MODELS: tuple[Entry, ...] = (
           "torch 2.3.0, opset 17", "sentence encoder paraphrase-MiniLM-L3-v2 (BERT, int64 ids, mean pooling inside)",
           "sentences", "nn", output=3),
     Entry("silero-vad", "silero-vad", "6.2.3", "silero_vad/data/silero_vad.onnx", "MIT", "spox, opset 16",
-          "voice activity detector (LSTM inside If nodes, 8k/16k branches, state in/out)", "vad_silero", "vad"),
+          "voice activity detector (LSTM inside If nodes, 8k/16k branches, state in/out)", "vad_silero", "vad",
+          options=("--fix-input", "sr=16000")),
     Entry("silero-vad-op15", "silero-vad", "6.2.3", "silero_vad/data/silero_vad_16k_op15.onnx", "MIT",
           "torch 2.3.1, opset 15", "voice activity detector, 16 kHz export (If nodes)", "vad_silero", "vad"),
     Entry("akiki-vad", "akiki", "0.0.6", "akiki/models/akiki-vad.onnx", "see package (silero-derived, MIT)",

@@ -82,3 +82,48 @@ def test_qnn_quantizes_the_statistics_at_16_bits():
     f = run(m)
     db = [10 * np.log10(np.sum(f ** 2) / np.sum((f - run(q.model)) ** 2)) for q in (qm, eight)]
     assert db[0] > 18 and db[0] > db[1] + 6, db
+
+
+def magnitude_model() -> onnx.ModelProto:
+    """``audio [batch, 1024]`` -> STFT as two strided Conv (cos/sin rows) -> magnitude ``sqrt(re^2 + im^2)`` ->
+    Conv (an encoder layer, silero-vad's shape) -> ``out [batch, 8, 31]``."""
+    n_fft, hop, bins = 64, 32, 33
+    k, f = np.arange(n_fft), np.arange(bins)[:, None]
+    win = 0.5 - 0.5 * np.cos(2 * np.pi * k / n_fft)
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("Unsqueeze", ["audio", "ax1"], ["a3"]),
+             helper.make_node("Conv", ["a3", "Wr"], ["re"], strides=[hop], kernel_shape=[n_fft]),
+             helper.make_node("Conv", ["a3", "Wi"], ["im"], strides=[hop], kernel_shape=[n_fft]),
+             helper.make_node("Pow", ["re", "two"], ["re2"]), helper.make_node("Pow", ["im", "two"], ["im2"]),
+             helper.make_node("Add", ["re2", "im2"], ["pw"]), helper.make_node("Sqrt", ["pw"], ["mag"]),
+             helper.make_node("Conv", ["mag", "We"], ["out"], kernel_shape=[1])]
+    return make_model(nodes, [helper.make_tensor_value_info("audio", TensorProto.FLOAT, ["batch", 1024])],
+                      [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["batch", 8, 31])],
+                      {"ax1": np.array([1], np.int64),
+                       "Wr": (win * np.cos(2 * np.pi * f * k / n_fft)).astype(np.float32)[:, None, :],
+                       "Wi": (-win * np.sin(2 * np.pi * f * k / n_fft)).astype(np.float32)[:, None, :],
+                       "two": np.array(2, np.float32),
+                       "We": (rng.standard_normal((8, bins, 1)) / 6).astype(np.float32)})
+
+
+def test_a_magnitude_written_out_keeps_its_squares_float():
+    """silero-vad's STFT magnitude: the squares and their sum span the square of the magnitude's range, and 8 bits
+    over them round the quiet bins to zero before the root magnifies it. They stay float on target ort (the
+    magnitude and the layers around it stay quantized); at 8 bits (target qnn, which quantizes them, with an
+    overrides rule for 8 bits) the output loses > 6 dB."""
+    m = magnitude_model()
+    assert norm_statistics(list(to_ir(m).graph)) == {"re2", "im2", "pw"}
+    rng = np.random.default_rng(3)
+    t = np.arange(1024) / 16000
+    x = np.stack([sum(10 ** rng.uniform(-3, 0) * np.sin(2 * np.pi * rng.uniform(100, 7000) * t) for _ in range(3))
+                  + 10 ** rng.uniform(-4, -2) * rng.standard_normal(1024) for _ in range(64)]).astype(np.float32)
+    qm = qlinear.quantize(m, {"audio": x}, dict(calibration_samples=32, evaluation_samples=32))
+    assert not {"re2", "im2", "pw"} & set(qm.plan.activations) and {"re", "im", "mag"} <= set(qm.plan.activations)
+    eight = qlinear.quantize(m, {"audio": x}, dict(calibration_samples=32, evaluation_samples=32, target="qnn",
+                                                   overrides=[{"name": "*", "role": "activation", "type": "uint8"}]))
+    assert {"re2", "im2", "pw"} <= set(eight.plan.activations)
+    run = lambda mm: ort.InferenceSession(mm.SerializeToString(), providers=["CPUExecutionProvider"]).run(  # noqa: E731
+        None, {"audio": x[32:]})[0].astype(np.float64)
+    f = run(m)
+    db = [10 * np.log10(np.sum(f ** 2) / np.sum((f - run(q.model)) ** 2)) for q in (qm, eight)]
+    assert db[0] > 25 and db[0] > db[1] + 6, db

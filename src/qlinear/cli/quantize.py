@@ -12,6 +12,9 @@ from qlinear.core.granularity import PerBlock
 _HELP = {  # the help text of each option
     "input_shape": ("NAME=D0,D1,...: fix the dynamic dimensions of model input NAME (e.g. x=1,3,480,480; a .tflite "
                      "needs static shapes); repeatable."),
+    "fix_input": ("NAME=V or NAME=V1,V2,...: make model input NAME a constant of that value (e.g. sr=16000): the "
+                  "written model no longer takes it, and an If it decides is replaced by the branch taken, whose "
+                  "layers are then quantized; repeatable."),
     "full_integer": ("Target tflite: refuse operators outside the TFLite integer set instead of running them as float "
                       "islands (DEQUANTIZE -> float builtin -> QUANTIZE)."),
     "model": 'Float ONNX model. Omitted: the bundled example CNN.',
@@ -85,6 +88,7 @@ def quantize(
     image_std: float = typer.Option(128.0, '--image-std', help=_HELP["image_std"]),
     batch_axis: Optional[list[str]] = typer.Option(None, '--batch-axis', help=_HELP["batch_axis"]),
     input_shape: Optional[list[str]] = typer.Option(None, '--input-shape', help=_HELP["input_shape"]),
+    fix_input: Optional[list[str]] = typer.Option(None, '--fix-input', help=_HELP["fix_input"]),
     full_integer: bool = typer.Option(False, '--full-integer', help=_HELP["full_integer"]),
     workers: Optional[int] = typer.Option(None, '--workers', help=_HELP["workers"]),
     ray_address: Optional[str] = typer.Option(None, '--ray-address', help=_HELP["ray_address"]),
@@ -111,6 +115,7 @@ def quantize(
             "accuracy_target": accuracy_target, "output_format": output_format, "lm_head_type": lm_head_type,
             "size_budget": size_budget, "average_bits": average_bits,
             "batch_axes": _batch_axes(batch_axis), "input_shapes": _input_shapes(input_shape),
+            "fix_inputs": _fixed_inputs(fix_input),
             "full_integer": full_integer or None, "workers": workers, "ray_address": ray_address}
     cfg = settled_config(model, config, over)
     if data is None and not (cfg.weight_only and cfg.w_method in ("minmax", "mse")):
@@ -140,9 +145,8 @@ def _example(con, data: Optional[Path], n_cal: Optional[int], n_eval: Optional[i
 def settled_config(model: Path, config: Optional[Path], over: dict):
     """The run's configuration, settled for the model before any data is read (:func:`qlinear.ptq.settle.settle`:
     a refused combination fails here, within a second): the config file's options, then the command line's."""
-    from qlinear.graph.passes.shapes import fix_input_shapes
     from qlinear.ptq import QuantizeConfig
-    from qlinear.ptq.pipeline import load_checked
+    from qlinear.ptq.pipeline import fixed_model, load_checked
     from qlinear.ptq.settle import settle
 
     base = QuantizeConfig.from_file(config).to_dict(requested_only=True) if config else {}
@@ -151,7 +155,7 @@ def settled_config(model: Path, config: Optional[Path], over: dict):
     if cfg.weight_only:
         return cfg
     # refuses now; quantize settles again and records the notes (on the checked model kept here: not read twice)
-    settle(cfg, fix_input_shapes(load_checked(model, keep=True)[0], cfg.input_shapes)[0])
+    settle(cfg, fixed_model(load_checked(model, keep=True)[0], cfg, str(model), [])[0])
     return cfg
 
 
@@ -248,6 +252,24 @@ def _input_shapes(items: Optional[list[str]]) -> Optional[dict[str, list[int]]]:
             name = ""
         if not name:
             raise ConfigError(f"--input-shape {it!r}: expected NAME=D0,D1,..., e.g. --input-shape x=1,3,480,480")
+    return out or None
+
+
+def _fixed_inputs(items: Optional[list[str]]) -> Optional[dict[str, object]]:
+    """``--fix-input NAME=V[,V...]`` options as ``{NAME: V}`` (one value) or ``{NAME: [V, ...]}`` (None when not
+    given)."""
+    from qlinear.errors import ConfigError
+
+    out: dict[str, object] = {}
+    for it in items or ():
+        name, _, text = it.rpartition("=")
+        try:
+            vals = [float(v) if any(c in v.lower() for c in ".en") else int(v) for v in text.split(",")]
+        except ValueError:
+            name = ""
+        if not name:
+            raise ConfigError(f"--fix-input {it!r}: expected NAME=VALUE or NAME=V1,V2,..., e.g. --fix-input sr=16000")
+        out[name] = vals[0] if len(vals) == 1 else vals
     return out or None
 
 

@@ -8,9 +8,13 @@ top-1 agreement with float fell to 0.41 with them at 8 bits); a runtime computes
 in float in any case. :func:`norm_statistics` finds them for the plan (:mod:`qlinear.graph.plan`), which leaves them
 float; the normalized data (``x - mean``, its product with the reciprocal square root) is quantized as before.
 
-A tensor is a statistic when it lies on a path from a reduction (``ReduceMean``/``ReduceSum``) to a square root
-(``Sqrt``, ``Pow`` by +-0.5, or the ``Reciprocal`` of one) through elementwise and layout operators; the square
-(``Mul(x, x)``, ``Pow(x, 2)``) a reduction on such a path reads is one too.
+A tensor is a statistic when it lies on a path from a reduction (``ReduceMean``/``ReduceSum``) or a square
+(``Mul(x, x)``, ``Pow(x, 2)``) to a square root (``Sqrt``, ``Pow`` by +-0.5, or the ``Reciprocal`` of one) through
+elementwise and layout operators; the square a reduction on such a path reads is one too, and so is the root of a
+reduction's value (a standard deviation). The squares cover a magnitude written out, ``sqrt(re^2 + im^2)`` of a
+spectrogram (silero-vad's STFT): its squares span the square of the magnitude's range, and an 8-bit grid over them
+rounds the quiet bins to zero before the root magnifies it (the sum's output SQNR alone: 15 dB); the magnitude
+itself is data, quantized as before.
 """
 
 from __future__ import annotations
@@ -45,11 +49,19 @@ def _is_square(n: ir.Node) -> bool:
 def norm_statistics(nodes: list[ir.Node]) -> set[str]:
     """The names of the normalization statistics among the outputs of ``nodes`` (a graph's nodes in topological
     order; module docstring)."""
-    after: set[str] = set()      # computed from a reduction through THROUGH operators
+    after: set[str] = set()      # computed from a reduction or a square through THROUGH operators
+    reduced: set[str] = set()    # those computed from a reduction: a root of one is a statistic too (a magnitude is data)
     for n in nodes:
-        if n.op_type in REDUCTIONS or (n.op_type in THROUGH + NORM_ROOTS
-                                       and any(x is not None and x.name in after for x in n.inputs)):
-            after.update(o.name for o in n.outputs if o.name)
+        outs = {o.name for o in n.outputs if o.name}
+        live = any(x is not None and x.name in after for x in n.inputs)
+        of_reduction = any(x is not None and x.name in reduced for x in n.inputs)
+        if n.op_type in REDUCTIONS or (n.op_type in NORM_ROOTS and of_reduction):
+            after |= outs
+            reduced |= outs
+        elif _is_square(n) or (n.op_type in THROUGH and live):
+            after |= outs
+            if of_reduction:
+                reduced |= outs
     before: set[str] = set()     # read, through THROUGH operators, by a square root of such a value
     for n in reversed(nodes):
         outs = {o.name for o in n.outputs}

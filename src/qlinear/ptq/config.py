@@ -95,6 +95,10 @@ class QuantizeConfig:
         input_shapes: ``{input name: [d0, d1, ...]}`` fixes the dynamic dimensions of graph inputs before any data is
             read (shapes re-inferred, shape computations folded to constants; :mod:`qlinear.graph.passes.shapes`;
             CLI ``--input-shape NAME=1,3,480,480``). Any target; a ``.tflite`` needs static shapes.
+        fix_inputs: ``{input name: value}`` makes graph inputs constants of that value (a number or a nested list)
+            before any data is read: the written model no longer has them, and an ``If`` they decide is replaced
+            by the branch taken, whose layers are then quantized (:mod:`qlinear.graph.passes.fix_inputs`; CLI
+            ``--fix-input sr=16000``). Samples that still hold such an input must hold that value.
         full_integer: target tflite: refuse operators outside the TFLite integer set instead of running them as
             float islands (DEQUANTIZE -> float builtin -> QUANTIZE; CLI ``--full-integer``).
         workers / ray_address: the calibration statistics pass (observers, channel means, GPTQ's Hessians) on
@@ -149,6 +153,7 @@ class QuantizeConfig:
     gptq_sequential: bool = True
     batch_axes: Any = None
     input_shapes: Any = None
+    fix_inputs: Any = None
     full_integer: bool = False
     workers: int = 1
     ray_address: str | None = None
@@ -221,6 +226,7 @@ class QuantizeConfig:
                               f"{self.batch_axes!r}")
         object.__setattr__(self, "batch_axes", dict(ba))
         self._check_input_shapes()
+        self._check_fix_inputs()
         if not isinstance(self.full_integer, bool):
             raise ConfigError(f"full_integer: expected true or false, got {self.full_integer!r}")
 
@@ -233,6 +239,22 @@ class QuantizeConfig:
             raise ConfigError(f"input_shapes: expected a mapping of input name to positive dimensions such as "
                               f"{{\"x\": [1, 3, 480, 480]}}, got {self.input_shapes!r}")
         object.__setattr__(self, "input_shapes", {k: tuple(v) for k, v in shapes.items()})
+
+    def _check_fix_inputs(self) -> None:
+        values = {} if self.fix_inputs is None else self.fix_inputs
+
+        def numbers(v: Any) -> bool:
+            if isinstance(v, (list, tuple)):
+                return len(v) > 0 and all(numbers(x) for x in v)
+            return isinstance(v, (int, float))
+
+        if not isinstance(values, dict) or not all(isinstance(k, str) and numbers(v) for k, v in values.items()):
+            raise ConfigError(f"fix_inputs: expected a mapping of input name to a number or a list of numbers such "
+                              f"as {{\"sr\": 16000}}, got {self.fix_inputs!r}")
+        if values and self.weight_only:
+            raise ConfigError("fix_inputs: not available in weight-only mode (activation_type float); it applies to "
+                              "W8A8-style runs")
+        object.__setattr__(self, "fix_inputs", dict(values))
 
     def _check_mode(self, one_of: Any) -> None:
         """The options that depend on the mode: weight-only (activation_type float) or W8A8-style."""

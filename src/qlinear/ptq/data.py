@@ -483,15 +483,20 @@ def open_npz(path: Path) -> dict[str, NpzMember]:
 
 # --------------------------------------------------------------------------------------------- sources
 def load_dataset(src: str | Path | Mapping[str, Any] | Dataset, inputs: Mapping[str, Any], *,
-                 preprocess: ImagePreprocess | None = None, batch_axes: Mapping[str, int] | None = None) -> Dataset:
+                 preprocess: ImagePreprocess | None = None, batch_axes: Mapping[str, int] | None = None,
+                 fixed: Mapping[str, np.ndarray] | None = None) -> Dataset:
     """A :class:`Dataset` from ``src`` for a model whose inputs are ``{name: InputSpec}`` (:func:`model_inputs`);
-    ``batch_axes`` overrides the batch axis of inputs by name (:func:`with_batch_axes`)."""
+    ``batch_axes`` overrides the batch axis of inputs by name (:func:`with_batch_axes`). ``fixed``: the values of
+    inputs the model no longer takes (``fix_inputs``); samples may leave them out, and where they hold one it must
+    be that value (:func:`check_fixed`, before any work)."""
     specs = with_batch_axes(_specs(inputs), batch_axes)
+    fixed = dict(fixed or {})
     if isinstance(src, Dataset):
         if src.specs is None:
             src.specs = specs
         return src
     if isinstance(src, Mapping):
+        check_fixed(src, fixed, "<arrays>")
         return _from_arrays(dict(src), specs, "<arrays>")
     if not isinstance(src, (str, Path)) or (isinstance(src, str) and not src):
         raise DataError(f"data: expected a path (.npz file or folder), a dict of arrays or a Dataset, got "
@@ -503,13 +508,19 @@ def load_dataset(src: str | Path | Mapping[str, Any] | Dataset, inputs: Mapping[
     if p.is_file():
         if p.suffix != ".npz":
             raise DataError(f"{p}: a data file must be .npz (input name -> array with the sample index first)")
-        return _from_arrays(open_npz(p), specs, str(p))
+        members = open_npz(p)
+        check_fixed(members, fixed, str(p))
+        return _from_arrays(members, specs, str(p))
     try:
         entries = sorted(p.iterdir())
     except OSError as e:
         raise DataError(f"{p}: cannot list the folder ({e.strerror})") from None
     sets = [d for d in entries if d.is_dir() and d.name.startswith("test_data_set")]
     if sets:
+        if fixed:
+            raise DataError(f"{p}: test_data_set folders match their input_N.pb files to the model's inputs by "
+                            f"position, which fixing {sorted(fixed)} changes; give the samples as .npz files (input "
+                            "name -> array) with fix_inputs")
         return _from_test_sets(sets, specs, str(p))
     files = [f for f in entries if f.is_file()]
     images = [f for f in files if f.suffix.lower() in IMAGE_SUFFIXES]
@@ -517,7 +528,7 @@ def load_dataset(src: str | Path | Mapping[str, Any] | Dataset, inputs: Mapping[
     if images:
         return _from_images(images, specs, p, preprocess or ImagePreprocess())
     if arrays:
-        return _from_files(arrays, specs, str(p))
+        return _from_files(arrays, specs, str(p), fixed)
     raise DataError(f"{p}: no .npy/.npz files, images or test_data_set_* directories found")
 
 
@@ -550,7 +561,26 @@ def _npy_header(f: Path) -> tuple[tuple[int, ...], np.dtype]:
     return tuple(shape), np.dtype(dtype)
 
 
-def _from_files(arrays: list[Path], specs: dict[str, InputSpec], where: str) -> Dataset:
+def check_fixed(members: Mapping[str, Any], fixed: Mapping[str, np.ndarray], where: str) -> None:
+    """Every input of ``fixed`` that ``members`` (one source's arrays) holds has that value in every sample: an
+    array of the value's shape, or of samples of it (a :class:`DataError` names the input, the values and the
+    fix)."""
+    for n, v in fixed.items():
+        if n not in members:
+            continue
+        a = np.asarray(members[n])
+        fits = a.shape[a.ndim - v.ndim:] == v.shape if a.ndim >= v.ndim else False
+        differ = a[a != v] if fits else a.reshape(-1)
+        if differ.size:
+            shape = "" if fits else f" (shape {list(a.shape)})"
+            want = v.reshape(-1)[0].item() if v.size == 1 else v.tolist()
+            raise DataError(f"{where}: input {n!r} holds {differ.reshape(-1)[0].item()!r}{shape}, but fix_inputs "
+                            f"fixes it to {want!r}: the model is quantized for that value; give samples of it or fix "
+                            "the input to theirs")
+
+
+def _from_files(arrays: list[Path], specs: dict[str, InputSpec], where: str,
+                fixed: Mapping[str, np.ndarray] | None = None) -> Dataset:
     names = list(specs)
 
     def load(f: Path) -> dict[str, np.ndarray]:
@@ -580,6 +610,7 @@ def _from_files(arrays: list[Path], specs: dict[str, InputSpec], where: str) -> 
                 missing = [n for n in names if n not in members]
                 if missing:
                     raise DataError(f"{f}: missing model input(s) {missing}; it has {sorted(members)}")
+                check_fixed(members, fixed or {}, str(f))
                 heads = {n: (members[n].shape, members[n].dtype) for n in names}
             for n, (shape, dt) in heads.items():
                 check_header(shape, dt, specs[n], str(f))
@@ -718,5 +749,5 @@ def _from_test_sets(sets: list[Path], specs: dict[str, InputSpec], where: str) -
     return Dataset(len(sets), None, where, get=lambda i: load(sets[i]), specs=specs, where=lambda i: str(sets[i]))
 
 
-__all__ = ["Dataset", "ImagePreprocess", "InputSpec", "NpzMember", "array_layout", "check_header", "conform",
+__all__ = ["Dataset", "ImagePreprocess", "InputSpec", "NpzMember", "array_layout", "check_fixed", "check_header", "conform",
            "default_batch_axis", "labels_from", "load_dataset", "model_inputs", "open_npz", "with_batch_axes"]

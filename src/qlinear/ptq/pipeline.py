@@ -32,8 +32,9 @@ from qlinear.graph.ir import to_ir, to_proto
 from qlinear.graph.load import load_checked
 from qlinear.graph.model import load_model, opset
 from qlinear.graph.passes.equalize import Equalize
+from qlinear.graph.passes.fix_inputs import fix_input_values, input_values
 from qlinear.graph.passes.fold_batchnorm import FoldBatchNorm
-from qlinear.graph.passes.normalize import check_upgrade
+from qlinear.graph.passes.normalize import check_upgrade, subgraph_notes
 from qlinear.graph.passes.shapes import fix_input_shapes
 from qlinear.graph.plan import float_weight_note, make_plan, no_activation_note
 from qlinear.ptq import targets
@@ -54,13 +55,31 @@ from qlinear.ptq.weightonly import quantize_weights
 Progress = Callable[[str, int], Callable[[int], None]]
 
 
+def fixed_model(m: onnx.ModelProto, cfg: QuantizeConfig, label: str,
+                notes: list[str]) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """``m`` (normalized) with the inputs ``cfg.fix_inputs`` names made constants and the dimensions
+    ``cfg.input_shapes`` gives fixed, what they decide folded (:mod:`qlinear.graph.passes.fix_inputs`,
+    :mod:`qlinear.graph.passes.shapes`), and the fixed inputs' values; ``notes`` gets theirs, its notes about
+    subgraphs brought up to date."""
+    if not cfg.fix_inputs and not cfg.input_shapes:
+        return m, {}
+    before = subgraph_notes(m)
+    values = input_values(m, cfg.fix_inputs, label)
+    m, by_value = fix_input_values(m, values, label)
+    m, by_shape = fix_input_shapes(m, cfg.input_shapes, label)
+    notes[:] = [n for n in notes if n not in before] + by_value + by_shape + subgraph_notes(m)
+    return m, values
+
+
 def check_normalized(given: onnx.ModelProto, m: onnx.ModelProto, ds: Dataset, n_cal: int, label: str,
-                     notes: list[str], count: int = 4) -> None:
+                     notes: list[str], count: int = 4, fixed: dict[str, np.ndarray] | None = None) -> None:
     """When normalizing upgraded the opset of the model as ``given``: the upgraded ``m`` computes what it does on the
-    first ``count`` calibration samples (:func:`~qlinear.graph.passes.normalize.check_upgrade`)."""
+    first ``count`` calibration samples (:func:`~qlinear.graph.passes.normalize.check_upgrade`; ``given`` fed the
+    ``fixed`` inputs ``m`` no longer takes)."""
     if opset(given) >= 13 or n_cal < 1:
         return
-    notes.append(check_upgrade(given, m, [ds.sample(i) for i in range(min(count, n_cal))], label))
+    feeds = [dict(ds.sample(i), **(fixed or {})) for i in range(min(count, n_cal))]
+    notes.append(check_upgrade(given, m, feeds, label))
 
 
 def quantize(model: Any, data: Any, config: QuantizeConfig | dict | None = None, *,
@@ -90,14 +109,13 @@ def quantize(model: Any, data: Any, config: QuantizeConfig | dict | None = None,
                           "quantization (activation_type float) with minmax or mse weights runs without it")
     norm_notes: list[str] = []
     m, label = load_checked(model, norm_notes)
-    m, fixed = fix_input_shapes(m, cfg.input_shapes, label)  # --input-shape: before settling and reading data
-    norm_notes += fixed
+    m, fixed = fixed_model(m, cfg, label, norm_notes)  # --fix-input, --input-shape: before settling, reading data
     cfg, notes = settle(cfg, m)
     float_model = load_model(model if norm_notes else m)  # as given (a copy)
-    ds = load_dataset(data, model_inputs(m), preprocess=preprocess, batch_axes=cfg.batch_axes)
+    ds = load_dataset(data, model_inputs(m), preprocess=preprocess, batch_axes=cfg.batch_axes, fixed=fixed)
     n_cal = min(cfg.calibration_samples, len(ds))
     ds.validate(min(len(ds), cfg.calibration_samples + cfg.evaluation_samples))
-    check_normalized(float_model, m, ds, n_cal, label, norm_notes)
+    check_normalized(float_model, m, ds, n_cal, label, norm_notes, fixed=fixed)
     notes = norm_notes + notes + list(ds.notes)
     if n_cal < cfg.calibration_samples:
         notes.append(f"only {len(ds)} samples: calibrating on {n_cal}")

@@ -132,7 +132,7 @@ def unfolded_weight_notes(m: onnx.ModelProto) -> list[str]:
     const = {t.name for t in m.graph.initializer}
     for n in m.graph.node:  # computed from constants alone: a deterministic node of constants (or a Constant)
         random = n.op_type.startswith("Random") or n.op_type in ("Multinomial", "Bernoulli")
-        if (n.op_type == "Constant" or any(n.input)) and not random and not list(_subgraphs(n)) \
+        if (n.op_type == "Constant" or any(n.input)) and not random and not list(subgraphs(n)) \
                 and all(x in const for x in n.input if x):
             const.update(o for o in n.output if o)
     inits = {t.name for t in m.graph.initializer}
@@ -293,7 +293,7 @@ def fold_constant_chains(graph: onnx.GraphProto) -> int:
         return 0
     del graph.node[:]
     graph.node.extend(keep)
-    _rename_in_subgraphs(graph, rename)
+    rename_in_subgraphs(graph, rename)
     for o in graph.output:  # an Identity's output is never a graph output here; kept for safety
         o.name = rename.get(o.name, o.name)
     prune_initializers(graph)
@@ -340,7 +340,7 @@ def _reader_counts(graph: onnx.GraphProto) -> dict[str, int]:
             for x in n.input:
                 if x:
                     counts[x] = counts.get(x, 0) + 1
-            for sg in _subgraphs(n):
+            for sg in subgraphs(n):
                 visit(sg)
                 for o in sg.output:
                     counts[o.name] = counts.get(o.name, 0) + 1
@@ -349,7 +349,7 @@ def _reader_counts(graph: onnx.GraphProto) -> dict[str, int]:
     return counts
 
 
-def _subgraphs(node: onnx.NodeProto) -> Iterable[onnx.GraphProto]:
+def subgraphs(node: onnx.NodeProto) -> Iterable[onnx.GraphProto]:
     for a in node.attribute:
         if a.type == onnx.AttributeProto.GRAPH:
             yield a.g
@@ -357,12 +357,12 @@ def _subgraphs(node: onnx.NodeProto) -> Iterable[onnx.GraphProto]:
             yield from a.graphs
 
 
-def _rename_in_subgraphs(graph: onnx.GraphProto, rename: Mapping[str, str]) -> None:
+def rename_in_subgraphs(graph: onnx.GraphProto, rename: Mapping[str, str]) -> None:
     """Outer-scope names a subgraph reads, renamed (a name the subgraph defines itself shadows the outer one)."""
     if not rename:
         return
     for n in graph.node:
-        for sg in _subgraphs(n):
+        for sg in subgraphs(n):
             local = {v.name for v in sg.input} | {t.name for t in sg.initializer} | \
                 {o for sn in sg.node for o in sn.output}
             inner = {k: v for k, v in rename.items() if k not in local}
@@ -373,7 +373,7 @@ def _rename_in_subgraphs(graph: onnx.GraphProto, rename: Mapping[str, str]) -> N
             for o in sg.output:
                 if o.name in inner:  # a subgraph output that was an outer Identity: read through an Identity
                     sg.node.append(helper.make_node("Identity", [inner[o.name]], [o.name]))
-            _rename_in_subgraphs(sg, inner)
+            rename_in_subgraphs(sg, inner)
 
 
 def _used_names(graph: onnx.GraphProto) -> set[str]:
@@ -381,7 +381,7 @@ def _used_names(graph: onnx.GraphProto) -> set[str]:
     used = {o.name for o in graph.output}
     for n in graph.node:
         used.update(n.input)
-        for sg in _subgraphs(n):
+        for sg in subgraphs(n):
             used |= _used_names(sg)
     return used
 
@@ -391,21 +391,49 @@ def subgraph_notes(m: onnx.ModelProto) -> list[str]:
     left float, with the weighted layers inside named."""
     notes = []
     for n in m.graph.node:
-        subs = list(_subgraphs(n))
+        subs = list(subgraphs(n))
         if not subs:
             continue
         inner = [f"{s.op_type} {s.name or s.output[0]!r}" for sg in subs for s in _walk(sg) if s.op_type in WEIGHTED]
         what = (f"; the {len(inner)} weighted layer(s) inside stay float: " + ", ".join(inner[:6])
                 + (" ..." if len(inner) > 6 else "")) if inner else ""
         notes.append(f"{n.op_type} node {n.name or n.output[0]!r}: its subgraph(s) are left in float "
-                     f"(qlinear does not quantize inside If/Loop/Scan bodies yet){what}")
+                     f"(qlinear does not quantize inside If/Loop/Scan bodies yet){what}{_way_out(m.graph, n)}")
     return notes
+
+
+def _way_out(g: onnx.GraphProto, n: onnx.NodeProto) -> str:
+    """For an ``If`` whose condition the graph inputs decide (by value or by shape): the option that fixes them, so
+    the branch taken is inlined (:mod:`qlinear.graph.passes.fix_inputs`, :mod:`qlinear.graph.passes.shapes`)."""
+    if n.op_type != "If" or not n.input:
+        return ""
+    prod = {o: p for p in g.node for o in p.output}
+    inputs = {v.name for v in g.input} - {t.name for t in g.initializer}
+    seen: set[tuple[str, bool]] = set()
+    todo, by_value, by_shape = [(n.input[0], False)], set(), set()
+    while todo:
+        x, shape = todo.pop()
+        if (x, shape) in seen or not x:
+            continue
+        seen.add((x, shape))
+        if x in inputs:
+            (by_shape if shape else by_value).add(x)
+        p = prod.get(x)
+        if p is not None:
+            todo += [(y, shape or p.op_type in ("Shape", "Size")) for y in p.input]
+    if by_value:
+        return (f"; its condition depends on the value of input(s) {', '.join(sorted(by_value))}: fixing them with "
+                "--fix-input NAME=VALUE (config fix_inputs) replaces the If by the branch taken, quantized")
+    if by_shape:
+        return (f"; its condition depends on the shape of input(s) {', '.join(sorted(by_shape))}: fixing it with "
+                "--input-shape (config input_shapes) replaces the If by the branch taken, quantized")
+    return ""
 
 
 def _walk(graph: onnx.GraphProto) -> Iterable[onnx.NodeProto]:
     for n in graph.node:
         yield n
-        for sg in _subgraphs(n):
+        for sg in subgraphs(n):
             yield from _walk(sg)
 
 
@@ -499,5 +527,5 @@ def _declared(m: onnx.ModelProto) -> str:
     return "; ".join(f"{v.name} [{dims(v)}]" for v in m.graph.input if v.name not in init)
 
 
-__all__ = ["check_upgrade", "constants_to_initializers", "fold_constant_chains", "normalize",
-           "subgraph_notes", "unfolded_weight_notes", "upgrade"]
+__all__ = ["check_upgrade", "constants_to_initializers", "fold_constant_chains", "normalize", "prune_initializers",
+           "rename_in_subgraphs", "subgraph_notes", "subgraphs", "unfolded_weight_notes", "upgrade"]

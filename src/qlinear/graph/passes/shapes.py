@@ -10,7 +10,9 @@
 3. **shape computations are folded**: a ``Shape`` (or ``Size``) of a tensor whose shape is now static becomes an
    initializer, and so does every deterministic node whose inputs are all constants (the ``Gather``, ``Cast``,
    ``Concat``, ``Range``, ``ConstantOfShape``, ``Expand``... that computed a Reshape's target or an anchor grid from
-   those shapes), computed with ``onnx.reference`` (the ONNX definition), up to :data:`FOLD_LIMIT` elements.
+   those shapes), computed with ``onnx.reference`` (the ONNX definition), up to :data:`FOLD_LIMIT` elements; an
+   ``If`` whose condition that made constant is replaced by the branch it takes (:mod:`qlinear.graph.passes.
+   inline_if`), whose nodes are folded in turn.
 
 The notes say what changed. A model needs static shapes for a ``.tflite``; the fixed shapes also help any target
 (shape arithmetic no longer runs at inference time).
@@ -27,6 +29,7 @@ from onnx import helper, numpy_helper
 from qlinear.errors import GraphError
 from qlinear.graph.model import declared_dims
 from qlinear.graph.ops import QDQ_STRUCTURE, QUANTIZE_OPS
+from qlinear.graph.passes.inline_if import inline_constant_ifs
 from qlinear.graph.passes.normalize import prune_initializers
 
 #: the largest constant (elements) a fold may create
@@ -56,12 +59,13 @@ def fix_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]
             d.Clear()
             d.dim_value = int(n)
     del g.value_info[:]
-    n_fold = fold_static_shapes(model)
+    inlined: list[str] = []
+    n_fold = fold_static_shapes(model, inlined)
     fixed = ", ".join(f"{k} [{', '.join(str(int(d)) for d in v)}]" for k, v in shapes.items())
     note = f"input shapes fixed: {fixed}"
     if n_fold:
         note += f"; {n_fold} shape computation node(s) folded to constants"
-    return model, [note]
+    return model, [note] + inlined
 
 
 def _check_one(label: str, name: str, dims: list[int], inputs: Mapping[str, onnx.ValueInfoProto]) -> None:
@@ -96,14 +100,21 @@ def _static_shapes(model: onnx.ModelProto) -> dict[str, tuple[int, ...]]:
     return out
 
 
-def fold_static_shapes(model: onnx.ModelProto) -> int:
+def fold_static_shapes(model: onnx.ModelProto, inlined: list[str] | None = None) -> int:
     """Fold ``Shape``/``Size`` of static tensors and the nodes of constants that follow (module docstring, step 3),
-    repeatedly until nothing changes; returns the number of nodes folded."""
+    and inline each ``If`` whose condition became constant (:func:`~qlinear.graph.passes.inline_if.
+    inline_constant_ifs`, one line each into ``inlined``), repeatedly until nothing changes; returns the number of
+    nodes folded."""
     total = 0
     while True:
         n = _fold_once(model)
+        ifs = inline_constant_ifs(model)
+        if ifs:
+            prune_initializers(model.graph)
         total += n
-        if not n:
+        if inlined is not None:
+            inlined += ifs
+        if not n and not ifs:
             return total
 
 

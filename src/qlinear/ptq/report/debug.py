@@ -299,6 +299,33 @@ def as_rewritten(fm: onnx.ModelProto, qm: onnx.ModelProto) -> tuple[onnx.ModelPr
     return fm, notes
 
 
+def _fixed_as_quantized(fm: onnx.ModelProto, qm: onnx.ModelProto, data: Any, samples: int,
+                        batch_axes: dict[str, int] | None, notes: list[str]) -> onnx.ModelProto:
+    """``fm`` with the inputs ``qm`` no longer takes (a run's ``fix_inputs``) fixed to their value in the data, the
+    same in its first ``samples`` (:mod:`qlinear.graph.passes.fix_inputs`): the ``If`` they decide is inlined as in
+    the quantized model, whose tensors then match. A value that varies is left alone, with a note."""
+    from qlinear.graph.passes.fix_inputs import fix_input_values
+
+    gone = set(model_inputs(fm)) - set(model_inputs(qm))
+    if not gone:
+        return fm
+    ds = load_dataset(data, model_inputs(fm), batch_axes=batch_axes)
+    first = ds.sample(0)
+    same = {k for k in gone if all(np.array_equal(ds.sample(i)[k], first[k]) for i in range(1, min(samples, len(ds))))}
+    if same != gone:
+        notes.append(f"FLOAT: input(s) {', '.join(sorted(gone - same))} vary in the data and are not inputs of the "
+                     "quantized model: fed to the float model as they are")
+    if not same:
+        return fm
+    values = {k: first[k] for k in sorted(same)}
+    fm, fixed = fix_input_values(fm, values, "FLOAT")
+    shown = ", ".join(f"{k}={v.reshape(-1)[0].item() if v.size == 1 else f'[{v.dtype} {list(v.shape)}]'}"
+                      for k, v in values.items())
+    notes.append(f"FLOAT: inputs fixed to the data's values, {shown}, as the quantized model does not take them")
+    notes += [f"FLOAT: {n}" for n in fixed[1:]]   # the If nodes inlined
+    return fm
+
+
 def compare_models(float_model: Any, quant_model: Any, data: Any, *, samples: int = 16, batch_size: int = 8,
                    jump_db: float = JUMP_DB, excess_db: float = EXCESS_DB,
                    batch_axes: dict[str, int] | None = None) -> ModelDiff:
@@ -308,6 +335,7 @@ def compare_models(float_model: Any, quant_model: Any, data: Any, *, samples: in
         raise ConfigError(f"samples: expected a positive number of samples, got {samples}")
     fm, qm = load_model(float_model), load_model(quant_model)
     fm, notes = as_rewritten(fm, qm)
+    fm = _fixed_as_quantized(fm, qm, data, samples, batch_axes, notes)
     matches, unmatched = match_tensors(fm, qm)
     if not any(mt.role != "input" for mt in matches):
         raise DataError("the float and the quantized model share no tensor: is the quantized model made from this "
