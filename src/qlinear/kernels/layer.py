@@ -33,7 +33,7 @@ def _centered_weight(node: onnx.NodeProto, w: QValue) -> np.ndarray:
     wq = np.asarray(w.const).astype(np.int64)
     wz = w.params.zero_point.astype(np.int64)
     if node.op_type == "Conv":
-        if wq.ndim != 4 or attr(node, "auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET"):
+        if wq.ndim not in (3, 4) or attr(node, "auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET"):
             raise NotInteger
     elif node.op_type == "Gemm":
         if attr(node, "transA", 0) or attr(node, "alpha", 1.0) != 1.0 or attr(node, "beta", 1.0) != 1.0:
@@ -49,7 +49,9 @@ def _centered_weight(node: onnx.NodeProto, w: QValue) -> np.ndarray:
         wc = wq - wz.reshape(shape)
     else:
         wc = wq - int(wz.reshape(-1)[0])
-    return wc if node.op_type == "Conv" or ch_axis == 0 else wc.T
+    if node.op_type == "Conv":
+        return wc if wc.ndim == 4 else wc[:, :, None, :]   # a 1-D Conv as a 2-D one of height 1
+    return wc if ch_axis == 0 else wc.T
 
 
 class IntegerLayer:
@@ -73,10 +75,14 @@ class IntegerLayer:
         self.w = _centered_weight(node, w)  # Conv: OIHW; Gemm/MatMul: [N_out, K]
         n_out = self.w.shape[0]
         self.groups = attr(node, "group", 1) if self.kind == "Conv" else 1
-        self.stride = tuple(attr(node, "strides", [1, 1])) if self.kind == "Conv" else (1, 1)
-        pads = list(attr(node, "pads", [0, 0, 0, 0])) if self.kind == "Conv" else [0, 0, 0, 0]
-        self.pads = (pads[0], pads[1], pads[2], pads[3])
-        self.dil = tuple(attr(node, "dilations", [1, 1])) if self.kind == "Conv" else (1, 1)
+        self.one_d = self.kind == "Conv" and np.ndim(w.const) == 3   # [N, C, L]: run as [N, C, 1, L]
+        lead = [1] if self.one_d else []
+        self.stride = tuple(lead + list(attr(node, "strides", [1] * (2 - len(lead))))) if self.kind == "Conv" \
+            else (1, 1)
+        pads = list(attr(node, "pads", [0] * (4 - 2 * len(lead)))) if self.kind == "Conv" else [0, 0, 0, 0]
+        self.pads = (0, pads[0], 0, pads[1]) if self.one_d else (pads[0], pads[1], pads[2], pads[3])
+        self.dil = tuple(lead + list(attr(node, "dilations", [1] * (2 - len(lead))))) if self.kind == "Conv" \
+            else (1, 1)
         b = op.inputs[2] if len(op.inputs) > 2 else None
         self.float_bias = None
         if len(node.input) > 2 and node.input[2] and (b is None or b.const is None):
@@ -116,6 +122,12 @@ class IntegerLayer:
             xc = np.subtract(xq.reshape(-1, xq.shape[-1]), np.float32(self.zx), dtype=np.float32)
             acc = exact_matmul(xc, self.w32.T, self.chunk)  # [M, N_out]
             return acc.reshape(xq.shape[:-1] + (self.w.shape[0],)), self.bias
+        if self.one_d:
+            acc, bias = self.accumulate_2d(xq[:, :, None, :])
+            return acc[:, :, 0, :], bias
+        return self.accumulate_2d(xq)
+
+    def accumulate_2d(self, xq: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         if self.depthwise:
             o, _, kh, kw = self.w.shape
             return NK.dwconv(xq, self.zx, self.w.reshape(o, kh, kw), o // xq.shape[1], self.bias, self.stride,

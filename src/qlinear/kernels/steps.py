@@ -158,8 +158,8 @@ def _linear_kernel(op: QOp, prof: Profile, qg: QdqGraph) -> Step:
 
     def run(env: Env) -> None:
         xq = env.int_of(x)
-        if layer.kind == "Conv" and xq.ndim != 4:
-            raise KernelError(f"node {op.name}: only 2-D convolutions run on integers")
+        if layer.kind == "Conv" and xq.ndim != (3 if layer.one_d else 4):
+            raise KernelError(f"node {op.name}: only 1-D and 2-D convolutions run on integers")
         y = layer(xq)
         if layer.float_out:
             if layer.float_bias:

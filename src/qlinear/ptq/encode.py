@@ -88,15 +88,21 @@ def build_encodings(m: onnx.ModelProto, plan: Plan, obs: dict, tcfg: TensorConfi
     have set the activation encodings). Data-driven weight methods start from min-max ranges."""
     g = Initializers(m)  # the weights only: no index of the nodes
     out: dict[str, Encoding] = {}
-    # activations: tied groups share merged statistics
+    # activations: tied groups share merged statistics; a member that takes another tensor's parameters (a
+    # Reshape's output) keeps them, and widens the group's range by its source's (before, a Concat of reshaped
+    # parts took its first part's range and clipped the others: silero-vad's state at 1 dB)
     for group in plan.tied:
         members = [t for t in group if t in obs]
-        if len(members) > 1:
-            base = obs[members[0]]
-            for t in members[1:]:
-                base.merge(obs[t])
-            for t in members[1:]:
-                obs[t] = base
+        if not members:
+            continue
+        base = obs[members[0]]
+        for t in members[1:]:
+            base.merge(obs[t])
+        for t in members[1:]:
+            obs[t] = base
+        for src in dict.fromkeys(resolve_inherit(plan, t) for t in group if t not in obs):
+            if src in obs and obs[src] is not base:
+                base.merge(obs[src])
     for t in plan.activations:
         c = tcfg.activation(t)
         out[t] = obs[t].compute(c.activation_type, symmetric=c.activation_symmetric, policy=c.policy, name=t)

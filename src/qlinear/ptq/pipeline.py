@@ -35,7 +35,7 @@ from qlinear.graph.passes.equalize import Equalize
 from qlinear.graph.passes.fix_inputs import fix_input_values, input_values
 from qlinear.graph.passes.fold_batchnorm import FoldBatchNorm
 from qlinear.graph.passes.normalize import check_upgrade, subgraph_notes
-from qlinear.graph.passes.shapes import fix_input_shapes
+from qlinear.graph.passes.shapes import fix_input_shapes, fold_static_shapes
 from qlinear.graph.plan import float_weight_note, make_plan, no_activation_note
 from qlinear.ptq import targets
 from qlinear.ptq.algorithms.smooth import smooth_model
@@ -60,13 +60,22 @@ def fixed_model(m: onnx.ModelProto, cfg: QuantizeConfig, label: str,
     """``m`` (normalized) with the inputs ``cfg.fix_inputs`` names made constants and the dimensions
     ``cfg.input_shapes`` gives fixed, what they decide folded (:mod:`qlinear.graph.passes.fix_inputs`,
     :mod:`qlinear.graph.passes.shapes`), and the fixed inputs' values; ``notes`` gets theirs, its notes about
-    subgraphs brought up to date."""
-    if not cfg.fix_inputs and not cfg.input_shapes:
+    subgraphs brought up to date. Target tflite folds what static shapes decide in any case (a ``.tflite`` is
+    static: a ``Shape`` of a static tensor, and the ``If`` on it, as the TFLite converter folds them)."""
+    tflite = cfg.target == "tflite" and not cfg.input_shapes
+    if not cfg.fix_inputs and not cfg.input_shapes and not tflite:
         return m, {}
     before = subgraph_notes(m)
     values = input_values(m, cfg.fix_inputs, label)
     m, by_value = fix_input_values(m, values, label)
     m, by_shape = fix_input_shapes(m, cfg.input_shapes, label)
+    if tflite:
+        inlined: list[str] = []
+        n_fold = fold_static_shapes(m, inlined)
+        by_shape = ([f"target tflite: {n_fold} shape computation node(s) of static tensors folded to constants"]
+                    if n_fold else []) + inlined
+    if not by_value and not by_shape:
+        return m, values
     notes[:] = [n for n in notes if n not in before] + by_value + by_shape + subgraph_notes(m)
     return m, values
 

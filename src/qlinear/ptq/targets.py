@@ -42,8 +42,10 @@ def finalize(es: EncodingSet, m: onnx.ModelProto, plan: Any, cfg: QuantizeConfig
         if n.op_type in fixed and n.output[0] in encs:
             s, z = fixed[n.op_type]
             encs[n.output[0]] = Encoding(n.output[0], cfg.activation_type, scale=s, zero_point=z)
+    tied = {g[-1] for g in getattr(plan, "tied", [])}   # a Concat's output: the merged range of its parts
     for n in m.graph.node:  # same-scale operators: output takes the input's parameters
-        if n.op_type in SAME_SCALE_TFLITE and n.output[0] in encs and n.input and n.input[0] in encs:
+        if n.op_type in SAME_SCALE_TFLITE and n.output[0] in encs and n.input and n.input[0] in encs \
+                and n.output[0] not in tied:
             encs[n.output[0]] = encs[n.input[0]].replace(name=n.output[0])
     if not wide:
         encs.update(constant_operands(m, encs))
@@ -137,7 +139,7 @@ def check_tflite(model: Any, encodings: EncodingSet | None = None) -> list[Viola
             if e is not None and (not np.isclose(float(np.asarray(e.scale).reshape(-1)[0]), s, rtol=1e-6)
                                   or int(np.asarray(e.zero_point_or_zeros).reshape(-1)[0]) != z):
                 out.append(Violation(src, f"{n.op_type} output must be scale {s}, zero point {z}"))
-        if n.op_type in SAME_SCALE_TFLITE and n.input:
+        if n.op_type in SAME_SCALE_TFLITE and n.input and not _parts_differ(n, g, enc):
             a, b = enc.get(_float_name(g, n.input[0])), enc.get(src)
             if a is not None and b is not None and (not np.array_equal(a.scale, b.scale)
                                                     or not np.array_equal(a.zero_point_or_zeros,
@@ -152,6 +154,18 @@ def check_tflite(model: Any, encodings: EncodingSet | None = None) -> list[Viola
                                    rtol=1e-6):
                     out.append(Violation(bn, "bias scale must be input_scale * weight_scale"))
     return out
+
+
+def _parts_differ(n: onnx.NodeProto, g: GraphIndex, enc: dict[str, Encoding]) -> bool:
+    """A Concat whose inputs have different parameters: the .tflite runs it as a float island into its output's
+    (the merged range of its parts), not as an integer CONCATENATION."""
+    if n.op_type != "Concat":
+        return False
+    es = [enc.get(_float_name(g, x)) for x in n.input if x]
+    es = [e for e in es if e is not None]
+    return any(not np.array_equal(e.scale, es[0].scale) or not np.array_equal(e.zero_point_or_zeros,
+                                                                              es[0].zero_point_or_zeros)
+               for e in es[1:])
 
 
 def _float_name(g: GraphIndex, name: str) -> str:

@@ -46,20 +46,22 @@ from qlinear.graph.model import attr, load_model
 from qlinear.graph.qdq import QdqGraph, QOp, QValue, activation_name, clip_bounds, parse
 from qlinear.tflite import schema as S
 from qlinear.tflite.generic import ISLANDS, MOVEMENT, Ctx, Slot
+from qlinear.tflite.recurrent import RECURRENT
 
 #: operator versions LiteRT registers for int8 kernels (and for 16x8 where it differs)
 VERSION8 = {"CONV_2D": 3, "DEPTHWISE_CONV_2D": 3, "FULLY_CONNECTED": 5, "ADD": 2, "SUB": 2, "MUL": 2,
             "AVERAGE_POOL_2D": 2, "MAX_POOL_2D": 2, "MEAN": 2, "RESHAPE": 1, "PAD": 2, "CONCATENATION": 2,
             "SOFTMAX": 2, "LOGISTIC": 2, "TANH": 2, "QUANTIZE": 2, "DEQUANTIZE": 2, "TRANSPOSE": 2, "HARD_SWISH": 1,
             "LEAKY_RELU": 1, "RELU": 2, "RELU6": 2, "RELU_N1_TO_1": 2, "STRIDED_SLICE": 2, "SPLIT_V": 2, "GATHER": 2,
-            "RESIZE_BILINEAR": 2, "RESIZE_NEAREST_NEIGHBOR": 2, "TRANSPOSE_CONV": 3, "BATCH_MATMUL": 2}
+            "RESIZE_BILINEAR": 2, "RESIZE_NEAREST_NEIGHBOR": 2, "TRANSPOSE_CONV": 3, "BATCH_MATMUL": 2,
+            "MIRROR_PAD": 2}
 VERSION16 = {"CONV_2D": 4, "DEPTHWISE_CONV_2D": 5, "FULLY_CONNECTED": 7, "ADD": 3, "SUB": 3, "MUL": 4,
              "AVERAGE_POOL_2D": 3, "MAX_POOL_2D": 3, "MEAN": 3, "RESHAPE": 1, "PAD": 4, "CONCATENATION": 3,
              "SOFTMAX": 3, "LOGISTIC": 3, "TANH": 3, "QUANTIZE": 3, "DEQUANTIZE": 4, "TRANSPOSE": 5,
              "HARD_SWISH": 1, "LEAKY_RELU": 2, "RELU": 3, "RELU6": 3, "RELU_N1_TO_1": 3, "STRIDED_SLICE": 4,
              "SPLIT_V": 3,
              "GATHER": 6, "RESIZE_BILINEAR": 4, "RESIZE_NEAREST_NEIGHBOR": 4, "TRANSPOSE_CONV": 3,
-             "BATCH_MATMUL": 3}
+             "BATCH_MATMUL": 3, "MIRROR_PAD": 3}
 
 #: the op types the exporter writes: those the operator registry gives a TFLite writer (``OpSpec.tflite_writer``)
 SUPPORTED = ops.TFLITE_EXPORTED
@@ -143,10 +145,9 @@ class _Writer:
         return S.ACTIVATION[op.act]
 
     def padding(self, op: QOp, x: _T, k: tuple[int, int], stride: tuple[int, int],
-                dil: tuple[int, int]) -> tuple[str, _T]:
-        """SAME, VALID, or VALID after an explicit PAD (module docstring)."""
+                dil: tuple[int, int], pads: list[int]) -> tuple[str, _T]:
+        """SAME, VALID, or VALID after an explicit PAD (module docstring); ``pads`` of the 2-D form."""
         node = op.node
-        pads = list(attr(node, "pads", [0, 0, 0, 0]))
         ap = attr(node, "auto_pad", b"NOTSET")
         ap = ap.decode() if isinstance(ap, bytes) else ap
         h, w = x.onnx_shape[2], x.onnx_shape[3]
@@ -173,19 +174,33 @@ class _Writer:
         return "VALID", out
 
     def conv(self, op: QOp) -> None:
+        """Conv -> [PAD,] CONV_2D or DEPTHWISE_CONV_2D; a 1-D Conv as a 2-D one of height 1 (as the TFLite converter
+        writes it): TRANSPOSE + RESHAPE to ``[N, 1, L, C]`` before, RESHAPE + TRANSPOSE back after, on the integers."""
         node = op.node
         x = self.input_of(op, 0)
         w = op.inputs[1]
-        if w is None or w.const is None or x.onnx_shape is None or len(x.onnx_shape) != 4:
-            raise UnsupportedError(f"node {op.name}: only 2-D convolutions with constant quantized weights export")
-        wq = np.asarray(w.const)
+        rank = 0 if x.onnx_shape is None else len(x.onnx_shape)
+        if w is None or w.const is None or rank not in (3, 4) or np.ndim(w.const) != rank:
+            raise UnsupportedError(f"node {op.name}: only 1-D and 2-D convolutions with constant quantized weights "
+                                   "export")
+        one_d = rank == 3
+        wq = np.asarray(w.const)[:, :, None, :] if one_d else np.asarray(w.const)
         o, cg, kh, kw = wq.shape
         c = x.onnx_shape[1]
         groups = attr(node, "group", 1)
-        stride = tuple(attr(node, "strides", [1, 1]))
-        dil = tuple(attr(node, "dilations", [1, 1]))
-        pad, x = self.padding(op, x, (kh, kw), stride, dil)
+        lead = [1] if one_d else []
+        stride = tuple(lead + list(attr(node, "strides", [1] * (2 - len(lead)))))
+        dil = tuple(lead + list(attr(node, "dilations", [1] * (2 - len(lead)))))
+        pads = list(attr(node, "pads", [0] * (2 * (2 - len(lead)))))
+        if one_d:
+            pads = [0, pads[0], 0, pads[1]]
+            x = self.as_height_one(op, x)
+        pad, x = self.padding(op, x, (kh, kw), stride, dil, pads)
         out = self.output_of(op, True)
+        if one_d:
+            final, out = out, self.activation(QValue(f"{op.output.name}__2d", op.output.params,
+                                                     float_name=f"{op.output.float_name}_2d"), True,
+                                              (x.onnx_shape[0], o, 1, out.onnx_shape[2]))
         bias = self.bias(op, o)
         depthwise = groups == c and cg == 1 and groups > 1
         if depthwise:
@@ -195,13 +210,41 @@ class _Writer:
             self.op("DEPTHWISE_CONV_2D", op.output, [x.index, wi, bias], [out.index], "DepthwiseConv2DOptions",
                     padding=S.PADDING[pad], stride_w=stride[1], stride_h=stride[0], depth_multiplier=o // c,
                     fused_activation_function=self.fused(op), dilation_w_factor=dil[1], dilation_h_factor=dil[0])
-            return
-        wt = wq.transpose(0, 2, 3, 1)  # OHWI
-        wi = self.tensor(w.float_name or w.name, list(wt.shape), w.params.dtype.name, self.quant(w, 0),
-                         np.ascontiguousarray(wt))
-        self.op("CONV_2D", op.output, [x.index, wi, bias], [out.index], "Conv2DOptions", padding=S.PADDING[pad],
-                stride_w=stride[1], stride_h=stride[0], fused_activation_function=self.fused(op),
-                dilation_w_factor=dil[1], dilation_h_factor=dil[0])
+        else:
+            wt = wq.transpose(0, 2, 3, 1)  # OHWI
+            wi = self.tensor(w.float_name or w.name, list(wt.shape), w.params.dtype.name, self.quant(w, 0),
+                             np.ascontiguousarray(wt))
+            self.op("CONV_2D", op.output, [x.index, wi, bias], [out.index], "Conv2DOptions", padding=S.PADDING[pad],
+                    stride_w=stride[1], stride_h=stride[0], fused_activation_function=self.fused(op),
+                    dilation_w_factor=dil[1], dilation_h_factor=dil[0])
+        if one_d:
+            self.back_from_height_one(op, out, final)
+
+    def as_height_one(self, op: QOp, x: _T) -> _T:
+        """``[N, C, L]`` (stored so) as the NHWC tensor ``[N, 1, L, C]`` of a height-1 convolution."""
+        v = op.inputs[0]
+        n, c, ln = x.onnx_shape
+        t = self.activation(QValue(f"{v.name}__nlc_{op.name}", v.params, float_name=f"{v.float_name}_nlc_{op.name}"),
+                            False, (n, ln, c))
+        perm = self.tensor(f"{op.name}_perm_nlc", [3], "int32", data=np.array([0, 2, 1], np.int32))
+        self.op("TRANSPOSE", v, [x.index, perm], [t.index], "TransposeOptions")
+        h = self.activation(QValue(f"{v.name}__h1_{op.name}", v.params, float_name=f"{v.float_name}_h1_{op.name}"),
+                            True, (n, c, 1, ln))
+        self.op("RESHAPE", v, [t.index, self.tensor(f"{op.name}_shape_h1", [4], "int32",
+                                                    data=np.array([n, 1, ln, c], np.int32))],
+                [h.index], "ReshapeOptions", new_shape=[n, 1, ln, c])
+        return h
+
+    def back_from_height_one(self, op: QOp, y: _T, final: _T) -> None:
+        """The NHWC ``[N, 1, L', O]`` result of a height-1 convolution into the ``[N, O, L']`` output ``final``."""
+        n, o, ln = final.onnx_shape
+        v = op.output
+        t = self.activation(QValue(f"{v.name}__nlo", v.params, float_name=f"{v.float_name}_nlo"), False, (n, ln, o))
+        self.op("RESHAPE", v, [y.index, self.tensor(f"{op.name}_shape_nlo", [3], "int32",
+                                                    data=np.array([n, ln, o], np.int32))],
+                [t.index], "ReshapeOptions", new_shape=[n, ln, o])
+        perm = self.tensor(f"{op.name}_perm_nol", [3], "int32", data=np.array([0, 2, 1], np.int32))
+        self.op("TRANSPOSE", v, [t.index, perm], [final.index], "TransposeOptions")
 
     def bias(self, op: QOp, n: int) -> int:
         if len(op.node.input) < 3 or not op.node.input[2]:
@@ -343,7 +386,7 @@ class _Writer:
         stride = tuple(attr(node, "strides", [1, 1]))
         if attr(node, "ceil_mode", 0) or any(d != 1 for d in attr(node, "dilations", [1, 1])):
             raise UnsupportedError(f"node {op.name}: ceil_mode/dilations have no TFLite pool")
-        pad, x2 = self.padding(op, x, k, stride, (1, 1))
+        pad, x2 = self.padding(op, x, k, stride, (1, 1), list(attr(node, "pads", [0, 0, 0, 0])))
         if x2 is not x:
             raise UnsupportedError(f"node {op.name}: pool padding that is neither SAME nor VALID")
         if op.op == "AveragePool" and pad == "SAME" and attr(node, "count_include_pad", 0):
@@ -419,14 +462,18 @@ class _Writer:
         pads = self.qg.consts.get(op.node.input[1]) if len(op.node.input) > 1 else None
         pads = np.asarray(pads if pads is not None else attr(op.node, "pads"), np.int64)
         cval = self.qg.consts.get(op.node.input[2]) if len(op.node.input) > 2 and op.node.input[2] else None
-        if mode != "constant" or (cval is not None and float(np.asarray(cval).reshape(-1)[0]) != 0.0):
-            raise UnsupportedError(f"node {op.name}: only constant zero padding exports (PAD)")
+        if mode not in ("constant", "reflect") or (cval is not None and float(np.asarray(cval).reshape(-1)[0]) != 0.0):
+            raise UnsupportedError(f"node {op.name}: only constant zero padding (PAD) and reflect padding "
+                                   f"(MIRROR_PAD) export, not {mode!r}")
         r = len(x.onnx_shape)
         pr = np.stack([pads[:r], pads[r:]], 1)
         if x.nhwc:
             pr = pr[[0, 2, 3, 1]]
         out = self.output_of(op, x.nhwc)
         pi = self.tensor(f"{op.name}_paddings", [r, 2], "int32", data=pr.astype(np.int32))
+        if mode == "reflect":   # ONNX reflect leaves the edge out, as TFLite's REFLECT mode
+            self.op("MIRROR_PAD", op.output, [x.index, pi], [out.index], "MirrorPadOptions", mode=0)
+            return
         self.op("PAD", op.output, [x.index, pi], [out.index], "PadOptions")
 
     def softmax(self, op: QOp) -> None:
@@ -511,7 +558,7 @@ class _Writer:
         """``n`` in float (DEQUANTIZE -> float builtin -> QUANTIZE: the QuantizeLinear after it writes the integers)."""
         key = n.name or n.output[0]
         s = ops.spec(n.op_type)
-        emit = ISLANDS.get(s.tflite_island or "") if s is not None else None
+        emit = {**ISLANDS, **RECURRENT}.get(s.tflite_island or "") if s is not None else None
         if emit is None:
             raise UnsupportedError(f"node {key}: operator {n.op_type} is neither in the TFLite int8 set qlinear exports "
                                    f"({', '.join(SUPPORTED)}) nor among its float islands "

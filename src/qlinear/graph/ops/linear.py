@@ -35,6 +35,8 @@ REGISTRY.add(FAMILY, "Gemm", _FUSED + ("mlp_boundary",), weight_input=1, bias_in
 REGISTRY.add(FAMILY, "MatMul", _FUSED + ("mlp_boundary",), weight_input=1,
              tflite_builtins=("FULLY_CONNECTED",), tflite_writer="fully_connected", kernel="linear",
              tflite_island="matmul")
+# recurrent layers stay float (their weights named in a note); the .tflite unrolls them (qlinear.tflite.recurrent)
+REGISTRY.add(FAMILY, ("LSTM", "GRU"), tflite_island="recurrent")
 
 
 def input_axes(node: onnx.NodeProto, idx: int, rank: int) -> tuple[int, int] | None:
