@@ -749,5 +749,6 @@ def _from_test_sets(sets: list[Path], specs: dict[str, InputSpec], where: str) -
     return Dataset(len(sets), None, where, get=lambda i: load(sets[i]), specs=specs, where=lambda i: str(sets[i]))
 
 
-__all__ = ["Dataset", "ImagePreprocess", "InputSpec", "NpzMember", "array_layout", "check_fixed", "check_header", "conform",
-           "default_batch_axis", "labels_from", "load_dataset", "model_inputs", "open_npz", "with_batch_axes"]
+__all__ = ["Dataset", "ImagePreprocess", "InputSpec", "NpzMember", "array_layout", "check_fixed", "check_header",
+           "conform", "default_batch_axis", "labels_from", "load_dataset", "model_inputs", "open_npz",
+           "with_batch_axes"]

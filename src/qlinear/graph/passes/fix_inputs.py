@@ -54,7 +54,8 @@ def fix_input_values(model: onnx.ModelProto, values: Mapping[str, Any] | None,
     return model, [note] + inlined
 
 
-def input_values(model: onnx.ModelProto, values: Mapping[str, Any] | None, label: str = "model") -> dict[str, np.ndarray]:
+def input_values(model: onnx.ModelProto, values: Mapping[str, Any] | None,
+                 label: str = "model") -> dict[str, np.ndarray]:
     """``values`` as arrays of their graph inputs' element types and shapes (:func:`input_value`), checked."""
     inits = {t.name for t in model.graph.initializer}
     inputs = {v.name: v for v in model.graph.input if v.name not in inits}

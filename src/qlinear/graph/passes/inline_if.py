@@ -2,10 +2,10 @@
 
 An ``If`` becomes decidable once what its condition depends on is known: an input fixed by value
 (``--fix-input sr=16000``, :mod:`qlinear.graph.passes.fix_inputs`) or a shape fixed by ``--input-shape``
-(:mod:`qlinear.graph.passes.shapes`), after their constant folding. :func:`inline_constant_ifs` then puts the taken
-branch's nodes (and initializers; its ``Constant`` nodes become initializers, as
-:mod:`~qlinear.graph.passes.normalize` made the main graph's) in the If's place, so the layers inside are planned, calibrated and quantized like
-any other; the branch not taken is dropped. The model computes exactly what it did for that condition (the branch's
+(:mod:`qlinear.graph.passes.shapes`; target tflite folds static shapes in any case), after their constant folding.
+:func:`inline_constant_ifs` then puts the taken branch's nodes (and initializers; its ``Constant`` nodes become
+initializers, as :mod:`~qlinear.graph.passes.normalize` made the main graph's) in the If's place, so the layers
+inside are planned, calibrated and quantized like any other; the branch not taken is dropped. The model computes exactly what it did for that condition (the branch's
 nodes run as they were; only names change where they must).
 
 Names: a branch's own tensor that would clash with a name used anywhere else in the model gets a suffix; a branch
