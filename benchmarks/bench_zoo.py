@@ -235,11 +235,13 @@ def variants(e: zoo.Entry, data: Path, work: Path, n_cal: int, n_eval: int,
          work / "qltf" / "model.qdq.onnx"),
         ("ORT quantize_static", [sys.executable, __file__, "--ort-worker", str(e.file), str(data), str(n_cal),
                                  str(work / "ort.qdq.onnx")], work / "ort.qdq.onnx"),
-    ] + ([(SUGGESTED, q + ["-o", str(work / "qlopt")] + list(e.options), work / "qlopt" / "model.qdq.onnx")]
-         if e.options else [])
+    ] + ([(SUGGESTED, q + ["-o", str(work / "qlopt")] + list(e.options), work / "qlopt" / "model.qdq.onnx"),
+          (SUGGESTED_TFLITE, q + ["-o", str(work / "qltfopt"), "--target", "tflite", "--no-report"] + shapes
+           + list(e.options), work / "qltfopt" / "model.qdq.onnx")] if e.options else [])
 
 
 SUGGESTED = "qlinear, options its notes suggest"
+SUGGESTED_TFLITE = "qlinear --target tflite, options its notes suggest"
 
 
 def bench_model(e: zoo.Entry, n_cal: int, n_eval: int) -> dict:
@@ -270,8 +272,8 @@ def bench_model(e: zoo.Entry, n_cal: int, n_eval: int) -> dict:
         run.update(score_onnx(e, out, ev, ref))
         if label == "ORT quantize_static" and "ort_error" in run:
             todo += ort_op13(e, rec, data, work, n_cal)
-        if "tflite" in label:
-            names = [i.name for i in onnx.load(str(cmd[4]), load_external_data=False).graph.input
+        if "tflite" in label:   # the written model's inputs (an input fixed by --fix-input is gone)
+            names = [i.name for i in onnx.load(str(out), load_external_data=False).graph.input
                      if i.name in onnx_inputs]
             run["tflite"] = score_tflite(e, out.parent / "model.tflite", ev, ref, names)
         rec["runs"][label] = run
@@ -362,7 +364,8 @@ def time_model(e: zoo.Entry, n_cal: int, n_eval: int, rounds: int, first: int = 
         cal, ev = zoo.build_data(e, n_cal, n_eval)
         data = zoo.write_folder(cal + ev, data)
     (work / "timing").mkdir(parents=True, exist_ok=True)
-    runs = [v for v in variants(e, data, work / "timing", n_cal, n_eval, []) if "tflite" not in v[0] and v[0] != SUGGESTED]
+    runs = [v for v in variants(e, data, work / "timing", n_cal, n_eval, [])
+            if "tflite" not in v[0] and v[0] != SUGGESTED]
     times: dict[str, list[float]] = {label: [] for label, _, _ in runs}
     cpu: dict[str, list[float]] = {label: [] for label, _, _ in runs}
     for k in range(first, first + rounds):
@@ -448,11 +451,14 @@ def markdown(results: list[dict], meta: dict) -> str:
     if suggested:
         lines += ["", "## With the options qlinear's notes suggest", "",
                   "A note of the default run names an option that lets qlinear quantize more of the model (an input "
-                  "that decides an `If`, say); this run adds it (report on). Same cells as above.", "",
-                  "| model | options | qlinear (default) | qlinear with the options | ORT quantize_static |",
-                  "|---|---|---|---|---|"]
+                  "that decides an `If`, say); these runs add it: target ort with the report, and `--target tflite` "
+                  "with the `--input-shape` options listed below. Same cells as above.", "",
+                  "| model | options | qlinear (default) | qlinear with the options | LiteRT .tflite with the options "
+                  "(and `--input-shape`) | ORT quantize_static |",
+                  "|---|---|---|---|---|---|"]
         lines += [f"| {r['model']} | `{' '.join(r.get('options', []))}` | {_cell(r['runs'].get('qlinear'))} | "
-                  f"{_cell(r['runs'][SUGGESTED])} | {_cell(r['runs'].get('ORT quantize_static'))} |" for r in suggested]
+                  f"{_cell(r['runs'][SUGGESTED])} | {_tfl(r['runs'].get(SUGGESTED_TFLITE))} | "
+                  f"{_cell(r['runs'].get('ORT quantize_static'))} |" for r in suggested]
     lines += ["", "## Errors (last line of each failed run)", ""]
     for r in results:
         if "error" in r:

@@ -173,3 +173,30 @@ def test_debug_fixes_the_float_model_as_the_quantized_one_was():
     assert "FLOAT: inputs fixed to the data's values, sr=16000, as the quantized model does not take them" in r.notes
     by = {t.tensor: t for t in r.tensors}
     assert {"hi_c", "h", "y"} <= set(by) and 25 < by["hi_c"].sqnr_db < 80
+
+
+def test_tflite_refusal_names_the_input_and_the_fixed_model_exports(tmp_path):
+    """``--target tflite`` refuses an If and says which input decides it; with that input fixed (and the batch shape
+    given) the branch is inlined and the .tflite runs in LiteRT, close to the float model."""
+    litert = pytest.importorskip("ai_edge_litert.interpreter")
+    from qlinear.errors import ConfigError
+
+    m = rate_model()
+    cfg = dict(calibration_samples=32, evaluation_samples=0, target="tflite", input_shapes={"x": [1, 1, 16]})
+    data = {"x": X[:, None]}
+    with pytest.raises(ConfigError, match=r"If 'If_rate': its condition depends on the value of input\(s\) sr: "
+                                          r"fixing them with --fix-input"):
+        qlinear.quantize(m, data, cfg)
+    qm = qlinear.quantize(m, data, dict(cfg, fix_inputs={"sr": 16000}))
+    qm.save(tmp_path / "out", report=False)
+    it = litert.Interpreter(model_path=str(tmp_path / "out" / "model.tflite"))
+    it.allocate_tensors()
+    (inp,), (out,) = it.get_input_details(), it.get_output_details()
+    got = []
+    for x in X[32:]:
+        it.set_tensor(inp["index"], x[None])
+        it.invoke()
+        got.append(it.get_tensor(out["index"]))
+    f = _run(m, {"x": X[32:], "sr": np.array(16000, np.int64)})
+    q = np.concatenate(got)
+    assert 10 * np.log10(np.sum(f ** 2) / np.sum((f - q) ** 2)) > 25

@@ -151,6 +151,17 @@ def _tflite(cfg: QuantizeConfig, notes: list[str]) -> QuantizeConfig:
                        weights=weights)
 
 
+def _if_hint(model: Any) -> str:
+    """How to inline the first ``If`` the graph inputs decide ("" when none is)."""
+    from qlinear.graph.passes.normalize import if_way_out
+
+    for n in model.graph.node:
+        hint = if_way_out(model.graph, n) if n.op_type == "If" else ""
+        if hint:
+            return f"; If {n.name or n.output[0]!r}: {hint.removeprefix('; ').replace(', quantized', '')}"
+    return ""
+
+
 def _tflite_model(model: Any, cfg: QuantizeConfig) -> None:
     """What the ``.tflite`` export needs of the float model: static input shapes (but the batch; ``input_shapes``
     fixes them) and operators it writes: in the integer set (:data:`qlinear.tflite.SUPPORTED`, BatchNormalization
@@ -172,7 +183,8 @@ def _tflite_model(model: Any, cfg: QuantizeConfig) -> None:
         raise ConfigError(f"target: tflite cannot express operator(s) {', '.join(bad)} (the TFLite export writes "
                           f"{', '.join(SUPPORTED)}, and {', '.join(ops.TFLITE_ISLANDS)} as float islands)"
                           + (f"; {', '.join(shapes)} of static shapes fold to constants: fix the input shapes with "
-                             "--input-shape NAME=D0,D1,..." if shapes else "") + "; or use target ort or qnn")
+                             "--input-shape NAME=D0,D1,..." if shapes else "") + _if_hint(model)
+                          + "; or use target ort or qnn")
     if cfg.full_integer:
         consts, readers = targets.constants_of(model)
         wide = cfg.activation_qtype.bits == 16  # 16x8: constant operands stay float islands

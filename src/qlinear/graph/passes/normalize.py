@@ -398,11 +398,11 @@ def subgraph_notes(m: onnx.ModelProto) -> list[str]:
         what = (f"; the {len(inner)} weighted layer(s) inside stay float: " + ", ".join(inner[:6])
                 + (" ..." if len(inner) > 6 else "")) if inner else ""
         notes.append(f"{n.op_type} node {n.name or n.output[0]!r}: its subgraph(s) are left in float "
-                     f"(qlinear does not quantize inside If/Loop/Scan bodies yet){what}{_way_out(m.graph, n)}")
+                     f"(qlinear does not quantize inside If/Loop/Scan bodies yet){what}{if_way_out(m.graph, n)}")
     return notes
 
 
-def _way_out(g: onnx.GraphProto, n: onnx.NodeProto) -> str:
+def if_way_out(g: onnx.GraphProto, n: onnx.NodeProto) -> str:
     """For an ``If`` whose condition the graph inputs decide (by value or by shape): the option that fixes them, so
     the branch taken is inlined (:mod:`qlinear.graph.passes.fix_inputs`, :mod:`qlinear.graph.passes.shapes`)."""
     if n.op_type != "If" or not n.input:
@@ -528,4 +528,5 @@ def _declared(m: onnx.ModelProto) -> str:
 
 
 __all__ = ["check_upgrade", "constants_to_initializers", "fold_constant_chains", "normalize", "prune_initializers",
-           "rename_in_subgraphs", "subgraph_notes", "subgraphs", "unfolded_weight_notes", "upgrade"]
+           "rename_in_subgraphs", "if_way_out", "subgraph_notes", "subgraphs", "unfolded_weight_notes",
+           "upgrade"]
