@@ -7,8 +7,8 @@ held out). Every model runs in ONNX Runtime's default CPU session on the held-ou
 the plain SQNR of the scores part (``output0[:, 4:]``, every element) and of the boxes part, the entry's det_f1, ms per
 sample (float and quantized measured in the same run: report the ratio) and the file size. Rows:
 
-* ``qlinear`` (default: the activations the scores are computed from at 16 bits over twice their calibrated ranges,
-  ``qlinear.ptq.mixed``), ``W8A8 throughout`` (an overrides rule setting every activation uint8, the scores' too: the
+* ``qlinear`` (default, target ort: the activations the scores are computed from left in float, their weights
+  quantized, ``qlinear.ptq.mixed``; ``qlinear --target qnn`` has them at 16 bits over twice their calibrated ranges), ``W8A8 throughout`` (an overrides rule setting every activation uint8, the scores' too: the
   default before that rule, which had the scores at 16 bits) and ``every activation uint16, min-max`` (an overrides rule: no headroom);
 * ablations of the W8A8 model (its activation Q/DQ pairs removed, weights kept): the head (``/model.22/``), the
   first layers (``/model.0-4/``), every activation: which activations the scores' error comes from;
@@ -86,7 +86,8 @@ def main() -> None:
     data = {k: np.concatenate([s[k] for s in cal + ev]) for k in cal[0]}
     models = {}
     every = [{"name": "*", "role": "activation"}]
-    for label, extra in (("qlinear", {}), ("W8A8 throughout", {"overrides": [dict(every[0], type="uint8")]}),
+    for label, extra in (("qlinear", {}), ("qlinear --target qnn (16 bits)", {"target": "qnn"}),
+                         ("W8A8 throughout", {"overrides": [dict(every[0], type="uint8")]}),
                          ("every activation uint16, min-max", {"overrides": [dict(every[0], type="uint16")]}),
                          ("W8A8, /model.0-2/ uint16", {"overrides": [dict(every[0], type="uint8"), {
                              "name": "/model.[0-2]/*", "role": "activation", "type": "uint16"}]})):

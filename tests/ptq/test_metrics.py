@@ -12,7 +12,6 @@ import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
-from onnx_peers import run_reference
 from tiny_models import make_model
 
 import qlinear
@@ -215,8 +214,11 @@ def test_mixed_range_output_is_judged_per_part():
     assert rep.kinds["det"] == "mixed" and rep.headlines["det"] == "sqnr_db_worst_part"
     assert {"sqnr_db[0:4]", "sqnr_db[4:6]"} <= set(r)
     f = _run(m, {"x": x[20:]})["det"].astype(np.float64)
-    # the Q/DQ model as ONNX defines it (the scores at 16 bits, ~56 dB: ORT's optimized session differs by ~3 dB there)
-    q = run_reference(qm.model, {"x": x[20:]})[0].astype(np.float64)
+    # the scores and what they are computed from stay float on target ort (qlinear.ptq.mixed), the boxes are
+    # quantized; the report's figures are ONNX Runtime's default session's (which may run a MatMul with a DQ'd
+    # weight otherwise than the Q/DQ definition: ~3 dB on the scores here)
+    assert {"s1", "s0", "x"} & set(qm.plan.skipped) == {"s1", "s0", "x"}
+    q = _run(qm.model, {"x": x[20:]})["det"].astype(np.float64)
 
     def sqnr(a, b):
         return 10 * np.log10(np.sum(a ** 2) / np.sum((a - b) ** 2))

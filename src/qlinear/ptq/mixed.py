@@ -11,21 +11,25 @@ scores in [0, 1]).
   output encoding (its consumer needs one input grid).
 * A part of such an output computed by a bounded function (``BOUNDED``: Sigmoid, Softmax, HardSigmoid in [0, 1], Tanh
   in [-1, 1]), seen through data movement and read by nothing else, is quantized over the function's whole range at
-  16 bits (:func:`bounded_parts`): its encoding is the output's, and the calibration maximum of a score is the
-  strongest detection of the calibration images, which a confident detection on another image exceeds (clipped to
-  it under min-max). 16 bits keep the step of the whole range far below that of the calibrated 8-bit range (ort and
-  qnn run uint16 Q/DQ; the function then runs in float, on the few elements of a head).
+  16 bits on target qnn (:func:`bounded_parts`): its encoding is the output's, and the calibration maximum of a score
+  is the strongest detection of the calibration images, which a confident detection on another image exceeds
+  (clipped to it under min-max). 16 bits keep the step of the whole range far below that of the calibrated 8-bit
+  range. On target ort it is left in float: ONNX Runtime's CPU session has no 16-bit kernels and runs a 16-bit
+  tensor's layers in float between Q/DQ pairs, so float is exact and faster (:func:`unquantize`).
 * The activations such a part is computed from (its producers back to the graph inputs: in a detector the whole
   backbone and neck) are quantized at 16 bits over ``HEADROOM`` (2) times their calibrated min-max range (a
-  ``BOUNDED`` function's outputs, e.g. a SiLU's Sigmoid, over the function's range): the scores' error is carried
-  from the shared network, not made at the Concat, the Sigmoid or the head. A score ``sigmoid(z)`` below ~0.5 turns
+  ``BOUNDED`` function's outputs, e.g. a SiLU's Sigmoid, over the function's range) on target qnn, and left in float
+  on target ort (their layers' weights stay quantized): the scores' error is carried from the shared network, not
+  made at the Concat, the Sigmoid or the head. A score ``sigmoid(z)`` below ~0.5 turns
   an absolute error of its logit into the same relative error; the 8-bit activations leave the logits ~0.5 off.
   Measured on nudenet-320n (YOLOv8n, 16 calibration / 32 held-out images, ``benchmarks/mixed_scores.py``): scores
   SQNR (plain, every element against float) 5.5 dB under W8A8, 25.5 dB with this rule; with the head's activations
   in float 5.7, with the first three layers at 16 bits 13, with the 57 activations of the worst 8-bit own SQNR at 16
   bits 13.6, with every activation at 16 bits over min-max ranges 13.4-13.9 (held-out activations beyond the
-  calibrated ranges are clipped): no smaller set reached 15. The cost: ONNX Runtime's CPU session runs 16-bit layers
-  in float, ~3.3x the W8A8 latency (1.5x the float model's); QNN's HTP runs 16-bit activations natively. An
+  calibrated ranges are clipped): no smaller set reached 15. The cost at 16 bits: ONNX Runtime's CPU session runs
+  16-bit layers in float, ~3.3x the W8A8 latency (1.5x the float model's), 18.2 ms per image; with those tensors
+  float instead (target ort since 2026-11-28) 8.5 ms (float model 6.5 ms) and scores 25.9 dB; QNN's HTP runs 16-bit
+  activations natively. An
   ``overrides`` rule setting a tensor's type keeps it (``{"name": "*", "role": "activation", "type": "uint8"}``: W8A8
   throughout).
 * Target ``tflite`` requires one scale in and out: nothing changes; every mixed Concat is noted here and flagged in
@@ -110,6 +114,7 @@ def bounded_parts(encs: list[Encoding], floated: list[ConcatSpec], plan: Plan, m
     by_name = {e.name: e for e in encs}
     prod = {o: n for n in m.graph.node for o in n.output}
     parts = []
+    ort = tcfg.cfg.target == "ort"
     for c in floated:
         for t in c.inputs:
             src = resolve_inherit(plan, t)
@@ -120,6 +125,13 @@ def bounded_parts(encs: list[Encoding], floated: list[ConcatSpec], plan: Plan, m
             cfg = tcfg.activation(src)
             q = cfg.activation_qtype
             if not q.is_int:
+                continue
+            if ort:   # ONNX Runtime's CPU session runs a 16-bit tensor's consumers in float anyway: float is exact
+                unquantize(by_name, [src], plan, tcfg, obs, f"a part ({n.op_type}) of the output of Concat "
+                           f"{c.node!r} left in float: left in float too (target ort)")
+                notes.append(f"{src} ({n.op_type}, a part of the output of Concat {c.node!r} left in float) is left "
+                             "in float too (target ort; 16 bits over the function's range on target qnn)")
+                parts.append(n)
                 continue
             lo, hi = BOUNDED[n.op_type]
             wide = int_type(max(16, q.bits), q.signed).name
@@ -146,8 +158,21 @@ def _wide_cone(by_name: dict[str, Encoding], parts: list[Any], plan: Plan, m: An
     the calibration data), or a ``BOUNDED`` function's range (module docstring); :func:`widen` says which keep their
     encodings."""
     done = {resolve_inherit(plan, n.output[0]) for n in parts}
-    raised, wide = widen(by_name, [t for t in _cone(parts, {o: n for n in m.graph.node for o in n.output})
-                                   if resolve_inherit(plan, t) not in done], plan, m, tcfg, obs, HEADROOM)
+    cone = [t for t in _cone(parts, {o: n for n in m.graph.node for o in n.output})
+            if resolve_inherit(plan, t) not in done]
+    names = ", ".join(sorted(n.output[0] for n in parts))
+    if tcfg.cfg.target == "ort":
+        left = unquantize(by_name, cone, plan, tcfg, obs, f"computed into the scores {names}: left in float")
+        if left:
+            notes.append(f"{len(left)} activations that {names} {'is' if len(parts) == 1 else 'are'} computed from "
+                         "(back to the graph inputs) are left in float, their layers' weights quantized: a score "
+                         "sigmoid(z) below ~0.5 has the relative error of the absolute error of z, which the 8-bit "
+                         "noise of every layer before it makes large; float, not 16 bits, on target ort: ONNX "
+                         "Runtime's CPU session runs a 16-bit layer in float between its Q/DQ pairs, so float is "
+                         "exact and faster (target qnn: 16 bits, which its HTP runs natively); an overrides rule "
+                         "setting a tensor's type keeps it")
+        return
+    raised, wide = widen(by_name, cone, plan, m, tcfg, obs, HEADROOM)
     if raised:
         notes.append(f"{len(raised)} activations that {', '.join(sorted(n.output[0] for n in parts))} "
                      f"{'is' if len(parts) == 1 else 'are'} computed from (back to the graph inputs) are quantized at "
@@ -162,24 +187,13 @@ def widen(by_name: dict[str, Encoding], tensors: list[str], plan: Plan, m: Any, 
     """Re-encode ``tensors`` (each once, through the tensors sharing its encoding) at 16 bits (the run's integer type
     widened) over ``headroom`` times their observed range, or a ``BOUNDED`` function's range, in ``by_name``;
     returns those raised and the new type. Activations set by an ``overrides`` rule, of a non-integer type, tied to
-    others, per-channel, wider than 16 bits or not observed keep their encodings."""
-    tied = {t for g in plan.tied for t in g}
+    others, per-channel, wider than 16 bits or not observed keep their encodings (:func:`_roots`)."""
     prod = {o: n for n in m.graph.node for o in n.output}
-    acts = set(plan.activations)
-    followers: dict[str, list[str]] = {}
-    for k in plan.inherit:
-        followers.setdefault(resolve_inherit(plan, k), []).append(k)
-    raised, wide, done = [], "", set()
-    for t in tensors:
-        root = resolve_inherit(plan, t)
-        if root in done or root not in acts or root not in by_name or root in tcfg.resolved or root in tied:
-            continue
-        done.add(root)
+    followers = _followers(plan)
+    raised, wide = [], ""
+    for root in _roots(by_name, tensors, plan, tcfg, obs):
         cfg = tcfg.activation(root)
-        q, o = cfg.activation_qtype, obs.get(root)
-        if not q.is_int or q.bits > 16 or np.asarray(by_name[root].scale).size != 1 \
-                or getattr(o, "min", None) is None:
-            continue
+        q, o = cfg.activation_qtype, obs[root]
         n = prod.get(root)
         lo, hi = BOUNDED[n.op_type] if n is not None and n.op_type in BOUNDED else \
             (headroom * min(float(np.min(o.min)), 0.0), headroom * max(float(np.max(o.max)), 0.0))
@@ -191,6 +205,45 @@ def widen(by_name: dict[str, Encoding], tensors: list[str], plan: Plan, m: Any, 
                 by_name[k] = e.replace(name=k)
         raised.append(root)
     return raised, wide
+
+
+def unquantize(by_name: dict[str, Encoding], tensors: list[str], plan: Plan, tcfg: Any, obs: dict[str, Any],
+               reason: str) -> list[str]:
+    """Leave ``tensors`` (each once, with the tensors sharing its encoding) in float, as :func:`widen` would have
+    raised them (the same ones keep their encodings); returns those left float."""
+    followers = _followers(plan)
+    roots = _roots(by_name, tensors, plan, tcfg, obs)
+    drop = {k for r in roots for k in [r] + followers.get(r, [])}
+    for k in drop:
+        by_name.pop(k, None)
+    plan.leave_float(drop, reason)
+    return roots
+
+
+def _followers(plan: Plan) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for k in plan.inherit:
+        out.setdefault(resolve_inherit(plan, k), []).append(k)
+    return out
+
+
+def _roots(by_name: dict[str, Encoding], tensors: list[str], plan: Plan, tcfg: Any,
+           obs: dict[str, Any]) -> list[str]:
+    """The encodings ``tensors`` use (each once) that a precision change may touch (see :func:`widen`)."""
+    tied = {t for g in plan.tied for t in g}
+    acts = set(plan.activations)
+    out, done = [], set()
+    for t in tensors:
+        root = resolve_inherit(plan, t)
+        if root in done or root not in acts or root not in by_name or root in tcfg.resolved or root in tied:
+            continue
+        done.add(root)
+        q, o = tcfg.activation(root).activation_qtype, obs.get(root)
+        if not q.is_int or q.bits > 16 or np.asarray(by_name[root].scale).size != 1 \
+                or getattr(o, "min", None) is None:
+            continue
+        out.append(root)
+    return out
 
 
 def _cone(parts: list[Any], prod: dict[str, Any]) -> list[str]:
