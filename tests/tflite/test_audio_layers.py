@@ -133,3 +133,14 @@ def test_one_d_convolutions_reflect_padding_and_a_concat_of_reshapes():
     half = want.shape[-1] // 2   # the x30 part sets the shared scale (TFLite's rule; the report flags the ranges)
     assert _sqnr(want[..., half:], got[..., half:]) > 25
     assert any(n.startswith("WARNING: Concat 'y': its parts' ranges differ by 30x") for n in qm.notes), qm.notes
+
+
+def test_a_recurrent_layer_the_island_cannot_unroll_is_refused_before_work():
+    rng = np.random.default_rng(0)
+    inits = {"W": rng.normal(0, .5, (1, 24, 5)).astype(np.float32), "R": rng.normal(0, .5, (1, 24, 6)).astype(np.float32)}
+    node = helper.make_node("LSTM", ["x", "W", "R"], ["Y"], hidden_size=6, clip=3.0)
+    m = _model([node], [("x", [2, 1, 5])], ["Y"], inits)
+    with pytest.raises(qlinear.QlinearError, match=r"target: tflite unrolls an LSTM as a float island, but node Y "
+                                                    r"has a clip; use target ort or qnn"):
+        qlinear.quantize(m, {"x": rng.normal(0, 1, (8, 2, 1, 5)).astype(np.float32)},
+                         dict(calibration_samples=4, evaluation_samples=0, target="tflite", batch_axes={"x": 1}))

@@ -162,6 +162,24 @@ def _if_hint(model: Any) -> str:
     return ""
 
 
+def _recurrent_refusals(model: Any) -> None:
+    """An LSTM/GRU the ``.tflite`` cannot unroll (:func:`qlinear.tflite.recurrent.refusal`), refused before work."""
+    from onnx import numpy_helper
+
+    from qlinear.tflite.recurrent import refusal
+
+    nodes = [n for n in model.graph.node if n.op_type in ("LSTM", "GRU")]
+    if not nodes:
+        return
+    read = {x for n in nodes for x in n.input}
+    consts = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer if t.name in read}
+    for n in nodes:
+        why = refusal(n, consts)
+        if why:
+            raise ConfigError(f"target: tflite unrolls an {n.op_type} as a float island, but node "
+                              f"{n.name or n.output[0]} has {why}; use target ort or qnn")
+
+
 def _tflite_model(model: Any, cfg: QuantizeConfig) -> None:
     """What the ``.tflite`` export needs of the float model: static input shapes (but the batch; ``input_shapes``
     fixes them) and operators it writes: in the integer set (:data:`qlinear.tflite.SUPPORTED`, BatchNormalization
@@ -185,6 +203,7 @@ def _tflite_model(model: Any, cfg: QuantizeConfig) -> None:
                           + (f"; {', '.join(shapes)} of static shapes fold to constants: fix the input shapes with "
                              "--input-shape NAME=D0,D1,..." if shapes else "") + _if_hint(model)
                           + "; or use target ort or qnn")
+    _recurrent_refusals(model)
     if cfg.full_integer:
         consts, readers = targets.constants_of(model)
         wide = cfg.activation_qtype.bits == 16  # 16x8: constant operands stay float islands

@@ -14,9 +14,10 @@ bit for bit.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import numpy as np
+import onnx
 
 from qlinear.errors import UnsupportedError
 from qlinear.graph.model import attr
@@ -90,31 +91,40 @@ class _Cell:
         return o
 
 
+def refusal(node: onnx.NodeProto, consts: Mapping[str, np.ndarray]) -> str | None:
+    """What of an ``LSTM``/``GRU`` node the unrolled form does not write (None: nothing), from the node and the
+    model's constants (``consts``: name -> value): checked before any work (:mod:`qlinear.ptq.settle`) and again
+    when writing."""
+    op, ins = node.op_type, list(node.input) + [""] * (8 - len(node.input))
+    acts = [a.decode() if isinstance(a, bytes) else a for a in attr(node, "activations", [])]
+    lens = consts.get(ins[4]) if ins[4] else None
+    if attr(node, "layout", 0) != 0:
+        return "layout 1 (batch first)"
+    if attr(node, "clip", None) is not None:
+        return "a clip"
+    if attr(node, "input_forget", 0):
+        return "input_forget"
+    if op == "LSTM" and ins[7] and (ins[7] not in consts or np.any(consts[ins[7]])):
+        return "peepholes"
+    if acts not in ([], DEFAULT_ACTS[op], DEFAULT_ACTS[op] * 2):
+        return "activations other than the defaults"
+    if any(x not in consts for x in ins[1:3]) or (ins[3] and ins[3] not in consts):
+        return "weights that are not constants"
+    if ins[4] and lens is None:
+        return "sequence_lens that are not a constant"
+    return None
+
+
 def _checked(ctx: Ctx, ins: list[Slot | None]) -> tuple[int, int, int, int]:
     """Steps, batch, hidden size and directions of the node; what the unrolled form does not write is refused."""
     n, op = ctx.node, ctx.node.op_type
     x = ins[0]
-    why = None
-    if attr(n, "layout", 0) != 0:
-        why = "layout 1 (batch first)"
-    elif attr(n, "clip", None) is not None:
-        why = "a clip"
-    elif attr(n, "input_forget", 0):
-        why = "input_forget"
-    elif op == "LSTM" and len(ins) > 7 and ins[7] is not None and (ins[7].const is None or np.any(ins[7].const)):
-        why = "peepholes"
-    elif [a.decode() if isinstance(a, bytes) else a for a in attr(n, "activations", [])] not in \
-            ([], DEFAULT_ACTS[op], DEFAULT_ACTS[op] * 2):
-        why = "activations other than the defaults"
-    elif any(s is None or s.const is None for s in ins[1:3]) or (len(ins) > 3 and ins[3] is not None
-                                                                 and ins[3].const is None):
-        why = "weights that are not constants"
-    elif len(x.onnx_shape) != 3:
+    consts = {name: s.const for name, s in zip(n.input, ins) if name and s is not None and s.const is not None}
+    why = refusal(n, consts)
+    if why is None and len(x.onnx_shape) != 3:
         why = "an input that is not [steps, batch, features]"
-    if why is None and len(ins) > 4 and ins[4] is not None:
-        lens = ins[4].const
-        if lens is None or np.any(np.asarray(lens) != x.onnx_shape[0]):
-            why = "sequence_lens other than the full length"
+    if why is None and len(ins) > 4 and ins[4] is not None and np.any(np.asarray(ins[4].const) != x.onnx_shape[0]):
+        why = "sequence_lens other than the full length"
     if why:
         raise UnsupportedError(f"node {ctx.name} ({op}): the TFLite float island unrolls the default {op}; this one "
                                f"has {why}")
@@ -132,7 +142,8 @@ def _state0(c: _Cell, s: Slot | None, d: int, batch: int, hidden: int) -> list[S
     return [c.reshape(p, (batch, hidden)) for p in parts]
 
 
-def _lstm_step(c: _Cell, g: Slot, h: Slot, cs: Slot) -> tuple[Slot, Slot]:
+def _lstm_step(c: _Cell, g: Slot, cs: Slot) -> tuple[Slot, Slot]:
+    """The state and cell after one LSTM step from its gates' pre-activations ``g`` and the cell ``cs``."""
     i, o, f, cc = c.split(g, 4, 1)
     i, o, f, cc = c.unary("LOGISTIC", i), c.unary("LOGISTIC", o), c.unary("LOGISTIC", f), c.unary("TANH", cc)
     cs = c.binary("ADD", c.binary("MUL", f, cs), c.binary("MUL", i, cc))
@@ -168,7 +179,7 @@ def _direction(c: _Cell, x: Slot, w: np.ndarray, r: np.ndarray, b: np.ndarray, h
     hs: list[Slot] = list(xgs)
     for t in (range(steps - 1, -1, -1) if reverse else range(steps)):
         if op == "LSTM":
-            h, cs = _lstm_step(c, c.binary("ADD", xgs[t], c.fc(h, r, None, f"R{k}")), h, cs)
+            h, cs = _lstm_step(c, c.binary("ADD", xgs[t], c.fc(h, r, None, f"R{k}")), cs)
         else:
             h = _gru_step(c, xgs[t], h, r, b[n_in:], lbr, f"R{k}")
         hs[t] = h
@@ -209,4 +220,4 @@ def recurrent(ctx: Ctx, ins: list[Slot | None]) -> None:
 #: emitter name (the operator registry's ``OpSpec.tflite_island``) -> the emitter
 RECURRENT: dict[str, Callable[[Ctx, list[Slot | None]], None]] = {"recurrent": recurrent}
 
-__all__ = ["RECURRENT", "recurrent"]
+__all__ = ["RECURRENT", "recurrent", "refusal"]
