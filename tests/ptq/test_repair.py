@@ -75,6 +75,7 @@ def test_ladder():
     assert ladder("weight", "int16", allow_float=True) == "float"
     assert ladder("weight", "int16", allow_float=False) is None
     assert ladder("activation", "uint8", allow_float=False) == "uint16"
+    assert ladder("activation", "uint8", allow_float=True) == "float"   # target ort: no 16-bit kernels there
     assert ladder("activation", "float8e4m3fn", allow_float=True) == "float"
 
 

@@ -6,7 +6,8 @@ top-1 agreement with the float model, mean or minimum cosine similarity, output 
 output. The candidates are the quantized weights and activations, ranked by their own quantization SQNR (the noise
 each adds where it is quantized, lowest first). Each candidate moves one rung up its ladder (weights
 ``int2/int4 -> int8 -> int16``, activations ``8 -> 16`` bits; ``float`` when the rule ``allow_float`` lets a tensor
-leave quantization, ONNX Runtime's target only). The search raises the first ``1, 2, 4, ...`` candidates of the
+leave quantization, ONNX Runtime's target only, where an activation goes from 8 bits to float directly: that
+runtime's CPU session has no 16-bit kernels and runs a 16-bit activation's layers in float between Q/DQ pairs). The search raises the first ``1, 2, 4, ...`` candidates of the
 ranking, measuring the real quantized model each time, then bisects to the smallest prefix that meets the target.
 Every decision is recorded with the metric the model had after it.
 
@@ -61,6 +62,8 @@ def ladder(role: str, current: str, *, allow_float: bool) -> str | None:
     t = qtype(current, arg=f"{role} type")
     if not t.is_int or t.bits >= 16:  # float8 and the like, or 16 bits: only float is above
         return "float" if allow_float else None
+    if role == "activation" and allow_float:  # ONNX Runtime's CPU session runs a 16-bit activation's layers in
+        return "float"                        # float between Q/DQ pairs: float is exact and faster
     return int_type(8 if role == "weight" and t.bits < 8 else 16, t.signed).name
 
 
