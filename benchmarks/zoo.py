@@ -96,6 +96,9 @@ MODELS: tuple[Entry, ...] = (
           "torch 2.3.1, opset 15", "voice activity detector, 16 kHz export (If nodes)", "vad_silero", "vad"),
     Entry("akiki-vad", "akiki", "0.0.6", "akiki/models/akiki-vad.onnx", "see package (silero-derived, MIT)",
           "torch 2.13.0, opset 17", "streaming voice activity detector (GRU-style state, If nodes)", "vad_akiki", "vad"),
+    Entry("fw-silero-v6", "faster-whisper", "1.2.1", "faster_whisper/assets/silero_vad_v6.onnx", "MIT",
+          "pytorch 2.8.0, opset 18", "voice activity detector over a clip of 16 windows (LSTM across the windows, "
+          "h/c in and out), as faster-whisper batches it", "vad_fw", "vad", options=("--batch-axis", "input=none")),
     Entry("oww-melspec", "openwakeword", "0.4.0", "openwakeword/resources/models/melspectrogram.onnx",
           "Apache-2.0 (code; models CC BY-NC-SA 4.0)", "torch 1.11, opset 13",
           "mel spectrogram in dB (STFT as two Conv, power, mel MatMul, Log), 1.08 s of 16 kHz audio", "oww_mel",
@@ -509,6 +512,25 @@ def _vad(n_cal: int, n_eval: int, entry: str, ctx: int, feed: Callable) -> tuple
     return out[0], out[1]
 
 
+def build_fw_vad(n_cal: int, n_eval: int, windows: int = 16) -> tuple[Samples, Samples]:
+    """faster-whisper's VAD input: clips of ``windows`` windows of 512 samples, each led by the 64 samples before it
+    (``[windows, 576]``, the first window's context zero), state zero at the start of each clip."""
+    out = []
+    for part, count in (("cal", n_cal), ("eval", n_eval)):
+        audio = speech(_sentences(max(2, count // 6 + 2), "fw" + part), "fw" + part)
+        span = windows * 512
+        starts = np.linspace(0, len(audio) - span - 1, count).astype(int)
+        samples = []
+        for s0 in starts:
+            w = audio[s0:s0 + span].reshape(windows, 512)
+            ctx = np.roll(w[:, -64:], 1, 0)
+            ctx[0] = 0
+            samples.append({"input": np.concatenate([ctx, w], 1).astype(np.float32),
+                            "h": np.zeros((1, 1, 128), np.float32), "c": np.zeros((1, 1, 128), np.float32)})
+        out.append(samples)
+    return out[0], out[1]
+
+
 def _oww_audio(part: str, count: int) -> np.ndarray:
     """Speech as openwakeword reads it (16 kHz, int16-scaled floats); every third sentence starts with the wake word
     ("Hey Mycroft"), so the detector's decision is not always no."""
@@ -641,6 +663,7 @@ DATA_BUILDERS: dict[str, Callable[[Entry, int, int], tuple[Samples, Samples]]] =
     "sentences": lambda e, c, v: build_sentences(c, v),
     "vad_silero": lambda e, c, v: _vad(c, v, e.name, 64, _silero_feed),
     "vad_akiki": lambda e, c, v: _vad(c, v, e.name, 64, _akiki_feed),
+    "vad_fw": lambda e, c, v: build_fw_vad(c, v),
     "oww_mel": lambda e, c, v: build_oww_mel(c, v),
     "oww_emb": lambda e, c, v: build_oww_emb(c, v),
     "oww_mycroft": lambda e, c, v: build_oww_mycroft(c, v),
@@ -771,8 +794,8 @@ def fidelity(e: Entry, ref: list[list[np.ndarray]], got: list[list[np.ndarray]])
         elif e.score == "det_f1":
             fmt, conf = ("yolov8", 0.1) if e.data == "yolo320" else ("yolox", 0.3)
             vals.append(_f1(detections(a, fmt, conf), detections(b, fmt, conf)))
-        elif e.score == "vad":
-            vals.append(float((a.ravel()[0] > 0.5) == (b.ravel()[0] > 0.5)))
+        elif e.score == "vad":   # every decision of the sample (one for a streaming VAD, one per window of a clip)
+            vals.append(float(np.mean((a.ravel() > 0.5) == (b.ravel() > 0.5))) if a.size == b.size else 0.0)
         elif e.score == "feat":   # log-mel features: within 0.1 (ln power: 0.43 dB; normalized: 0.1 sd)
             vals.append(float(np.mean(np.abs(a - b) <= 0.1)) if a.shape == b.shape else 0.0)
         elif e.score == "db1":

@@ -279,3 +279,37 @@ def test_accuracy_target_with_samples_of_different_lengths(tmp_path):
                                      accuracy_target="sqnr_db>=60", repair_samples=4))
     assert any(n.startswith("precision repair (sqnr_db>=60") for n in qm.notes)
     assert qm.report().outputs["h"]["sqnr_db"] > 20
+
+
+def test_a_sequence_axis_declared_not_a_batch(tmp_path):
+    """``batch_axes: {"x": null}`` (``--batch-axis x=none``): the dynamic first dimension of ``x [seq, 8]`` is a
+    sequence, each sample file is one whole input (faster-whisper's VAD clip of windows); by default it is read as
+    the batch axis and a file's rows count as samples."""
+    from qlinear.cli.quantize import _batch_axes
+
+    assert _batch_axes(["x=none", "state=1"]) == {"x": None, "state": 1}
+    with pytest.raises(ConfigError, match=r"--batch-axis 'x=seq': expected NAME=AXIS or NAME=none"):
+        _batch_axes(["x=seq"])
+    rng = np.random.default_rng(3)
+    m = make_model([helper.make_node("MatMul", ["x", "W"], ["xw"]), helper.make_node("Relu", ["xw"], ["h"]),
+                    helper.make_node("ReduceMean", ["h", "ax0"], ["pooled"], keepdims=0)],
+                   [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["seq", 8])],
+                   [helper.make_tensor_value_info("pooled", TensorProto.FLOAT, [8])],
+                   {"W": (rng.standard_normal((8, 8)) / 3).astype(np.float32), "ax0": np.array([0], np.int64)})
+    d = tmp_path / "data"
+    d.mkdir()
+    for i, n in enumerate([5, 9, 5, 14, 7, 7, 20, 3, 11, 6, 8, 12]):
+        np.savez(d / f"{i:03d}.npz", x=rng.standard_normal((n, 8)).astype(np.float32))
+    ds = load_dataset(d, model_inputs(m), batch_axes={"x": None})
+    feed = next(ds.batches(0, 4, 4))
+    assert len(ds) == 12 and ds.axes() == {"x": None} and feed["x"].shape == (5, 8) and ds.batch_len(feed) == 1
+    default = load_dataset(d, model_inputs(m))
+    stacked = next(default.batches(0, 2, 2))   # default: two clips in one sequence, with a note saying so
+    assert stacked["x"].shape == (14, 8)
+    assert default.notes == ["input 'x': its dynamic dimension 'seq' (axis 0) is read as the batch axis, samples "
+                             "stacked along it; if each sample is a whole sequence, give --batch-axis x=none (config "
+                             "batch_axes)"] and ds.notes == []
+    qm = qlinear.quantize(m, d, dict(calibration_samples=8, evaluation_samples=4, batch_axes={"x": None}))
+    assert qm.report().samples == 4
+    with pytest.raises(ConfigError, match=r"batch_axes: expected a mapping of input name to axis \(or null"):
+        qlinear.QuantizeConfig(batch_axes={"x": "none"})

@@ -54,7 +54,8 @@ _HELP = {  # the help text of each option
     "encodings_version": 'AIMET encodings version to write: 0.6.1, 1.0.0, 2.0.0 or 2.1.0.',
     "image_mean": 'Image preprocessing: (x - mean) / std.',
     "image_std": 'Image preprocessing: (x - mean) / std.',
-    "batch_axis": 'NAME=AXIS: the batch axis of model input NAME (default: its first dynamic dimension); repeatable.',
+    "batch_axis": ('NAME=AXIS: the batch axis of model input NAME (default: its first dynamic dimension), or '
+                   'NAME=none: it has none, each sample is the whole input; repeatable.'),
     "workers": 'Statistics pass on N Ray actors (qlinear[ray]); byte-identical outputs.',
     "ray_address": 'Ray cluster HOST:PORT for the actors.',
     "report": ('Evaluate on the held-out samples and write report.json and report.html (--no-report: '
@@ -273,17 +274,18 @@ def _fixed_inputs(items: Optional[list[str]]) -> Optional[dict[str, object]]:
     return out or None
 
 
-def _batch_axes(items: Optional[list[str]]) -> Optional[dict[str, int]]:
-    """``--batch-axis NAME=AXIS`` options as ``{NAME: AXIS}`` (None when not given)."""
+def _batch_axes(items: Optional[list[str]]) -> Optional[dict[str, Optional[int]]]:
+    """``--batch-axis NAME=AXIS`` (or ``NAME=none``: no batch axis) options as ``{NAME: AXIS}`` (None when not
+    given)."""
     from qlinear.errors import ConfigError
 
-    out = {}
+    out: dict[str, Optional[int]] = {}
     for it in items or ():
         name, _, axis = it.rpartition("=")
         try:
-            out[name] = int(axis)
+            out[name] = None if axis.lower() == "none" else int(axis)
         except ValueError:
             name = ""
         if not name:
-            raise ConfigError(f"--batch-axis {it!r}: expected NAME=AXIS, e.g. --batch-axis state=1")
+            raise ConfigError(f"--batch-axis {it!r}: expected NAME=AXIS or NAME=none, e.g. --batch-axis state=1")
     return out or None

@@ -90,8 +90,9 @@ class QuantizeConfig:
             :func:`qlinear.graph.plan.make_plan`. Attention masks and tensors computed from shapes are never quantized.
         smoothing: SmoothQuant-style migration of activation outliers into the weights before calibration
             (:mod:`qlinear.ptq.algorithms.smooth`); default: on with ``matmul`` placement and 8-bit activations.
-        batch_axes: ``{input name: axis}``, the batch axis of inputs whose first dynamic dimension is not it (see
-            :mod:`qlinear.ptq.data`; CLI ``--batch-axis NAME=AXIS``).
+        batch_axes: ``{input name: axis}``, the batch axis of inputs whose first dynamic dimension is not it, or
+            ``None`` for an input without one (each sample is the whole input: a sequence of windows an LSTM runs
+            over, say; see :mod:`qlinear.ptq.data`; CLI ``--batch-axis NAME=AXIS`` or ``NAME=none``).
         input_shapes: ``{input name: [d0, d1, ...]}`` fixes the dynamic dimensions of graph inputs before any data is
             read (shapes re-inferred, shape computations folded to constants; :mod:`qlinear.graph.passes.shapes`;
             CLI ``--input-shape NAME=1,3,480,480``). Any target; a ``.tflite`` needs static shapes.
@@ -220,9 +221,10 @@ class QuantizeConfig:
         if self.equalize is not None and not isinstance(self.equalize, bool):
             raise ConfigError(f"equalize: expected true, false or null, got {self.equalize!r}")
         ba = {} if self.batch_axes is None else self.batch_axes
-        if not isinstance(ba, dict) or not all(isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
-                                               for k, v in ba.items()):
-            raise ConfigError(f"batch_axes: expected a mapping of input name to axis such as {{\"state\": 1}}, got "
+        if not isinstance(ba, dict) or not all(isinstance(k, str) and (v is None or isinstance(v, int))
+                                               and not isinstance(v, bool) for k, v in ba.items()):
+            raise ConfigError(f"batch_axes: expected a mapping of input name to axis (or null: no batch axis) such as "
+                              f"{{\"state\": 1}}, got "
                               f"{self.batch_axes!r}")
         object.__setattr__(self, "batch_axes", dict(ba))
         self._check_input_shapes()

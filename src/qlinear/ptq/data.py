@@ -104,9 +104,9 @@ def with_batch_axes(specs: Mapping[str, InputSpec], batch_axes: Mapping[str, Any
         ax = default_batch_axis(sp.shape)
         if n in over:
             ax = over[n]
-            if isinstance(ax, bool) or not isinstance(ax, int):
-                raise ConfigError(f"batch_axes: input {n!r}: expected an integer axis, got {ax!r}")
-            if sp.rank is not None:
+            if ax is not None and (isinstance(ax, bool) or not isinstance(ax, int)):
+                raise ConfigError(f"batch_axes: input {n!r}: expected an integer axis (or none), got {ax!r}")
+            if ax is not None and sp.rank is not None:
                 if not -sp.rank <= ax < sp.rank:
                     raise ConfigError(f"batch_axes: input {n!r} has rank {sp.rank} {_dims(sp.shape)}; axis {ax} is "
                                       f"outside 0..{sp.rank - 1}" if sp.rank else
@@ -482,13 +482,42 @@ def open_npz(path: Path) -> dict[str, NpzMember]:
 
 
 # --------------------------------------------------------------------------------------------- sources
+#: a dynamic dimension named like a sequence, not a batch (a note when it is taken as the batch axis)
+SEQUENCE_DIM = re.compile(r"seq|len|time|frame|step|token|window", re.IGNORECASE)
+
+
+def sequence_axis_notes(specs: Mapping[str, InputSpec], batch_axes: Mapping[str, Any] | None) -> list[str]:
+    """A note for each input whose batch axis was taken by default at a dimension named like a sequence: samples are
+    stacked along it, which a recurrent model reads as one longer sequence."""
+    out = []
+    for n, sp in specs.items():
+        ax = sp.batch_axis
+        if n in (batch_axes or {}) or ax is None or sp.shape is None or ax >= len(sp.shape):
+            continue
+        d = sp.shape[ax]
+        if isinstance(d, str) and SEQUENCE_DIM.search(d) and "batch" not in d.lower():
+            out.append(f"input {n!r}: its dynamic dimension {d!r} (axis {ax}) is read as the batch axis, samples "
+                       f"stacked along it; if each sample is a whole sequence, give --batch-axis {n}=none "
+                       "(config batch_axes)")
+    return out
+
+
 def load_dataset(src: str | Path | Mapping[str, Any] | Dataset, inputs: Mapping[str, Any], *,
                  preprocess: ImagePreprocess | None = None, batch_axes: Mapping[str, int] | None = None,
                  fixed: Mapping[str, np.ndarray] | None = None) -> Dataset:
     """A :class:`Dataset` from ``src`` for a model whose inputs are ``{name: InputSpec}`` (:func:`model_inputs`);
-    ``batch_axes`` overrides the batch axis of inputs by name (:func:`with_batch_axes`). ``fixed``: the values of
-    inputs the model no longer takes (``fix_inputs``); samples may leave them out, and where they hold one it must
-    be that value (:func:`check_fixed`, before any work)."""
+    ``batch_axes`` overrides the batch axis of inputs by name (:func:`with_batch_axes`; a default taken at a
+    dimension named like a sequence is noted, :func:`sequence_axis_notes`). ``fixed``: the values of inputs the
+    model no longer takes (``fix_inputs``); samples may leave them out, and where they hold one it must be that
+    value (:func:`check_fixed`, before any work)."""
+    ds = _load(src, inputs, preprocess, batch_axes, fixed)
+    ds.notes += [n for n in sequence_axis_notes(ds.specs or {}, batch_axes) if n not in ds.notes]
+    return ds
+
+
+def _load(src: str | Path | Mapping[str, Any] | Dataset, inputs: Mapping[str, Any],
+          preprocess: ImagePreprocess | None, batch_axes: Mapping[str, int] | None,
+          fixed: Mapping[str, np.ndarray] | None) -> Dataset:
     specs = with_batch_axes(_specs(inputs), batch_axes)
     fixed = dict(fixed or {})
     if isinstance(src, Dataset):
@@ -750,5 +779,5 @@ def _from_test_sets(sets: list[Path], specs: dict[str, InputSpec], where: str) -
 
 
 __all__ = ["Dataset", "ImagePreprocess", "InputSpec", "NpzMember", "array_layout", "check_fixed", "check_header",
-           "conform", "default_batch_axis", "labels_from", "load_dataset", "model_inputs", "open_npz",
+           "conform", "sequence_axis_notes", "default_batch_axis", "labels_from", "load_dataset", "model_inputs", "open_npz",
            "with_batch_axes"]
