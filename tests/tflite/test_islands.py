@@ -118,9 +118,23 @@ CASES = {
     "matmul_3d": ([_n("Reshape", ["x", "s"], ["r"]), _n("MatMul", ["r", "w"], ["y"])],
                   {"s": _i64(-1, 16, 16), "w": RNG.normal(0, 0.5, (16, 5)).astype(np.float32)},
                   {"FULLY_CONNECTED"}, False),
+    # a MatMul over the last axis of a 4-D tensor stored NHWC (openwakeword's mel filterbank): TRANSPOSE back first;
+    # the Clip(1e-10) after it clamps the integers as RELU does: fused as RELU
+    "matmul_4d_nhwc_clip_floor": ([_n("Conv", ["x", "wc"], ["c"]), _n("MatMul", ["c", "w"], ["m"]),
+                                   _n("Clip", ["m", "floor", ""], ["y"])],
+                                  {"wc": RNG.normal(0, 0.5, (4, 4, 1, 1)).astype(np.float32),
+                                   "w": RNG.normal(0, 0.5, (8, 5)).astype(np.float32),
+                                   "floor": np.array(1e-10, np.float32)}, {"TRANSPOSE", "FULLY_CONNECTED"}, False),
+    # a Clip whose lower bound the graph computes (max - 4: a dB floor): MAXIMUM with that tensor, a float island
+    "clip_computed_floor": ([_n("ReduceMax", ["x"], ["mx"], keepdims=0), _n("Sub", ["mx", "four"], ["lo"]),
+                             _n("Clip", ["x", "lo", ""], ["y"])], {"four": np.array(4, np.float32)},
+                            {"MAXIMUM", "REDUCE_MAX"}, True),
 }
 
 
+#: cases whose graph reduces over the batch axis too (a scalar bound): run_integer runs them one sample at a time,
+#: as the batch-1 .tflite does
+PER_SAMPLE = {"clip_computed_floor"}
 #: cases LiteRT's default resolver computes otherwise (run_integer reproduces its reference kernels there)
 REF_ONLY = {"resize_bilinear_half_pixel": "XNNPACK's int8 bilinear resize is not reproduced",
             "resize_bilinear_align_corners": "XNNPACK's int8 bilinear resize is not reproduced"}
@@ -157,7 +171,9 @@ def test_operator_bit_exact_against_litert(case):
     x = X[N_CAL:]
     for resolver, mode in (("ref", "litert_ref"), ("auto", "litert_xnnpack"))[:1 if case in REF_ONLY else 2]:
         y = _litert(out.data, x, resolver)
-        z = IntegerModel(qm.model, mode).run({"x": x})["y"]
+        im = IntegerModel(qm.model, mode)
+        z = np.concatenate([im.run({"x": xi[None]})["y"] for xi in x]) if case in PER_SAMPLE else \
+            im.run({"x": x})["y"]
         assert y.shape == z.shape and np.array_equal(y, z), \
             f"{resolver}: {int((y != z).sum())} of {y.size} differ from run_integer {mode}"
 

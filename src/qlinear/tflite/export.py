@@ -137,12 +137,28 @@ class _Writer:
 
     # ------------------------------------------------------------------------------------------ ops
     def fused(self, op: QOp) -> int:
+        """The fused activation of ``op``; a clamp with other bounds whose integer bounds on the output's grid are a
+        fused activation's (``Clip(x, 1e-10)`` clamps the integers as RELU does) is that activation."""
         if op.act is None:
             return S.ACTIVATION["NONE"]
-        if op.act == "CLIP":
-            raise UnsupportedError(f"node {op.name}: the clamp {op.act_bounds} after it is not a TFLite fused "
-                                   "activation (RELU, RELU6, RELU_N1_TO_1)")
-        return S.ACTIVATION[op.act]
+        if op.act != "CLIP":
+            return S.ACTIVATION[op.act]
+        p = op.output.params if op.output is not None else None
+        if p is not None and p.per_tensor and p.dtype.is_int:
+            def ints(lo: float, hi: float) -> tuple[int, int]:
+                def q(f: float) -> int:   # TFLite's CalculateActivationRangeQuantized: TfLiteRound, ties away
+                    v = np.float32(f) / np.float32(p.s)
+                    return p.z + int(np.sign(v) * np.floor(np.abs(v) + np.float32(0.5)))
+                return (max(int(p.dtype.qmin), q(lo)) if np.isfinite(lo) else int(p.dtype.qmin),
+                        min(int(p.dtype.qmax), q(hi)) if np.isfinite(hi) else int(p.dtype.qmax))
+
+            got = ints(*op.act_bounds)
+            for name, bounds in (("NONE", (-np.inf, np.inf)), ("RELU", (0.0, np.inf)), ("RELU6", (0.0, 6.0)),
+                                 ("RELU_N1_TO_1", (-1.0, 1.0))):
+                if ints(*bounds) == got:
+                    return S.ACTIVATION[name]
+        raise UnsupportedError(f"node {op.name}: the clamp {op.act_bounds} after it is not a TFLite fused "
+                               "activation (RELU, RELU6, RELU_N1_TO_1) on its output's integer grid")
 
     def padding(self, op: QOp, x: _T, k: tuple[int, int], stride: tuple[int, int],
                 dil: tuple[int, int], pads: list[int]) -> tuple[str, _T]:
@@ -326,6 +342,8 @@ class _Writer:
         if w is None or w.const is None or np.asarray(w.const).ndim != 2:
             raise UnsupportedError(f"node {op.name} ({op.op}): only a constant 2-D quantized weight exports as "
                                    "FULLY_CONNECTED")
+        if op.op == "MatMul" and x.nhwc:   # a 4-D input stored NHWC: back to ONNX's order on the integers first
+            x = self.in_onnx_order(op, x)
         if len(x.onnx_shape) != 2 and (op.op != "MatMul" or x.nhwc or len(x.onnx_shape) < 2):
             raise UnsupportedError(f"node {op.name} ({op.op}): FULLY_CONNECTED needs a 2-D input (or a MatMul's "
                                    f"N-D input not stored NHWC) here, got {list(x.onnx_shape)}")
@@ -340,13 +358,29 @@ class _Writer:
             axis_ok = w.params.per_tensor or w.params.axis == 1
         if not axis_ok:
             raise UnsupportedError(f"node {op.name}: per-channel weight scales must run along the output features")
-        out = self.output_of(op, False)
+        out = final = self.output_of(op, True)
+        if out.nhwc:   # a 4-D result: computed in ONNX's order, then stored NHWC as every 4-D tensor is
+            v = op.output
+            out = self.activation(QValue(f"{v.name}__nchw", v.params, float_name=f"{v.float_name}_nchw"), False,
+                                  final.onnx_shape)
         wi = self.tensor(w.float_name or w.name, list(wt.shape), w.params.dtype.name, self.quant(w, 0),
                          np.ascontiguousarray(wt))
         bias = self.bias(op, wt.shape[0]) if op.op == "Gemm" else -1
         keep = {"keep_num_dims": True} if len(x.onnx_shape) > 2 else {}  # [.., K] -> [.., N]: MatMul's leading dims
         self.op("FULLY_CONNECTED", op.output, [x.index, wi, bias], [out.index], "FullyConnectedOptions",
                 fused_activation_function=self.fused(op), **keep)
+        if out is not final:
+            perm = self.tensor(f"{op.name}_perm_nhwc", [4], "int32", data=np.array([0, 2, 3, 1], np.int32))
+            self.op("TRANSPOSE", op.output, [out.index, perm], [final.index], "TransposeOptions")
+
+    def in_onnx_order(self, op: QOp, x: _T) -> _T:
+        """The NHWC-stored input 0 of ``op`` in ONNX's axis order (a TRANSPOSE moving its integers)."""
+        v = op.inputs[0]
+        t = self.activation(QValue(f"{v.name}__nchw_{op.name}", v.params, float_name=f"{v.float_name}_nchw_{op.name}"),
+                            False, x.onnx_shape)
+        perm = self.tensor(f"{op.name}_perm_nchw", [4], "int32", data=np.array([0, 3, 1, 2], np.int32))
+        self.op("TRANSPOSE", v, [x.index, perm], [t.index], "TransposeOptions")
+        return t
 
     def operand(self, op: QOp, i: int, other: int) -> _T:
         """Input ``i`` of an elementwise ``op``: an integer tensor, or its quantized constant operand written as a
@@ -628,6 +662,9 @@ class _Writer:
         # (in float: a float island, as run_integer's LiteRT profiles do)
         if kind == "concat":
             return all(_same_params(v, op.output) for v in op.inputs)
+        if kind == "clamp":   # a Clip of other (or computed) bounds runs as a float island
+            b = clip_bounds(op.node, self.qg.consts)
+            return b is not None and activation_name(*b) != "CLIP"
         return kind not in ("reshape", "identity", "pad") or _same_params(op.inputs[0], op.output)
 
 

@@ -323,22 +323,31 @@ def hard_sigmoid(ctx: Ctx, ins: list[Slot | None]) -> None:
 
 
 def clip(ctx: Ctx, ins: list[Slot | None]) -> None:
+    """MAXIMUM then MINIMUM with the bounds: constants (inputs or attributes), or tensors computed in the graph
+    (openwakeword's ``Clip(db, max(db) - 80)``, broadcast)."""
     x = ins[0]
-    lo = _const(ctx, 1) if len(ctx.node.input) > 1 else None
-    hi = _const(ctx, 2) if len(ctx.node.input) > 2 else None
-    lo = attr(ctx.node, "min", None) if lo is None else float(lo)
-    hi = attr(ctx.node, "max", None) if hi is None else float(hi)
     o = ctx.out(0, x.nhwc)
+    bounds = []
+    for k, (name, builtin) in enumerate((("min", "MAXIMUM"), ("max", "MINIMUM")), start=1):
+        b = ins[k] if len(ins) > k else None
+        if b is not None and b.const is None:
+            bounds.append((builtin, b))
+            continue
+        v = _const(ctx, k) if len(ctx.node.input) > k and ctx.node.input[k] else None
+        v = attr(ctx.node, name, None) if v is None else float(v)
+        if v is not None:
+            bounds.append((builtin, float(v)))
     cur = x.index
-    if lo is not None and hi is not None:
-        t = ctx.new("lo", x.onnx_shape, x.nhwc)
-        _scalar_op(ctx, "MAXIMUM", "MaximumMinimumOptions", cur, lo, t.index)
-        _scalar_op(ctx, "MINIMUM", "MaximumMinimumOptions", t.index, hi, o.index)
-    elif lo is not None or hi is not None:
-        _scalar_op(ctx, "MAXIMUM" if lo is not None else "MINIMUM", "MaximumMinimumOptions", cur,
-                   lo if lo is not None else hi, o.index)
-    else:
+    if not bounds:
         ctx.op("RESHAPE", [cur], [o.index], "ReshapeOptions", new_shape=list(ctx.w.md.tensors[cur].shape))
+        return
+    for j, (builtin, b) in enumerate(bounds):
+        dst = o.index if j == len(bounds) - 1 else ctx.new(f"clip{j}", x.onnx_shape, x.nhwc).index
+        if isinstance(b, Slot):
+            ctx.op(builtin, [cur, ctx.index(b, Slot(cur, (), x.nhwc))], [dst], "MaximumMinimumOptions")
+        else:
+            _scalar_op(ctx, builtin, "MaximumMinimumOptions", cur, b, dst)
+        cur = dst
 
 
 def reciprocal(ctx: Ctx, ins: list[Slot | None]) -> None:
