@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import onnxruntime as ort
+import pytest
 from onnx import TensorProto, helper
 from tiny_models import make_model
 
@@ -150,3 +151,33 @@ def test_the_cone_runs_through_sums_of_squares_masks_and_gathers():
     f, q, q8 = (np.concatenate(run(mm)) for mm in (m, qm.model, eight.model))
     # ln power: 0.10 (the 8-bit grid of the output itself); with every activation at 8 bits 6.4
     assert np.abs(f - q).mean() < 0.2 and np.abs(f - q8).mean() > 2
+
+
+def test_tflite_runs_a_wide_cone_as_float_islands_unless_full_integer(tmp_path):
+    """Target tflite leaves the cone float too: the .tflite runs the STFT's 1-D convolutions, the power and the mel
+    MatMul as float islands, and LiteRT's dB output is within a fraction of a dB of float (ONNX Runtime);
+    --full-integer refuses the islands before work."""
+    litert = pytest.importorskip("ai_edge_litert.interpreter")
+    from qlinear.tflite.export import convert
+
+    m = spectrogram()
+    x = audio(64)
+    cfg = dict(calibration_samples=32, evaluation_samples=0, target="tflite", input_shapes={"audio": [1, 1024]})
+    qm = qlinear.quantize(m, {"audio": x[:, None]}, cfg)
+    assert not {"mc", "pw", "re"} & set(qm.plan.activations) and "db" in qm.plan.activations
+    islands = convert(qm.model).islands
+    assert any(i.endswith("(Conv)") for i in islands) and any(i.endswith("(Log)") for i in islands)
+    qm.save(tmp_path / "out", report=False)
+    it = litert.Interpreter(model_path=str(tmp_path / "out" / "model.tflite"))
+    it.allocate_tensors()
+    outs = {d["name"]: d["index"] for d in it.get_output_details()}
+    f = _run(m, x[32:])[1]
+    got = []
+    for xi in x[32:]:
+        it.set_tensor(it.get_input_details()[0]["index"], xi[None])
+        it.invoke()
+        got.append(it.get_tensor(outs["db"]))
+    assert np.mean(np.abs(f - np.concatenate(got))) < 0.5
+    with pytest.raises(qlinear.QlinearError, match=r"full_integer: node re2 \(Pow\) is outside the TFLite integer "
+                                                    r"set"):   # no float islands asked: refused before work
+        qlinear.quantize(m, {"audio": x[:, None]}, dict(cfg, full_integer=True))

@@ -16,7 +16,11 @@ After calibration, a ``Log`` whose input took values more than ``WIDE`` (2^16) t
   Kaldi fbank 8.3 dB with the cone stopping at the power, 50.8 dB through to the waveform (ONNX Runtime's
   ``quantize_static``: ``-inf``, the log of a power rounded to zero), NeMo 32.8 dB (ORT: NaN), Whisper 20.7 dB
   (ORT 12.2).
-* Other targets run every tensor in integers: the pipeline warns, naming the ``Log``, and quantizes as planned.
+* Target ``tflite`` does the same unless ``full_integer`` is asked: the cone becomes float islands of the
+  ``.tflite`` (float CONV_2D for the short-time Fourier transform's convolutions, POW, ADD, FULLY_CONNECTED, LOG...),
+  as the TFLite converter runs an operator it cannot quantize. openwakeword ships this front end as a ``.tflite``.
+* Other targets (qnn, full-integer tflite) run every tensor in integers: the pipeline warns, naming the ``Log``,
+  and quantizes as planned.
 
 An ``overrides`` rule setting a tensor's type keeps it quantized.
 """
@@ -33,7 +37,7 @@ from qlinear.graph.plan import Plan, resolve_inherit
 #: a Log input whose calibrated largest / smallest value exceeds this is wide (below one step of a 16-bit grid)
 WIDE = 2.0 ** 16
 #: targets where a wide Log's cone is left in float (the runtime computes Log in float)
-FLOAT_LOG_TARGETS = ("ort",)
+FLOAT_LOG_TARGETS = ("ort", "tflite")
 
 
 def wide_logs(plan: Plan, nodes: list[Any], obs: dict[str, Any]) -> dict[str, tuple[float, float, list[str]]]:
@@ -50,7 +54,7 @@ def wide_logs(plan: Plan, nodes: list[Any], obs: dict[str, Any]) -> dict[str, tu
 
 
 def float_log_cones(plan: Plan, nodes: list[Any], obs: dict[str, Any], target: str, resolved: Any,
-                    notes: list[str]) -> list[str]:
+                    notes: list[str], full_integer: bool = False) -> list[str]:
     """Leave the cones of the wide logarithms in float on ``FLOAT_LOG_TARGETS`` (the plan's activations lose them;
     call after calibration, before the encodings are built), warn on other targets; returns the tensors left float.
     ``resolved``: the tensors an ``overrides`` rule set, which keep their quantization."""
@@ -58,9 +62,10 @@ def float_log_cones(plan: Plan, nodes: list[Any], obs: dict[str, Any], target: s
     for t, (lo, hi, cone) in wide_logs(plan, nodes, obs).items():
         span = "zero" if lo == 0 else f"{lo:.3g}"
         what = f"Log of '{t}': its values span {span} to {hi:.3g} on the calibration data"
-        if target not in FLOAT_LOG_TARGETS:
+        if target not in FLOAT_LOG_TARGETS or (target == "tflite" and full_integer):
             notes.append(f"WARNING: {what}, more than a 16-bit grid resolves: its small values are rounded to zero "
-                         "and their logarithms to the floor; target ort leaves such a spectrum in float")
+                         "and their logarithms to the floor; target ort (and tflite without --full-integer) leaves "
+                         "such a spectrum in float")
             continue
         roots = {resolve_inherit(plan, c) for c in cone} - set(resolved)
         drop = [a for a in plan.activations if resolve_inherit(plan, a) in roots]

@@ -443,19 +443,46 @@ def matmul(ctx: Ctx, ins: list[Slot | None]) -> None:
 
 
 def conv(ctx: Ctx, ins: list[Slot | None]) -> None:
-    """A float 2-D Conv with constant weights: [PAD,] CONV_2D or DEPTHWISE_CONV_2D, VALID, NHWC."""
+    """A float 2-D Conv with constant weights: [PAD,] CONV_2D or DEPTHWISE_CONV_2D, VALID, NHWC; a 1-D Conv as a
+    height-1 2-D one (TRANSPOSE + RESHAPE to ``[N, 1, L, C]`` before, RESHAPE + TRANSPOSE back after)."""
     n = ctx.node
     x, w, b = ins[0], ins[1], ins[2] if len(ins) > 2 else None
-    if w.const is None or np.ndim(w.const) != 4 or len(x.onnx_shape) != 4 or (b is not None and b.const is None) \
-            or attr(n, "auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET"):
-        raise UnsupportedError(f"node {ctx.name} (Conv): a float island needs a 2-D Conv with constant weights")
+    one_d = len(x.onnx_shape) == 3 and w.const is not None and np.ndim(w.const) == 3
+    if w.const is None or (np.ndim(w.const) != 4 and not one_d) or (len(x.onnx_shape) != 4 and not one_d) \
+            or (b is not None and b.const is None) or attr(n, "auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET"):
+        raise UnsupportedError(f"node {ctx.name} (Conv): a float island needs a 1-D or 2-D Conv with constant weights")
     wf = np.asarray(w.const, np.float32)
+    lead = [1] if one_d else []
+    pads = list(attr(n, "pads", [0] * (4 - 2 * len(lead))))
+    geometry = {"pads": [0, pads[0], 0, pads[1]] if one_d else pads,
+                "strides": lead + list(attr(n, "strides", [1] * (2 - len(lead)))),
+                "dilations": lead + list(attr(n, "dilations", [1] * (2 - len(lead))))}
+    if not one_d:
+        _conv2d(ctx, x, wf, b, geometry, ctx.out(0, True))
+        return
+    nb, c, ln = x.onnx_shape
+    t = ctx.new("nlc", (nb, ln, c), False)
+    ctx.op("TRANSPOSE", [ctx.onnx_order(x).index, ctx.param("perm_nlc", [0, 2, 1])], [t.index], "TransposeOptions")
+    h = ctx.new("h1", (nb, c, 1, ln), True)
+    ctx.op("RESHAPE", [t.index, ctx.param("shape_h1", [nb, 1, ln, c])], [h.index], "ReshapeOptions",
+           new_shape=[nb, 1, ln, c])
+    o, lo = wf.shape[0], ctx.shape()[2]
+    y = ctx.new("y2d", (nb, o, 1, lo), True)
+    _conv2d(ctx, h, wf[:, :, None, :], b, geometry, y)
+    r = ctx.new("nlo", (nb, lo, o), False)
+    ctx.op("RESHAPE", [y.index, ctx.param("shape_nlo", [nb, lo, o])], [r.index], "ReshapeOptions",
+           new_shape=[nb, lo, o])
+    ctx.op("TRANSPOSE", [r.index, ctx.param("perm_nol", [0, 2, 1])], [ctx.out(0, False).index], "TransposeOptions")
+
+
+def _conv2d(ctx: Ctx, x: Slot, wf: np.ndarray, b: Slot | None, geometry: dict, out: Slot) -> None:
+    """CONV_2D or DEPTHWISE_CONV_2D in float of NHWC ``x`` by OIHW ``wf`` into ``out`` ([PAD,] VALID)."""
     o, cg, kh, kw = wf.shape
-    groups = attr(n, "group", 1)
+    groups = attr(ctx.node, "group", 1)
     depthwise = groups > 1 and cg == 1 and groups == x.onnx_shape[1]
     if groups != 1 and not depthwise:
         raise UnsupportedError(f"node {ctx.name} (Conv): grouped float convolutions are not exported")
-    pads = list(attr(n, "pads", [0, 0, 0, 0]))
+    pads = geometry["pads"]
     if any(pads):
         shape = (x.onnx_shape[0], x.onnx_shape[1], x.onnx_shape[2] + pads[0] + pads[2],
                  x.onnx_shape[3] + pads[1] + pads[3])
@@ -463,10 +490,9 @@ def conv(ctx: Ctx, ins: list[Slot | None]) -> None:
         ctx.op("PAD", [x.index, ctx.param("paddings", [[0, 0], [pads[0], pads[2]], [pads[1], pads[3]], [0, 0]])],
                [xp.index], "PadOptions")
         x = xp
-    stride, dil = attr(n, "strides", [1, 1]), attr(n, "dilations", [1, 1])
+    stride, dil = geometry["strides"], geometry["dilations"]
     bias = np.zeros(o, np.float32) if b is None else np.asarray(b.const, np.float32).reshape(-1)
     bi = ctx.w.tensor(f"{ctx.name}_bias", [o], "float32", data=bias)
-    out = ctx.out(0, True)
     common = {"padding": 1, "stride_w": stride[1], "stride_h": stride[0], "fused_activation_function": 0,
               "dilation_w_factor": dil[1], "dilation_h_factor": dil[0]}
     if depthwise:
