@@ -119,7 +119,8 @@ def test_settled_activation_types(target, asked, want):
     cfg = QuantizeConfig(target=target, activation_type=asked, **weight_only)
     used, notes = settle(cfg)
     assert used.activation_type == want and used.activation_qtype is qtype(want)
-    assert bool(notes) == (want != asked)  # a requested type changed only with a note
+    changed = [n for n in notes if "CPU session has no 16-bit kernels" not in n]   # that one states a fact
+    assert bool(changed) == (want != asked)  # a requested type changed only with a note
 
 
 def test_lpbq_defaults_settle_to_core_types():

@@ -48,6 +48,11 @@ def settle(cfg: QuantizeConfig, model: Any = None) -> tuple[QuantizeConfig, list
         cfg = _qnn(cfg, notes)
     if model is not None and cfg.target == "tflite":
         _tflite_model(model, cfg)
+    if cfg.target == "ort" and not cfg.weight_only and cfg.activation_qtype.is_int \
+            and cfg.activation_qtype.bits == 16:
+        notes.append(f"activation_type {cfg.activation_type} on target ort: ONNX Runtime's CPU session has no 16-bit "
+                     "kernels and runs these layers in float between their Q/DQ pairs (slower than the float model); "
+                     "16-bit activations pay off on a runtime that computes them (target qnn: QNN's HTP)")
     if model is not None and not cfg.weight_only:
         cfg = cfg.settled(placement=placement_for(cfg, model))
         ws = _weights(model)
