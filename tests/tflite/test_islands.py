@@ -126,6 +126,11 @@ CASES = {
                                    "w": RNG.normal(0, 0.5, (8, 5)).astype(np.float32),
                                    "floor": np.array(1e-10, np.float32)}, {"TRANSPOSE", "FULLY_CONNECTED"}, False),
     # a Clip whose lower bound the graph computes (max - 4: a dB floor): MAXIMUM with that tensor, a float island
+    # GELU as torch exports it (x * 0.5 * (1 + erf(x / sqrt 2))): the Erf as float builtins (TFLite has no ERF)
+    "erf_gelu": ([_n("Div", ["x", "sqrt2"], ["xs"]), _n("Erf", ["xs"], ["e"]), _n("Add", ["e", "one"], ["e1"]),
+                  _n("Mul", ["x", "e1"], ["xe"]), _n("Mul", ["xe", "half"], ["y"])],
+                 {"sqrt2": np.array(np.sqrt(2), np.float32), "one": np.array(1, np.float32),
+                  "half": np.array(0.5, np.float32)}, {"SIGN", "EXP", "ABS"}, True),
     "clip_computed_floor": ([_n("ReduceMax", ["x"], ["mx"], keepdims=0), _n("Sub", ["mx", "four"], ["lo"]),
                              _n("Clip", ["x", "lo", ""], ["y"])], {"four": np.array(4, np.float32)},
                             {"MAXIMUM", "REDUCE_MAX"}, True),

@@ -41,6 +41,7 @@ REGISTRY.add(FAMILY, "LogSoftmax", fixed_tflite=(16 / 256, 127))
 REGISTRY.add(FAMILY, "HardSwish", tflite_builtins=("HARD_SWISH",), tflite_writer="unary", kernel="activation",
              tflite_island="unary",
              tflite_float_builtin="HARD_SWISH")
-REGISTRY.add(FAMILY, ("Gelu", "FastGelu", "BiasGelu", "QuickGelu", "Erf", "Softplus"), ("smooth_activation",))
+REGISTRY.add(FAMILY, ("Gelu", "FastGelu", "BiasGelu", "QuickGelu", "Softplus"), ("smooth_activation",))
+REGISTRY.add(FAMILY, "Erf", ("smooth_activation",), tflite_island="erf")   # GELU as torch exports it: x * (1 + erf)
 # HardSigmoid = clip(alpha * x + beta, 0, 1): no TFLite builtin, a float island of MUL, ADD, MINIMUM, MAXIMUM
 REGISTRY.add(FAMILY, "HardSigmoid", ("smooth_activation",), tflite_island="hard_sigmoid", output_range=(0.0, 1.0))
