@@ -102,6 +102,13 @@ class Plan:
     skipped: dict[str, str] = field(default_factory=dict)        # tensor -> reason
     norm_stats: list[str] = field(default_factory=list)          # quantized normalization statistics (norm_stats)
 
+    def followers(self) -> dict[str, list[str]]:
+        """Each tensor whose encoding others reuse (through data-movement chains) -> those tensors."""
+        out: dict[str, list[str]] = {}
+        for k in self.inherit:
+            out.setdefault(resolve_inherit(self, k), []).append(k)
+        return out
+
     def leave_float(self, tensors: set[str], reason: str) -> None:
         """Take ``tensors`` out of the quantized activations (and out of those reusing an encoding), with ``reason``
         (a decision made after calibration: :mod:`qlinear.ptq.mixed`, :mod:`qlinear.ptq.logs`)."""

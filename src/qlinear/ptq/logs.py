@@ -69,7 +69,8 @@ def float_log_cones(plan: Plan, nodes: list[Any], obs: dict[str, Any], target: s
             continue
         roots = {resolve_inherit(plan, c) for c in cone} - set(resolved)
         drop = [a for a in plan.activations if resolve_inherit(plan, a) in roots]
-        drop += [k for k in plan.inherit if resolve_inherit(plan, k) in roots]
+        followers = plan.followers()
+        drop += [k for r in roots for k in followers.get(r, [])]
         if not drop:
             continue
         gone = set(drop)

@@ -138,7 +138,7 @@ def bounded_parts(encs: list[Encoding], floated: list[ConcatSpec], plan: Plan, m
             e = C.calibrate(np.array([lo, hi], np.float32), wide, method="minmax", policy=cfg.policy,
                             symmetric=cfg.activation_symmetric, name=src)
             old = by_name[src]
-            for k in [src] + [k for k in plan.inherit if resolve_inherit(plan, k) == src]:
+            for k in [src] + plan.followers().get(src, []):
                 if k in by_name:
                     by_name[k] = e.replace(name=k)
             notes.append(f"{src} ({n.op_type}, a part of the output of Concat {c.node!r} left in float) is quantized "
@@ -189,7 +189,7 @@ def widen(by_name: dict[str, Encoding], tensors: list[str], plan: Plan, m: Any, 
     returns those raised and the new type. Activations set by an ``overrides`` rule, of a non-integer type, tied to
     others, per-channel, wider than 16 bits or not observed keep their encodings (:func:`_roots`)."""
     prod = {o: n for n in m.graph.node for o in n.output}
-    followers = _followers(plan)
+    followers = plan.followers()
     raised, wide = [], ""
     for root in _roots(by_name, tensors, plan, tcfg, obs):
         cfg = tcfg.activation(root)
@@ -211,20 +211,13 @@ def unquantize(by_name: dict[str, Encoding], tensors: list[str], plan: Plan, tcf
                reason: str) -> list[str]:
     """Leave ``tensors`` (each once, with the tensors sharing its encoding) in float, as :func:`widen` would have
     raised them (the same ones keep their encodings); returns those left float."""
-    followers = _followers(plan)
+    followers = plan.followers()
     roots = _roots(by_name, tensors, plan, tcfg, obs)
     drop = {k for r in roots for k in [r] + followers.get(r, [])}
     for k in drop:
         by_name.pop(k, None)
     plan.leave_float(drop, reason)
     return roots
-
-
-def _followers(plan: Plan) -> dict[str, list[str]]:
-    out: dict[str, list[str]] = {}
-    for k in plan.inherit:
-        out.setdefault(resolve_inherit(plan, k), []).append(k)
-    return out
 
 
 def _roots(by_name: dict[str, Encoding], tensors: list[str], plan: Plan, tcfg: Any,
@@ -274,7 +267,7 @@ def _hi(e: Encoding) -> float:
 def _feeds_compute(m: Any, plan: Plan, t: str, drop: set[str]) -> bool:
     """``t`` (or data movement of it) is read by a node whose output does not just reuse its encoding: an operator
     that needs ``t`` quantized as one tensor."""
-    users = {k for k in plan.inherit if resolve_inherit(plan, k) == t} | {t}
+    users = set(plan.followers().get(t, [])) | {t}
     return any(n.output and not set(n.output) <= users | drop for n in m.graph.node if users & set(n.input))
 
 

@@ -27,7 +27,6 @@ import onnx
 from qlinear.core.types import int_type, qtype
 from qlinear.encodings import EncodingSet
 from qlinear.graph.model import GraphIndex
-from qlinear.graph.plan import resolve_inherit
 from qlinear.ptq.algorithms.bias import correct_biases
 from qlinear.ptq.config import DATA_WEIGHT_METHODS
 from qlinear.ptq.encode import apply_encodings, int32_biases, weight_encoding
@@ -187,9 +186,7 @@ class _Builder:
         self.g_ref = GraphIndex.build(inp.reference, infer_shapes=False)
         self.g_m = GraphIndex.build(inp.model, infer_shapes=False)
         self.specs = {s.name: s for s in inp.plan.weights}
-        self.inheritors: dict[str, list[str]] = {}
-        for t, src in inp.plan.inherit.items():
-            self.inheritors.setdefault(resolve_inherit(inp.plan, src), []).append(t)
+        self.inheritors = inp.plan.followers()
 
     def weight_candidates(self, allow_float: bool) -> list[Candidate]:
         """Weights, ranked by their deployed values against the float ones."""
