@@ -125,6 +125,20 @@ def test_tflite_policy():
     assert q.min() >= -127
 
 
+def test_tflite_weights_of_a_dead_channel_take_the_converters_smallest_range():
+    """The MLIR converter widens every range of at most 1e-6 to [-5e-7, 5e-7] (``ExpandVerySmallRange`` in
+    ``GetQuantizedType``, weights included): an all-zero channel and one decayed to subnormals (PP-OCRv4's
+    recognizer has 48 such channels) get ``1e-6/254``, not 1.0 or a subnormal scale whose int32 bias scale
+    ``s_in s_w`` is 0 in float32 with 16-bit activations."""
+    w = np.array([[0.0, 0.0], [3e-39, -1e-39], [2e-7, -4e-7], [5e-7, 1e-3]], np.float32)
+    e = qlinear.calibrate(w, "int8", policy="tflite", symmetric=True, axis=0)
+    small = np.float32(1e-6 / 254)
+    assert np.array_equal(e.scale.astype(np.float32), np.array([small, small, small, np.float32(1e-3) / 127],
+                                                               np.float32))
+    assert np.all(e.quantize(w)[:2] == 0)
+    assert np.float32(np.float64(e.scale[1]) * (1 / 65535)) > 0   # the bias scale of a 16-bit input survives
+
+
 @given(st.lists(st.floats(-100, 100, width=32), min_size=1, max_size=50))
 def test_dynamic_policy_agrees_with_dynamic_quantize_linear(vals):
     x = np.array(vals, np.float32)

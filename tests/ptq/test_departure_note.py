@@ -5,10 +5,13 @@ asked for."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from onnx import TensorProto, helper
 from tiny_models import make_model
 
 import qlinear
+from qlinear.errors import ConfigError
+from qlinear.ptq.config import QuantizeConfig
 from qlinear.ptq.report.evaluate import _departure_note
 
 
@@ -42,3 +45,19 @@ def test_no_note_for_agreeing_outputs_sequences_or_a_target():
     assert _departure_note({"a": "sequence"}, {"a": bad}, None) is None
     assert _departure_note({"a": "generic"}, {"a": bad}, "sqnr_db>=15") is None
     assert "1 output(s)" in _departure_note({"a": "generic", "b": "generic"}, {"a": bad, "b": good}, None)
+
+
+def test_the_remedy_follows_the_deployment_target():
+    """target tflite refuses precision repair (one activation type per model): its note names 16x8 instead, and
+    nothing more once activations are 16-bit; ort and qnn keep naming the repair."""
+    bad = {"cosine_mean": 0.5, "sqnr_db": 1.0}
+    ort = _departure_note({"a": "generic"}, {"a": bad}, None, QuantizeConfig())
+    assert "--accuracy-target sqnr_db>=15 raises" in ort and "--activation-type uint16" in ort
+    tfl = _departure_note({"a": "generic"}, {"a": bad}, None, QuantizeConfig(target="tflite"))
+    assert "--activation-type int16" in tfl and "16x8" in tfl and "needs target ort or qnn" in tfl
+    assert "uint16" not in tfl and "raises the precision" not in tfl
+    t16 = _departure_note({"a": "generic"}, {"a": bad}, None,
+                          QuantizeConfig(target="tflite", activation_type="int16"))
+    assert "already 16-bit" in t16 and "--activation-type" not in t16
+    with pytest.raises(ConfigError, match="not available with target tflite"):
+        QuantizeConfig(target="tflite", accuracy_target="sqnr_db>=15")

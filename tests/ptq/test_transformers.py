@@ -122,3 +122,21 @@ def test_gelu_outputs_get_mse_ranges_unless_the_config_says_otherwise():
     assert not any("MSE ranges" in n for n in mm.notes)
     # MSE clips the Gelu tail: a smaller range than min-max
     assert qm.encodings["gelu"].scale < mm.encodings["gelu"].scale
+
+
+def test_the_placement_note_names_the_convolutions_it_leaves_float():
+    """A transformer with a convolutional part (an OCR recognizer's backbone): ``matmul`` placement leaves the
+    convolutions' inputs float too, and its note says so with the way to quantize them."""
+    from onnx import TensorProto, helper
+
+    from qlinear.ptq.pipeline import _matmul_placement_note
+
+    m = tiny_encoder()
+    assert "convolutions" not in _matmul_placement_note(m)
+    conv = helper.make_model(helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 4, 4])],
+        [onnx.numpy_helper.from_array(np.ones((3, 2, 1, 1), np.float32), "w")]))
+    note = _matmul_placement_note(conv)
+    assert "inputs of its 1 convolution(s)" in note and 'placement "all"' in note

@@ -178,10 +178,13 @@ def tflite_activation(lo: np.ndarray, hi: np.ndarray, *, bits: int = 8, narrow_r
 
 def tflite_weight(lo: np.ndarray, hi: np.ndarray, *, bits: int = 8) -> Params:
     """Symmetric narrow-range weights: ``scale = absmax / (2^(b-1) - 1)`` (float32), zero point 0; values are then
-    clamped to [-127, 127] (``SymmetricPerChannelQuantizeValues``)."""
+    clamped to [-127, 127] (``SymmetricPerChannelQuantizeValues``). A channel whose range ``2 absmax`` is at most
+    1e-6 (all zero, or dead: trained weights decayed to subnormals) takes the range [-5e-7, 5e-7], as the MLIR
+    converter's ``ExpandVerySmallRange`` gives every weight (``GetQuantizedType``): ``scale = 1e-6/254``, not a
+    subnormal whose int32 bias scale ``s_in s_w`` would underflow to 0."""
     absmax = np.maximum(np.abs(np.asarray(lo, np.float32)), np.abs(np.asarray(hi, np.float32)))
+    absmax = np.where(2 * absmax.astype(np.float64) <= 1e-6, np.float32(5e-7), absmax)
     scale = (absmax / np.float32(2 ** (bits - 1) - 1)).astype(np.float32)
-    scale = np.where(scale == 0, np.float32(1.0), scale)
     return Params(_int_name(bits, True), scale.astype(np.float64), np.zeros(scale.shape, np.int64))
 
 

@@ -176,6 +176,17 @@ class _Run:
     ahead: Any = None  # the report's passes started early (qlinear.ptq.report.passes.Passes), with report_ahead
 
 
+def _matmul_placement_note(m: onnx.ModelProto) -> str:
+    """The note of ``matmul`` placement; it names the convolutions whose inputs it leaves float (weights quantized,
+    the layer computed in float) when the transformer has a convolutional part, e.g. an OCR recognizer's backbone."""
+    inits = {t.name for t in m.graph.initializer}
+    convs = sum(n.op_type in ("Conv", "ConvTranspose") and len(n.input) > 1 and n.input[1] in inits
+                for n in m.graph.node)
+    return ("transformer placement: quantizers on MatMul/Gemm inputs only (LayerNorm, Softmax, Gelu and residual adds "
+            "stay float" + (f"; so do the inputs of its {convs} convolution(s), whose weights are quantized: placement "
+                            "\"all\" in --config quantizes those activations too" if convs else "") + ")")
+
+
 def _rewrite(run: _Run) -> tuple[onnx.ModelProto, str]:
     """Exact float rewrites before calibration, as ``onnx_ir`` passes on one :class:`onnx_ir.Model` (BatchNorm
     folding, equalization, smoothing; :mod:`qlinear.graph.passes`): ``run.m`` becomes the rewritten model (one proto,
@@ -195,8 +206,7 @@ def _rewrite(run: _Run) -> tuple[onnx.ModelProto, str]:
         notes.append(f"cross-layer equalization of {eq.pairs} layer pairs"
                      + (" (across ReLU only: target tflite)" if cfg.target == "tflite" else ""))
     if placement == "matmul":
-        notes.append("transformer placement: quantizers on MatMul/Gemm inputs only (LayerNorm, Softmax, Gelu and "
-                     "residual adds stay float)")
+        notes.append(_matmul_placement_note(run.m))
     if cfg.smoothing or (cfg.smoothing is None and placement == "matmul"
                          and cfg.activation_qtype.bits <= 8):
         t0 = time.perf_counter()

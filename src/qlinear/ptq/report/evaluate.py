@@ -40,6 +40,7 @@ from typing import Any, Callable
 import numpy as np
 import onnx
 
+from qlinear.core.types import qtype
 from qlinear.errors import DataError
 from qlinear.graph.ops import EMBEDDING_PRODUCERS, LAYOUT_PASSTHROUGH, QUANTIZE_OPS, RECURRENT
 from qlinear.graph.plan import resolve_inherit
@@ -174,10 +175,10 @@ def evaluate(qm: Any, *, samples: int | None = None, progress: Callable[[int], N
             parts = None
         res[o] = kind_metrics(kinds[o], out_f[o], out_q[o], counts, labels, o, ds.source, parts=parts)
         heads[o] = HEADLINE[kinds[o]]
-        note = _kind_note(o, kinds[o], res[o], getattr(qm.config, "accuracy_target", None))
+        note = _kind_note(o, kinds[o], res[o], getattr(qm.config, "accuracy_target", None), qm.config)
         if note and note not in qm.notes:
             qm.notes.append(note)
-    note = _departure_note(kinds, res, getattr(qm.config, "accuracy_target", None))
+    note = _departure_note(kinds, res, getattr(qm.config, "accuracy_target", None), qm.config)
     if note and note not in qm.notes:
         qm.notes.append(note)
     by_name = {s.name: s for s in stats}
@@ -288,7 +289,23 @@ def mixed_concats(qm: Any, stats: list[TensorStat], res: dict[str, dict[str, flo
 POOR_COSINE = 0.9
 
 
-def _departure_note(kinds: dict[str, str], res: dict[str, dict], target: str | None) -> str | None:
+def _remedy(cfg: Any, target: str, them: str, *, all16: bool = True) -> str:
+    """The options that raise the precision of what changes ``them``, as the deployment target allows: precision
+    repair toward the accuracy ``target`` (ort, qnn; and, with ``all16``, 16-bit activations everywhere), or 16-bit
+    activations for the whole model (tflite's 16x8 mode: no per-tensor choice, so no repair); none left when tflite
+    activations are already 16-bit."""
+    if getattr(cfg, "target", "ort") != "tflite":
+        return (f"; --accuracy-target {target} raises the precision of the tensors that change {them}"
+                + (" (judged on held-back calibration samples), --activation-type uint16 keeps every activation at "
+                   "16 bits" if all16 else ", judged on held-back calibration samples"))
+    if qtype(getattr(cfg, "activation_type", "int8")).bits >= 16:
+        return ("; with target tflite every activation is already 16-bit; precision repair (--accuracy-target "
+                f"{target}) needs target ort or qnn")
+    return ("; --activation-type int16 keeps every activation at 16 bits (TFLite's 16x8 mode); precision repair of "
+            f"single tensors (--accuracy-target {target}) needs target ort or qnn")
+
+
+def _departure_note(kinds: dict[str, str], res: dict[str, dict], target: str | None, cfg: Any = None) -> str | None:
     """One note naming the outputs (other than sequences, which have their own, and passthroughs) whose mean cosine
     with float is below ``POOR_COSINE``, with the options that repair them; none when a target was asked for."""
     poor = [(o, r) for o, r in res.items() if kinds.get(o) not in ("passthrough", "sequence")
@@ -298,12 +315,10 @@ def _departure_note(kinds: dict[str, str], res: dict[str, dict], target: str | N
     named = ", ".join(f"{o!r} (cosine {r['cosine_mean']:.2f}" + (f", SQNR {r['sqnr_db']:.1f} dB" if "sqnr_db" in r
                                                                   else "") + ")" for o, r in poor[:4])
     return (f"{len(poor)} output(s) depart from float on the held-out samples: {named}"
-            + (" ..." if len(poor) > 4 else "") + "; --accuracy-target sqnr_db>=15 raises the precision of the "
-            "tensors that change them (judged on held-back calibration samples), --activation-type uint16 keeps "
-            "every activation at 16 bits")
+            + (" ..." if len(poor) > 4 else "") + _remedy(cfg, "sqnr_db>=15", "them"))
 
 
-def _kind_note(o: str, kind: str, r: dict[str, float], target: str | None) -> str | None:
+def _kind_note(o: str, kind: str, r: dict[str, float], target: str | None, cfg: Any = None) -> str | None:
     """What the report says of output ``o`` beside its metrics: a passthrough left out; a sequence whose decoded
     text changes on held-out samples, with the option that repairs it (when no target was asked for)."""
     if kind == "passthrough":
@@ -312,9 +327,8 @@ def _kind_note(o: str, kind: str, r: dict[str, float], target: str | None) -> st
     if kind == "sequence" and not target and r.get("ctc_agreement", 1.0) < 0.99:
         return (f"output {o!r} (softmax rows [N, positions, classes]) reads as the same CTC text as float on "
                 f"{r['ctc_agreement']:.3f} of the held-out samples (every position's top class agrees on "
-                f"{r['sequence_agreement']:.3f}); --accuracy-target ctc_agreement>=1.0 (or sequence_agreement>=1.0 "
-                "for a tagger) raises the precision of the tensors that change it, judged on held-back calibration "
-                "samples")
+                f"{r['sequence_agreement']:.3f})" + _remedy(cfg, "ctc_agreement>=1.0 (or sequence_agreement>=1.0 "
+                                                            "for a tagger)", "it", all16=False))
     return None
 
 
