@@ -418,7 +418,7 @@ def markdown(results: list[dict], meta: dict) -> str:
     legend = ("Cells: task fidelity vs the float model on the held-out samples / cosine of the scored output, wall "
               "time of the quantization process, weights quantized (q) / left float (f). Fidelity: `top1` agreement, "
               "`ctc` same OCR text, `mask_iou` of the text maps, `det_f1` detections, `vad` same decision, `db1` share "
-              "of spectrogram values within 1 dB, `feat` share of log-mel features within 0.1, `pos_f1` F1 of the (anchor, class) scores over 0.3, `nn` same nearest-neighbour sample (MiniLM's sentence embedding, "
+              "of spectrogram values within 1 dB, `feat` share of log-mel features within 0.1, `pos_f1` F1 of the (anchor, class) scores over 0.3, `mos01` share of predicted MOS values within 0.1 MOS, `nn` same nearest-neighbour sample (MiniLM's sentence embedding, "
               "openwakeword's speech embedding). LiteRT: the `.tflite` of `--target tflite` "
               "run in LiteRT, fidelity / cosine, ms per sample; `--target tflite` gets `--input-shape` fixing each "
               "dynamic input to the samples' shape (listed under the table). Every qlinear run quantizes the file as "

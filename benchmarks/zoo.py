@@ -18,7 +18,9 @@ Each entry names how to score task fidelity of a quantized model against the flo
 * ``mask_iou``: IoU of the binarized (> 0.3, the DB post-processing threshold) text-probability maps;
 * ``det_f1``: F1 of the detections (score threshold, NMS, same class and IoU >= 0.5) against the float ones;
 * ``vad``: the speech / no-speech decision (probability > 0.5) is the same, per 32 ms chunk;
-* ``nn``: each held-out sentence's nearest neighbour among the others (embedding cosine) is the same.
+* ``nn``: each held-out sentence's nearest neighbour among the others (embedding cosine) is the same;
+* ``mos01``: share of the predicted MOS values (every output value of every held-out sample) within 0.1 MOS of the
+  float model's (speechmos' DNSMOS, PLCMOS and AECMOS regressors).
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ class Entry:
     exporter: str        # producer and opset, as read from the file
     task: str
     data: str            # key of DATA_BUILDERS
-    score: str           # top1 | ctc | mask_iou | det_f1 | vad | nn | db1 | feat | pos_f1
+    score: str           # top1 | ctc | mask_iou | det_f1 | vad | nn | db1 | feat | pos_f1 | mos01
     note: str = ""
     output: int = 0      # index of the model output that is scored
     options: tuple[str, ...] = ()   # what qlinear's notes on this model suggest (a run of its own in the bench)
@@ -127,6 +129,15 @@ MODELS: tuple[Entry, ...] = (
     Entry("asr-whisper80", "onnx-asr", "0.12.0", "onnx_asr/preprocessors/data/whisper80.onnx", "MIT",
           "OnnxScript 0.7.1, opset 17", "Whisper log-mel front end (STFT operator, log10, clamp to max - 8)", "asr",
           "feat"),
+    Entry("dnsmos-p835", "speechmos", "0.0.1.1", "speechmos/dnsmos_models/sig_bak_ovr.onnx", "MIT",
+          "keras2onnx 1.8.1, opset 12", "speech quality DNSMOS P.835 (raw 9.01 s of 16 kHz audio; STFT as Conv, "
+          "log power, CNN) -> raw SIG/BAK/OVRL MOS", "dnsmos", "mos01"),
+    Entry("plcmos-v2", "speechmos", "0.0.1.1", "speechmos/plcmos_models/plcmos_v2.onnx", "MIT",
+          "pytorch 1.11.0, opset 11", "packet-loss-concealment MOS (CNN + two GRU + Gemm head; log-power STFT "
+          "[1, 1, frames, 257] and a random rater embedding [1, 64])", "plcmos", "mos01"),
+    Entry("aecmos-48k", "speechmos", "0.0.1.1", "speechmos/aecmos_models/Run_1668423760_Stage_0.onnx", "MIT",
+          "pytorch 1.11.0, opset 9", "echo-cancellation MOS, 48 kHz (CNN + two GRU with h0 input; loopback, mic and "
+          "enhanced mel dB [1, 3, frames, 160] with talk-type marker) -> echo and degradation MOS", "aecmos", "mos01"),
 )
 
 
@@ -257,6 +268,8 @@ def speech(sentences: list[str], tag: str, rate: int = 16000) -> np.ndarray:
     parts = []
     with tempfile.TemporaryDirectory() as td:
         for i, s in enumerate(sentences):
+            if not any(c.isalpha() for c in s):  # a line of dashes would reach espeak-ng as an option
+                continue
             wav = Path(td) / f"{i}.wav"
             subprocess.run([exe, "-v", f"{r.choice(voices)}+{r.choice(['m1', 'm3', 'f2', 'f4'])}",
                             "-s", str(int(r.integers(130, 190))), "-p", str(int(r.integers(30, 70))),
@@ -657,6 +670,178 @@ def build_sentences(n_cal: int, n_eval: int) -> tuple[Samples, Samples]:
     return [make(t) for t in cal], [make(t) for t in ev]
 
 
+# speechmos (MIT): DNSMOS P.835 feeds raw audio, PLCMOS its own log-power STFT, AECMOS librosa mel dB of three
+# signals. librosa is not needed: its 0.9 melspectrogram (the version speechmos pins) is rebuilt below with numpy.
+
+def _noisy(clean: np.ndarray, r: np.random.Generator, rate: int = 16000) -> np.ndarray:
+    """Speech with one of white, pink, babble-like or mains-hum noise at 0..30 dB SNR (a quarter left clean), scaled
+    into [-1, 1] as speechmos requires."""
+    kind = int(r.integers(0, 4)) if r.random() < 0.75 else -1
+    n = clean.size
+    if kind == 0:
+        noise = r.normal(0, 1, n)
+    elif kind == 1:   # pink: 1/f power
+        f = np.fft.rfft(r.normal(0, 1, n))
+        noise = np.fft.irfft(f / np.sqrt(np.maximum(np.arange(f.size), 1)), n)
+    elif kind == 2:   # babble-like: the same speech, shifted and summed
+        noise = sum(np.roll(clean, int(r.integers(rate, n - rate))) for _ in range(4))
+    elif kind == 3:   # hum: 50 Hz and harmonics
+        t = np.arange(n) / rate
+        noise = sum(np.sin(2 * np.pi * 50 * k * t + r.uniform(0, 6.3)) / k for k in range(1, 6))
+    else:
+        noise = np.zeros(n)
+    if kind >= 0:
+        snr = r.uniform(0, 30)
+        noise *= np.sqrt(np.mean(clean ** 2) / max(np.mean(noise ** 2), 1e-12) / 10 ** (snr / 10))
+    x = clean + noise
+    return (x * (r.uniform(0.3, 0.95) / max(np.abs(x).max(), 1e-6))).astype(np.float32)
+
+
+def _spoken(n: int, tag: str) -> list[str]:
+    """``n`` of :func:`_sentences` with letters in them (espeak-ng takes a line of dashes for an option)."""
+    return [t for t in _sentences(2 * n + 4, tag) if any(c.isalpha() for c in t)][:n]
+
+
+def build_dnsmos(n_cal: int, n_eval: int) -> tuple[Samples, Samples]:
+    """DNSMOS P.835's input: 9.01 s windows (144160 samples) of 16 kHz speech, 1 s apart as speechmos cuts a clip,
+    each with its own noise and level."""
+    out = []
+    for part, count in (("cal", n_cal), ("eval", n_eval)):
+        audio = speech(_spoken(max(4, count // 3 + 4), "dnsmos" + part), "dnsmos" + part)
+        while len(audio) < 144160 + 16000 * count:
+            audio = np.concatenate([audio, audio])
+        r = _rng("dnsmos-noise" + part)
+        starts = np.linspace(0, len(audio) - 144160, count).astype(int)
+        out.append([{"input_1": _noisy(audio[s0:s0 + 144160].astype(np.float64), r)[None]} for s0 in starts])
+    return out[0], out[1]
+
+
+def _lossy(x: np.ndarray, r: np.random.Generator, packet: int = 320) -> np.ndarray:
+    """Packet loss on 20 ms packets (5..30 % lost, in bursts): lost packets zeroed or, for half the clips, filled by
+    repeating the last good packet (a naive concealment)."""
+    y = x.copy()
+    rate, repeat = r.uniform(0.05, 0.3), r.random() < 0.5
+    lost = False
+    for k in range(1, len(x) // packet):
+        lost = r.random() < (0.5 if lost else rate / 2)
+        if lost:
+            y[k * packet:(k + 1) * packet] = y[(k - 1) * packet:k * packet] if repeat else 0
+    return y
+
+
+def plcmos_features(audio: np.ndarray) -> np.ndarray:
+    """speechmos' PLCMOS input: |STFT| (periodic Hamming 512, hop 256, frames starting 256 samples before the clip)
+    as natural-log power, zeros floored 120 dB under the smallest power, / 20: [1, 1, frames, 257]."""
+    x = np.asarray(audio, np.float64)
+    frames = -(-(len(x) + 256) // 256)
+    pad = np.zeros((frames - 1) * 256 + 512)
+    pad[256:256 + len(x)] = x
+    win = np.hamming(513)[:-1]
+    spec = np.fft.rfft(np.lib.stride_tricks.sliding_window_view(pad, 512)[::256][:frames] * win, 512)
+    p = np.abs(spec) ** 2
+    logp = np.empty_like(p)
+    nz = p > 0
+    if nz.any():
+        logp[nz] = np.log(p[nz])
+        logp[~nz] = np.log(p[nz].min()) - 120 / 10 / np.log10(np.e)
+    else:
+        logp.fill(-80 / 10 / np.log10(np.e))
+    return (logp / 20).astype(np.float32)[None, None]
+
+
+def build_plcmos(n_cal: int, n_eval: int, seconds: float = 4.0) -> tuple[Samples, Samples]:
+    """4 s clips of 16 kHz speech with packet loss, as speechmos' PLCMOS features, and a rater embedding drawn
+    from N(0, 1) as speechmos draws one per round."""
+    out = []
+    n = int(seconds * 16000)
+    for part, count in (("cal", n_cal), ("eval", n_eval)):
+        audio = speech(_spoken(max(4, count // 3 + 4), "plcmos" + part), "plcmos" + part)
+        while len(audio) < n * 2:
+            audio = np.concatenate([audio, audio])
+        r = _rng("plcmos-loss" + part)
+        starts = np.linspace(0, len(audio) - n, count).astype(int)
+        out.append([{"degraded_audio": plcmos_features(_lossy(audio[s0:s0 + n], r)),
+                     "rater_embed": r.normal(size=(1, 64)).astype(np.float32)} for s0 in starts])
+    return out[0], out[1]
+
+
+def _slaney_mel(sr: int, n_fft: int, n_mels: int) -> np.ndarray:
+    """librosa 0.9's ``filters.mel`` (Slaney mel scale and area normalization): [n_mels, 1 + n_fft // 2]."""
+    f_sp, min_log_hz = 200.0 / 3, 1000.0
+    min_log_mel, logstep = min_log_hz / f_sp, np.log(6.4) / 27.0
+
+    def hz_to_mel(f: np.ndarray) -> np.ndarray:
+        return np.where(f >= min_log_hz, min_log_mel + np.log(np.maximum(f, 1e-9) / min_log_hz) / logstep, f / f_sp)
+
+    def mel_to_hz(m: np.ndarray) -> np.ndarray:
+        return np.where(m >= min_log_mel, min_log_hz * np.exp(logstep * (m - min_log_mel)), f_sp * m)
+
+    fft_f = np.linspace(0, sr / 2, 1 + n_fft // 2)
+    mel_f = mel_to_hz(np.linspace(hz_to_mel(np.array(0.0)), hz_to_mel(np.array(sr / 2)), n_mels + 2))
+    fdiff = np.diff(mel_f)
+    ramps = mel_f[:, None] - fft_f[None, :]
+    w = np.maximum(0, np.minimum(-ramps[:-2] / fdiff[:-1, None], ramps[2:] / fdiff[1:, None]))
+    return w * (2.0 / (mel_f[2:n_mels + 2] - mel_f[:n_mels]))[:, None]
+
+
+def mel_db(y: np.ndarray, sr: int, n_fft: int, hop: int, n_mels: int) -> np.ndarray:
+    """speechmos' mel features: librosa 0.9 ``melspectrogram`` (centred, reflect-padded, periodic Hann, power 2),
+    then ``(power_to_db(ref=max, top_db=80) + 40) / 40``: [frames, n_mels]."""
+    x = np.pad(np.asarray(y, np.float64), n_fft // 2, mode="reflect")
+    win = 0.5 - 0.5 * np.cos(2 * np.pi * np.arange(n_fft) / n_fft)
+    frames = np.lib.stride_tricks.sliding_window_view(x, n_fft)[::hop]
+    mel = (np.abs(np.fft.rfft(frames * win, axis=1)) ** 2) @ _slaney_mel(sr, n_fft, n_mels).T
+    db = 10 * np.log10(np.maximum(mel, 1e-10))
+    db = np.maximum(db - db.max(), -80.0)
+    return ((db + 40) / 40).astype(np.float32)
+
+
+def _fftconv(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    n = len(a) + len(b) - 1
+    return np.fft.irfft(np.fft.rfft(a, n) * np.fft.rfft(b, n), n)[:len(a)]
+
+
+def build_aecmos(n_cal: int, n_eval: int, seconds: float = 4.0, sr: int = 48000) -> tuple[Samples, Samples]:
+    """AECMOS 48 kHz: 4 s scenes of far-end (loopback) and near-end espeak-ng speech; mic = near end + far end through
+    a synthetic room (delayed, exponentially decaying noise response) + noise; enhanced = near end + a residual of the
+    echo; talk types cycle near-end single talk, far-end single talk, double talk. Each signal becomes speechmos'
+    mel dB (n_fft 1537, hop 768, 160 mels), with its 20 + 20 frame talk-type marker, stacked [1, 3, frames, 160];
+    h0 zeros [4, 1, 96]."""
+    n = int(seconds * sr)
+    out = []
+    for part, count in (("cal", n_cal), ("eval", n_eval)):
+        far = speech(_spoken(max(4, count // 3 + 4), "aec-far" + part), "aec-far" + part, sr)
+        near = speech(_spoken(max(4, count // 3 + 4), "aec-near" + part), "aec-near" + part, sr)
+        r = _rng("aec" + part)
+        samples = []
+        for i in range(count):
+            talk = ("nst", "st", "dt")[i % 3]
+            f0, n0 = (int(r.integers(0, max(1, len(s) - n))) for s in (far, near))
+            f, ne = far[f0:f0 + n].astype(np.float64), near[n0:n0 + n].astype(np.float64)
+            f, ne = np.pad(f, (0, n - len(f))), np.pad(ne, (0, n - len(ne)))
+            if talk == "nst":
+                f = r.normal(0, 1e-4, n)
+            if talk == "st":
+                ne = np.zeros(n)
+            t = np.arange(int(0.25 * sr))
+            rir = r.normal(0, 1, t.size) * np.exp(-t / (r.uniform(0.02, 0.08) * sr))
+            rir = np.concatenate([np.zeros(int(r.uniform(0.005, 0.05) * sr)), rir])
+            echo = _fftconv(f, rir)
+            echo *= r.uniform(0.3, 1.0) * np.abs(f).max() / max(np.abs(echo).max(), 1e-9)
+            noise = r.normal(0, r.uniform(1e-4, 3e-3), n)
+            mic = ne + echo + noise
+            enh = ne * r.uniform(0.8, 1.0) + echo * r.uniform(0.0, 0.3) + noise * 0.5
+            scale = 0.9 / max(np.abs(mic).max(), np.abs(enh).max(), np.abs(f).max(), 1e-6)
+            feats = []
+            ne_st, fe_st = {"nst": (1, 0), "st": (0, 1), "dt": (0, 0)}[talk]
+            for sig, mark in ((f, 1 - ne_st), (mic, 1 - fe_st), (enh, 1)):
+                m = mel_db(sig * scale, sr, 1537, 768, 160)
+                feats.append(np.concatenate([m, np.full((20, 160), mark, np.float32), np.zeros((20, 160), np.float32)]))
+            samples.append({"input": np.stack(feats)[None].astype(np.float32), "h0": np.zeros((4, 1, 96), np.float32)})
+        out.append(samples)
+    return out[0], out[1]
+
+
 DATA_BUILDERS: dict[str, Callable[[Entry, int, int], tuple[Samples, Samples]]] = {
     "ocr_det": lambda e, c, v: build_ocr_det(c, v),
     "ocr_rec": lambda e, c, v: build_ocr_rec(c, v),
@@ -675,6 +860,9 @@ DATA_BUILDERS: dict[str, Callable[[Entry, int, int], tuple[Samples, Samples]]] =
     "oww_mycroft": lambda e, c, v: build_oww_mycroft(c, v),
     "asr": lambda e, c, v: build_asr(c, v),
     "layout": lambda e, c, v: build_layout(c, v),
+    "dnsmos": lambda e, c, v: build_dnsmos(c, v),
+    "plcmos": lambda e, c, v: build_plcmos(c, v),
+    "aecmos": lambda e, c, v: build_aecmos(c, v),
 }
 
 
@@ -806,6 +994,8 @@ def fidelity(e: Entry, ref: list[list[np.ndarray]], got: list[list[np.ndarray]])
             vals.append(float(np.mean(np.abs(a - b) <= 0.1)) if a.shape == b.shape else 0.0)
         elif e.score == "db1":
             vals.append(float(np.mean(np.abs(a - b) <= 1.0)) if a.shape == b.shape else 0.0)
+        elif e.score == "mos01":   # MOS regressors: every predicted MOS within 0.1 of the float model's
+            vals.append(float(np.mean(np.abs(a - b) <= 0.1)) if a.shape == b.shape else 0.0)
         else:
             raise ValueError(f"unknown score {e.score!r}")
     return float(np.mean(vals)) if vals else float("nan")

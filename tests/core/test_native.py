@@ -102,3 +102,29 @@ def test_streaming_dequantize_equals_numpy(itype, kind, rows, cols, with_zp, pac
     finally:
         native.STREAM_MIN_BYTES = old
     assert got.tobytes() == ref.tobytes()
+
+
+@pytest.mark.parametrize("otype", ["int8", "uint8", "int16", "float8e4m3fn"])
+def test_a_scalar_keeps_its_shape_as_the_onnx_reference_gives_it(otype):
+    """QuantizeLinear's output has its input's shape, a 0-d one included (a scalar constant operand: TFLite's
+    ``Sigmoid * 4 + 1`` of PLCMOS)."""
+    from onnx import TensorProto, helper
+    from onnx.helper import np_dtype_to_tensor_dtype
+    from onnx.reference import ReferenceEvaluator
+
+    t = qtype(otype)
+    x = np.array(4.0, np.float32)
+    zp = np.zeros((), t.storage)
+    got = qlinear.quantize_linear(x, np.float32(0.0315), zp)
+    node = helper.make_node("QuantizeLinear", ["x", "s", "z"], ["y"])
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info(n, e, []) for n, e in
+                                        (("x", TensorProto.FLOAT), ("s", TensorProto.FLOAT),
+                                         ("z", np_dtype_to_tensor_dtype(zp.dtype)))],
+                          [helper.make_tensor_value_info("y", np_dtype_to_tensor_dtype(zp.dtype), [])])
+    ref = ReferenceEvaluator(helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])).run(
+        None, {"x": x, "s": np.float32(0.0315), "z": zp})[0]
+    assert np.asarray(got).shape == ref.shape == ()
+    assert np.array_equal(np.asarray(got).view(np.uint8 if t.bits == 8 else np.uint16),
+                          np.asarray(ref).view(np.uint8 if t.bits == 8 else np.uint16))
+    back = qlinear.dequantize_linear(got, np.float32(0.0315), zp)
+    assert back.shape == ()

@@ -144,3 +144,40 @@ def test_a_recurrent_layer_the_island_cannot_unroll_is_refused_before_work():
                                                     r"has a clip; use target ort or qnn"):
         qlinear.quantize(m, {"x": rng.normal(0, 1, (8, 2, 1, 5)).astype(np.float32)},
                          dict(calibration_samples=4, evaluation_samples=0, target="tflite", batch_axes={"x": 1}))
+
+
+@pytest.mark.parametrize("auto_pad,shape,kernel,strides", [
+    ("VALID", [1, 1, 64], [8], [4]),          # keras2onnx's STFT convolution (DNSMOS): a 1-D VALID Conv
+    ("SAME_UPPER", [1, 2, 9, 10], [3, 4], [2, 3]),
+    ("SAME_LOWER", [1, 2, 9, 10], [3, 4], [2, 3]),
+])
+def test_a_float_island_convolution_with_auto_pad(auto_pad, shape, kernel, strides):
+    """``x`` -> Conv(auto_pad) -> square -> + 1e-10 -> Log: the wide Log's cone, the Conv included, runs as float
+    islands on target tflite; ``auto_pad`` becomes explicit padding (ONNX's SAME_UPPER / SAME_LOWER rule), the
+    .tflite equals run_integer and both follow ONNX Runtime's float model. (A 2-D case reads and writes 3-D
+    tensors through Reshapes: the .tflite's 4-D inputs and outputs are NHWC.)"""
+    rng = np.random.default_rng(1)
+    c_out = 3
+    w = rng.normal(0, .5, [c_out, shape[1]] + kernel).astype(np.float32)
+    flat = len(shape) == 4
+    io = [1, shape[1], shape[2] * shape[3]] if flat else shape
+    nodes = ([helper.make_node("Reshape", ["x", "s4"], ["x4"])] if flat else []) + [
+        helper.make_node("Conv", ["x4" if flat else "x", "w"], ["c"], auto_pad=auto_pad, strides=strides,
+                         kernel_shape=kernel),
+        helper.make_node("Mul", ["c", "c"], ["p"]), helper.make_node("Add", ["p", "eps"], ["pe"]),
+        helper.make_node("Log", ["pe"], ["l" if flat else "y"])] + (
+        [helper.make_node("Reshape", ["l", "s3"], ["y"])] if flat else [])
+    inits = {"w": w, "eps": np.array(1e-10, np.float32)}
+    if flat:
+        inits.update(s4=np.array(shape, np.int64), s3=np.array([1, c_out, -1], np.int64))
+    m = _model(nodes, [("x", io)], ["y"], inits)
+    x = rng.normal(0, 1, (N, *io)).astype(np.float32)
+    x[::3] *= 1e-4                     # quiet samples: the Log's input spans many decades
+    x[1::3] *= 30.0
+    data = {"x": x}
+    qm = qlinear.quantize(m, data, dict(calibration_samples=N_CAL, evaluation_samples=0, target="tflite"))
+    assert "Conv)" in {i.split(" (")[1] for i in convert(qm.model).islands}
+    got = _litert_equals_run_integer(qm, data, ["y"])["y"]
+    f = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    want = np.stack([f.run(None, {"x": v})[0] for v in x[N_CAL:]]).reshape(got.shape)
+    assert got.shape == want.shape and _sqnr(want, got) > 30

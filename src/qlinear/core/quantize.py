@@ -207,7 +207,7 @@ def kernel_layout(x_shape: tuple[int, ...], g: gr.Granularity) -> tuple[int, ...
 
 def _quantize_native(x: np.ndarray, s: np.ndarray, z: np.ndarray | None, ot: QType, g: gr.Granularity,
                      packed: bool, out: np.ndarray | None, threads: int | None) -> np.ndarray | PackedTensor:
-    x = np.ascontiguousarray(x)
+    x = np.require(x, requirements="C")  # ascontiguousarray would make a 0-d input 1-D
     s = np.ascontiguousarray(s, dtype=np.float32)
     z32 = None if z is None else np.ascontiguousarray(z.astype(np.int32))
     n = x.size

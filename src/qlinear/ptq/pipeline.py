@@ -31,9 +31,11 @@ from qlinear.errors import CalibrationError, ConfigError, GraphError
 from qlinear.graph.ir import to_ir, to_proto
 from qlinear.graph.load import load_checked
 from qlinear.graph.model import load_model, opset
+from qlinear.graph.passes.drop_identity import DropIdentity
 from qlinear.graph.passes.equalize import Equalize
 from qlinear.graph.passes.fix_inputs import fix_input_values, input_values
 from qlinear.graph.passes.fold_batchnorm import FoldBatchNorm
+from qlinear.graph.passes.fold_conv_affine import FoldConvAffine
 from qlinear.graph.passes.normalize import check_upgrade, subgraph_notes
 from qlinear.graph.passes.shapes import fix_input_shapes, fold_static_shapes
 from qlinear.graph.plan import float_weight_note, make_plan, no_activation_note
@@ -194,10 +196,16 @@ def _rewrite(run: _Run) -> tuple[onnx.ModelProto, str]:
     cfg, notes = run.cfg, run.notes
     placement = placement_for(cfg, run.m)  # the op types it reads (Softmax, norms, MatMul) are not rewritten
     model = to_ir(run.m)
+    modified = DropIdentity()(model).modified  # Identity nodes between layers: no second, equal quantizer
     fold = FoldBatchNorm()
-    modified = fold(model).modified
+    modified = fold(model).modified or modified
     if fold.folded:
         notes.append(f"folded {fold.folded} BatchNormalization nodes into Conv")
+    affine = FoldConvAffine()
+    modified = affine(model).modified or modified
+    if affine.folded:
+        notes.append(f"folded {affine.folded} Mul/Add/Sub node(s) of a per-channel constant into the Conv before "
+                     "them (its weight and bias; one quantized output instead of two)")
     if cfg.do_equalize:
         t0 = time.perf_counter()
         eq = Equalize(clips=cfg.target != "tflite")  # TFLite fuses ReLU6: no per-channel clip bounds

@@ -492,14 +492,16 @@ def conv(ctx: Ctx, ins: list[Slot | None]) -> None:
     x, w, b = ins[0], ins[1], ins[2] if len(ins) > 2 else None
     one_d = len(x.onnx_shape) == 3 and w.const is not None and np.ndim(w.const) == 3
     if w.const is None or (np.ndim(w.const) != 4 and not one_d) or (len(x.onnx_shape) != 4 and not one_d) \
-            or (b is not None and b.const is None) or attr(n, "auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET"):
-        raise UnsupportedError(f"node {ctx.name} (Conv): a float island needs a 1-D or 2-D Conv with constant weights")
+            or (b is not None and b.const is None):
+        raise UnsupportedError(f"node {ctx.name} (Conv): a float island needs a 1-D or 2-D Conv with constant weights"
+                               + ("" if b is None or b.const is not None else " and bias"))
     wf = np.asarray(w.const, np.float32)
     lead = [1] if one_d else []
-    pads = list(attr(n, "pads", [0] * (4 - 2 * len(lead))))
-    geometry = {"pads": [0, pads[0], 0, pads[1]] if one_d else pads,
-                "strides": lead + list(attr(n, "strides", [1] * (2 - len(lead)))),
-                "dilations": lead + list(attr(n, "dilations", [1] * (2 - len(lead))))}
+    strides = list(attr(n, "strides", [1] * (2 - len(lead))))
+    dilations = list(attr(n, "dilations", [1] * (2 - len(lead))))
+    pads = _explicit_pads(ctx, x.onnx_shape[2:], wf.shape[2:], strides, dilations)
+    geometry = {"pads": [0, pads[0], 0, pads[1]] if one_d else pads, "strides": lead + strides,
+                "dilations": lead + dilations}
     if not one_d:
         _conv2d(ctx, x, wf, b, geometry, ctx.out(0, True))
         return
@@ -516,6 +518,24 @@ def conv(ctx: Ctx, ins: list[Slot | None]) -> None:
     ctx.op("RESHAPE", [y.index, ctx.param("shape_nlo", [nb, lo, o])], [r.index], "ReshapeOptions",
            new_shape=[nb, lo, o])
     ctx.op("TRANSPOSE", [r.index, ctx.param("perm_nol", [0, 2, 1])], [ctx.out(0, False).index], "TransposeOptions")
+
+
+def _explicit_pads(ctx: Ctx, size: tuple, kernel: tuple, strides: list, dilations: list) -> list[int]:
+    """The Conv's ``pads`` (begins, then ends), ``auto_pad`` resolved as ONNX defines it: VALID none; SAME_UPPER /
+    SAME_LOWER ``ceil(in / stride)`` outputs, the odd pad at the end / the beginning."""
+    ap = attr(ctx.node, "auto_pad", b"NOTSET")
+    ap = ap.decode() if isinstance(ap, bytes) else ap
+    if ap == "NOTSET":
+        return list(attr(ctx.node, "pads", [0] * (2 * len(size))))
+    if ap == "VALID":
+        return [0] * (2 * len(size))
+    if ap not in ("SAME_UPPER", "SAME_LOWER"):
+        raise UnsupportedError(f"node {ctx.name} (Conv): auto_pad {ap!r} is not an ONNX padding")
+    total = [max((-(-i // s) - 1) * s + (k - 1) * d + 1 - i, 0)
+             for i, k, s, d in zip(size, kernel, strides, dilations)]
+    small = [t // 2 for t in total]
+    begin = small if ap == "SAME_UPPER" else [t - h for t, h in zip(total, small)]
+    return begin + [t - h for t, h in zip(total, begin)]
 
 
 def _conv2d(ctx: Ctx, x: Slot, wf: np.ndarray, b: Slot | None, geometry: dict, out: Slot) -> None:

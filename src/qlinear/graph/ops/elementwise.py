@@ -9,12 +9,12 @@ from qlinear.graph.ops.spec import REGISTRY
 FAMILY = "elementwise"
 
 _ISLAND = {"tflite_island": "binary"}
-REGISTRY.add(FAMILY, "Add", ("fuses_activation", "constant_operand"), tflite_builtins=("ADD",), tflite_writer="binary",
-             kernel="binary", tflite_float_builtin="ADD", **_ISLAND)
-REGISTRY.add(FAMILY, "Sub", ("constant_operand",), tflite_builtins=("SUB",), tflite_writer="binary", kernel="binary",
-             tflite_float_builtin="SUB", **_ISLAND)
-REGISTRY.add(FAMILY, "Mul", ("constant_operand",), tflite_builtins=("MUL",), tflite_writer="binary", kernel="binary",
-             tflite_float_builtin="MUL", **_ISLAND)
+REGISTRY.add(FAMILY, "Add", ("fuses_activation", "constant_operand", "conv_affine"), tflite_builtins=("ADD",),
+             tflite_writer="binary", kernel="binary", tflite_float_builtin="ADD", **_ISLAND)
+REGISTRY.add(FAMILY, "Sub", ("constant_operand", "conv_affine"), tflite_builtins=("SUB",), tflite_writer="binary",
+             kernel="binary", tflite_float_builtin="SUB", **_ISLAND)
+REGISTRY.add(FAMILY, "Mul", ("constant_operand", "conv_affine"), tflite_builtins=("MUL",), tflite_writer="binary",
+             kernel="binary", tflite_float_builtin="MUL", **_ISLAND)
 # Max/Min against a constant: the per-channel clip cross-layer equalization writes in place of a Clip
 REGISTRY.add(FAMILY, "Max", ("constant_clamp",), tflite_float_builtin="MAXIMUM", **_ISLAND)
 REGISTRY.add(FAMILY, "Min", ("constant_clamp",), tflite_float_builtin="MINIMUM", **_ISLAND)

@@ -6,7 +6,10 @@
 ``onnx_ir`` passes (:class:`onnx_ir.passes.InPlacePass`, ``pass(model) -> PassResult``; what a pass did is on its
 attributes), in the order :func:`qlinear.quantize` runs them on one :class:`onnx_ir.Model`:
 
+* :class:`~qlinear.graph.passes.drop_identity.DropIdentity`: ``Identity`` nodes between layers dropped;
 * :class:`~qlinear.graph.passes.fold_batchnorm.FoldBatchNorm`: ``Conv -> BatchNormalization`` folded into the Conv;
+* :class:`~qlinear.graph.passes.fold_conv_affine.FoldConvAffine`: ``Conv -> Mul/Add/Sub`` of a per-channel constant
+  folded into the Conv's weight and bias;
 * :class:`~qlinear.graph.passes.equalize.Equalize`: cross-layer equalization of Conv pairs (Clip -> per-channel
   Max/Min);
 * :class:`~qlinear.graph.passes.smooth.Smooth`: SmoothQuant scaling of normalization outputs feeding MatMuls, given

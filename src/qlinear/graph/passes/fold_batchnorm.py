@@ -53,9 +53,11 @@ def _foldable(bn: ir.Node, graph: ir.Graph) -> ir.Node | None:
     if conv is None or conv.op_type != "Conv" or conv.domain not in ("", "ai.onnx") or len(x.uses()) != 1 \
             or x.is_graph_output():
         return None
-    if not all(_const(v, graph) for v in bn.inputs[1:5]) or not _const(conv.inputs[1], graph):
+    if not all(_const(v, graph) for v in bn.inputs[1:5]) or not _const(conv.inputs[1], graph) \
+            or len(conv.inputs[1].uses()) != 1:  # a weight another node reads too keeps its values
         return None
-    if len(conv.inputs) > 2 and conv.inputs[2] is not None and not _const(conv.inputs[2], graph):
+    if len(conv.inputs) > 2 and conv.inputs[2] is not None and (not _const(conv.inputs[2], graph)
+                                                                or len(conv.inputs[2].uses()) != 1):
         return None
     return conv
 

@@ -274,12 +274,14 @@ class _Acc:
 def as_rewritten(fm: onnx.ModelProto, qm: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]:
     """``fm`` with the exact float rewrites a qlinear run makes before quantizing, where ``qm`` shows them: weights
     stored as ``Constant`` nodes made initializers (and an opset below 13 upgraded,
-    :func:`~qlinear.graph.passes.normalize.normalize`), and ``Conv -> BatchNormalization`` folded when ``qm`` has
-    fewer BatchNormalization nodes. The original model as shipped can then be compared with qlinear's output (its
-    folded weights and renamed Conv outputs were compared with the unfolded ones, 0.5 dB "first jumps" on weights);
+    :func:`~qlinear.graph.passes.normalize.normalize`), ``Conv -> BatchNormalization`` folded when ``qm`` has
+    fewer BatchNormalization nodes, and ``Conv -> Mul/Add/Sub(constant)`` when it has fewer of those. The original
+    model as shipped can then be compared with qlinear's output (its folded weights and renamed Conv outputs were compared with the unfolded ones, 0.5 dB "first jumps" on weights);
     ``model.float.onnx`` of a run is already rewritten and passes unchanged. Returns the model and what was done."""
     from qlinear.graph.ir import to_ir, to_proto
     from qlinear.graph.passes.fold_batchnorm import FoldBatchNorm
+    from qlinear.graph.passes.fold_conv_affine import OPS as AFFINE_OPS
+    from qlinear.graph.passes.fold_conv_affine import FoldConvAffine
     from qlinear.graph.passes.normalize import normalize
 
     def count(m: onnx.ModelProto, op: str) -> int:
@@ -296,6 +298,14 @@ def as_rewritten(fm: onnx.ModelProto, qm: onnx.ModelProto) -> tuple[onnx.ModelPr
             fm = to_proto(model)
             notes.append(f"FLOAT: {fold.folded} BatchNormalization nodes folded into their Conv, as the quantized "
                          "model has them (compare with the run's model.float.onnx to skip this)")
+    if sum(count(fm, op) for op in AFFINE_OPS) > sum(count(qm, op) for op in AFFINE_OPS):
+        model = to_ir(fm)
+        affine = FoldConvAffine()
+        if affine(model).modified:
+            fm = to_proto(model)
+            notes.append(f"FLOAT: {affine.folded} Mul/Add/Sub of a per-channel constant folded into the Conv before "
+                         "them, as the quantized model has them (compare with the run's model.float.onnx to skip "
+                         "this)")
     return fm, notes
 
 
