@@ -89,6 +89,12 @@ TIED_CONCAT_TARGETS = ("tflite",)
 FLOAT_STATS_TARGETS = ("ort", "tflite")
 
 
+#: targets where a tensor between two operators the runtime computes in float (``ops.FLOAT_ON_ORT``, an Add/Mul of a
+#: constant) gets no quantizer (:func:`_float_chains`): ONNX Runtime's CPU session runs both in float whatever Q/DQ
+#: sit between them; QNN and TFLite compute them in integers (or need integer island boundaries)
+FLOAT_CHAIN_TARGETS = ("ort",)
+
+
 @dataclass
 class Plan:
     """The quantization plan of a float model."""
@@ -132,7 +138,8 @@ def is_transformer(m: onnx.ModelProto) -> bool:
 
 def make_plan(m: onnx.ModelProto | ir.Model, *, exclude_nodes: tuple[str, ...] = (),
               exclude_op_types: tuple[str, ...] = (), quantize_outputs: bool = True, placement: str = "all",
-              target: str = "tflite", proto: onnx.ModelProto | None = None, float_stats: bool | None = None) -> Plan:
+              target: str = "tflite", proto: onnx.ModelProto | None = None, float_stats: bool | None = None,
+              float_chains: bool | None = None) -> Plan:
     """The plan of ``m`` (a ``ModelProto``, or the :class:`onnx_ir.Model` a pipeline already holds: read through its
     def-use chains, never changed; ``proto``: its ``ModelProto`` when the caller holds one too, for the one shape
     inference the plan runs, else that is made from ``m`` without the weights).
@@ -143,7 +150,8 @@ def make_plan(m: onnx.ModelProto | ir.Model, *, exclude_nodes: tuple[str, ...] =
     residual adds run in float and their outlier ranges never meet an 8-bit grid.
     ``target``: Concat inputs and output are tied into one encoding only for the targets that require it
     (``TIED_CONCAT_TARGETS``); a decomposed normalization's statistics stay float for ``FLOAT_STATS_TARGETS``
-    (``float_stats``: True/False overrides the target's rule)."""
+    (``float_stats``: True/False overrides the target's rule); a tensor between two operators ONNX Runtime runs in
+    float gets no quantizer for ``FLOAT_CHAIN_TARGETS`` (``float_chains``: True/False overrides the target's rule)."""
     if isinstance(m, onnx.ModelProto):
         model, floats = to_ir(m), float_values(without_weights(m))
     else:
@@ -151,6 +159,8 @@ def make_plan(m: onnx.ModelProto | ir.Model, *, exclude_nodes: tuple[str, ...] =
     g = _Graph(model.graph)
     plan = _make_plan(g, floats, exclude_nodes, exclude_op_types, quantize_outputs, target in TIED_CONCAT_TARGETS,
                       target in FLOAT_STATS_TARGETS if float_stats is None else float_stats)
+    if placement == "all" and ((target in FLOAT_CHAIN_TARGETS) if float_chains is None else float_chains):
+        _float_chains(g, plan)   # (matmul placement leaves those tensors float already)
     if placement == "matmul":
         feeds: set[str] = set()
         for n in g.nodes:
@@ -273,6 +283,35 @@ def _add_weight(g: _Graph, n: ir.Node, ins: list[str], plan: Plan) -> None:
     plan.weights.append(WeightSpec(w, n.op_type, n.name or "", axes[0], axes[1], ins[0], b))
     if b:
         plan.biases.append(BiasSpec(b, w, ins[0]))
+
+
+def _float_chains(g: _Graph, plan: Plan) -> None:
+    """Leave float every quantized activation whose producer and every reader run in float on ONNX Runtime's CPU
+    session (:func:`_runs_float`): a quantizer there only adds rounding and two nodes (the ``Div -> Erf`` inside a
+    GELU written out). Graph outputs, tied Concat parts and encodings other tensors reuse keep theirs."""
+    tied = {t for grp in plan.tied for t in grp}
+    shared = set(plan.followers())
+    drop = set()
+    for n in g.nodes:
+        if not _runs_float(n, g):
+            continue
+        for v in n.outputs:
+            t = v.name or ""
+            uses = g.uses(v)
+            if t in plan.activations and t not in g.outputs and t not in tied and t not in shared and uses \
+                    and all(_runs_float(u, g) for u, _ in uses):
+                drop.add(t)
+    if drop:
+        plan.leave_float(drop, "ONNX Runtime runs its producer and every reader in float (target ort): left float")
+
+
+def _runs_float(n: ir.Node, g: _Graph) -> bool:
+    """``n`` runs in float between Q/DQ on ONNX Runtime's CPU session: an operator it has no integer kernel for,
+    or an Add/Sub/Mul of a constant (target ort does not quantize constant operands, so ONNX Runtime cannot fuse
+    them)."""
+    if n.op_type in ops.FLOAT_ON_ORT:
+        return True
+    return n.op_type in ops.CONSTANT_OPERAND_OPS and any(x is not None and x.name in g.inits for x in n.inputs)
 
 
 def _why_not(g: _Graph, n: ir.Node, ins: list[str], v: ir.Value, data: set[str], floats: set[str],

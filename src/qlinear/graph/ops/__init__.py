@@ -46,6 +46,8 @@ LOOKUPS = with_role("lookup")
 QDQ_STRUCTURE = with_role("qdq_structure")
 CONSTANT_CLAMPS = with_role("constant_clamp")
 CONSTANT_OPERAND_OPS = with_role("constant_operand")
+#: op types ONNX Runtime's CPU session runs in float between Q/DQ (no integer kernel it fuses them into)
+FLOAT_ON_ORT = with_role("float_on_ort")
 SAME_SCALE_TFLITE = with_role("same_scale_tflite")
 FIXED_TFLITE = {t: s.fixed_tflite for t, s in REGISTRY.specs.items() if s.fixed_tflite is not None}
 FIXED_TFLITE16 = {t: s.fixed_tflite16 for t, s in REGISTRY.specs.items() if s.fixed_tflite16 is not None}
@@ -121,6 +123,7 @@ __all__ = [
     "AFFINE_NORMS",
     "CONSTANT_CLAMPS",
     "CONSTANT_OPERAND_OPS",
+    "FLOAT_ON_ORT",
     "DATA_MOVEMENT",
     "FAMILIES",
     "FIXED_TFLITE",

@@ -33,7 +33,7 @@ REGISTRY.add(FAMILY, "Sigmoid", ("smooth_activation",), fixed_tflite=_FIXED8, fi
              output_range=(0.0, 1.0),
              tflite_builtins=("LOGISTIC",), tflite_writer="unary", kernel="activation", tflite_island="unary",
              tflite_float_builtin="LOGISTIC")
-REGISTRY.add(FAMILY, "Tanh", ("smooth_activation",), fixed_tflite=(1 / 128, 0), fixed_tflite16=_FIXED16,
+REGISTRY.add(FAMILY, "Tanh", ("smooth_activation", "float_on_ort"), fixed_tflite=(1 / 128, 0), fixed_tflite16=_FIXED16,
              output_range=(-1.0, 1.0),
              tflite_builtins=("TANH",), tflite_writer="unary", kernel="activation", tflite_island="unary",
              tflite_float_builtin="TANH")
@@ -41,7 +41,7 @@ REGISTRY.add(FAMILY, "LogSoftmax", fixed_tflite=(16 / 256, 127))
 REGISTRY.add(FAMILY, "HardSwish", tflite_builtins=("HARD_SWISH",), tflite_writer="unary", kernel="activation",
              tflite_island="unary",
              tflite_float_builtin="HARD_SWISH")
-REGISTRY.add(FAMILY, ("Gelu", "FastGelu", "BiasGelu", "QuickGelu", "Softplus"), ("smooth_activation",))
-REGISTRY.add(FAMILY, "Erf", ("smooth_activation",), tflite_island="erf")   # GELU as torch exports it: x * (1 + erf)
+REGISTRY.add(FAMILY, ("Gelu", "FastGelu", "BiasGelu", "QuickGelu", "Softplus"), ("smooth_activation", "float_on_ort"))
+REGISTRY.add(FAMILY, "Erf", ("smooth_activation", "float_on_ort"), tflite_island="erf")   # GELU as torch exports it: x * (1 + erf)
 # HardSigmoid = clip(alpha * x + beta, 0, 1): no TFLite builtin, a float island of MUL, ADD, MINIMUM, MAXIMUM
-REGISTRY.add(FAMILY, "HardSigmoid", ("smooth_activation",), tflite_island="hard_sigmoid", output_range=(0.0, 1.0))
+REGISTRY.add(FAMILY, "HardSigmoid", ("smooth_activation", "float_on_ort"), tflite_island="hard_sigmoid", output_range=(0.0, 1.0))

@@ -17,6 +17,6 @@ REGISTRY.add(FAMILY, "GlobalAveragePool", ("same_scale_tflite",), tflite_builtin
 REGISTRY.add(FAMILY, "ReduceMean", ("transformer_norm",), tflite_builtins=("MEAN",), tflite_writer="reduce_mean",
              kernel="mean", tflite_island="reduce", tflite_float_builtin="MEAN")
 # reductions outside the integer set: TFLite float islands (SUM, REDUCE_MAX)
-REGISTRY.add(FAMILY, "ReduceSum", tflite_island="reduce", tflite_float_builtin="SUM")
+REGISTRY.add(FAMILY, "ReduceSum", ("float_on_ort",), tflite_island="reduce", tflite_float_builtin="SUM")
 REGISTRY.add(FAMILY, ("ReduceMax", "GlobalMaxPool"), tflite_island="reduce",
              tflite_float_builtin="REDUCE_MAX")

@@ -1,0 +1,59 @@
+"""Target ort: a tensor whose producer and every reader ONNX Runtime runs in float (``Div -> Erf`` inside a GELU
+written out, an Add of a constant) gets no quantizer; the other targets keep quantizing it. ONNX Runtime's optimized
+session of the result has fewer Q/DQ nodes left unfused, and the output is no further from float."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper
+from tiny_models import make_model
+
+import qlinear
+from qlinear.graph.plan import make_plan
+
+RNG = np.random.default_rng(0)
+
+
+def conv_gelu_conv() -> onnx.ModelProto:
+    """x -> Conv -> c -> GELU as paddle2onnx/torch write it (Div sqrt2 -> Erf -> Add 1 -> Mul c -> Mul 0.5) -> Conv."""
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Div", ["c", "sqrt2"], ["d"]), helper.make_node("Erf", ["d"], ["e"]),
+             helper.make_node("Add", ["e", "one"], ["a"]), helper.make_node("Mul", ["c", "a"], ["m"]),
+             helper.make_node("Mul", ["m", "half"], ["g"]), helper.make_node("Conv", ["g", "w2"], ["y"])]
+    return make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])],
+                      {"w1": RNG.normal(0, .5, (6, 3, 3, 3)).astype(np.float32),
+                       "b1": RNG.normal(0, .1, 6).astype(np.float32),
+                       "w2": RNG.normal(0, .5, (4, 6, 1, 1)).astype(np.float32),
+                       "sqrt2": np.array(np.sqrt(2), np.float32), "one": np.array(1, np.float32),
+                       "half": np.array(.5, np.float32)})
+
+
+def test_the_plan_leaves_float_what_onnx_runtime_runs_in_float():
+    m = conv_gelu_conv()
+    ort_plan = make_plan(m, placement="all", target="ort")
+    assert {"d", "e"}.isdisjoint(ort_plan.activations) and ort_plan.skipped["e"].startswith("ONNX Runtime runs")
+    assert {"c", "a", "m", "g"} <= set(ort_plan.activations)   # an integer producer or reader on either side
+    for target in ("tflite", "qnn"):
+        assert {"d", "e"} <= set(make_plan(m, placement="all", target=target).activations)
+    assert {"d", "e"} <= set(make_plan(m, placement="all", target="ort", float_chains=False).activations)
+
+
+def test_onnx_runtime_runs_the_chain_between_one_dequantize_and_one_quantize():
+    m = conv_gelu_conv()
+    x = RNG.normal(0, 1, (40, 1, 3, 8, 8)).astype(np.float32)
+    qm = qlinear.quantize(m, {"x": x}, dict(calibration_samples=32, evaluation_samples=0))
+    quantized = {n.input[0] for n in qm.model.graph.node if n.op_type == "QuantizeLinear"}
+    assert quantized.isdisjoint({"d", "e"}) and {"a", "g"} <= quantized
+    so = ort.SessionOptions()
+    so.optimized_model_filepath = str(__import__("tempfile").mktemp(suffix=".onnx"))
+    q = ort.InferenceSession(qm.model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    opt = onnx.load(so.optimized_model_filepath).graph
+    prod = {o: n.op_type for n in opt.node for o in n.output}
+    assert prod[next(n.input[0] for n in opt.node if n.op_type == "Erf")] == "Div"   # no Q/DQ in between
+    f = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    want = np.stack([f.run(None, {"x": v})[0] for v in x[32:]])
+    got = np.stack([q.run(None, {"x": v})[0] for v in x[32:]])
+    assert 10 * np.log10(np.sum(want ** 2) / np.sum((want - got) ** 2)) > 25
