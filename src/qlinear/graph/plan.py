@@ -288,8 +288,10 @@ def _add_weight(g: _Graph, n: ir.Node, ins: list[str], plan: Plan) -> None:
 def _float_chains(g: _Graph, plan: Plan) -> None:
     """Leave float every quantized activation whose producer and every reader run in float on ONNX Runtime's CPU
     session (:func:`_runs_float`): a quantizer there only adds rounding and two nodes (the ``Div -> Erf`` inside a
-    GELU written out). Graph outputs, tied Concat parts and encodings other tensors reuse keep theirs."""
+    GELU written out). Graph outputs, tied Concat parts, encodings other tensors reuse and a ``Log``'s input keep
+    theirs (the input's calibrated range decides whether the Log is wide: :mod:`qlinear.ptq.logs`)."""
     tied = {t for grp in plan.tied for t in grp}
+    tied |= {x.name for n in g.nodes if n.op_type in ops.LOGS for x in n.inputs[:1] if x is not None}
     shared = set(plan.followers())
     drop = set()
     for n in g.nodes:
