@@ -290,9 +290,8 @@ def _float_chains(g: _Graph, plan: Plan) -> None:
     session (:func:`_runs_float`): a quantizer there only adds rounding and two nodes (the ``Div -> Erf`` inside a
     GELU written out). Graph outputs, tied Concat parts, encodings other tensors reuse and a ``Log``'s input keep
     theirs (the input's calibrated range decides whether the Log is wide: :mod:`qlinear.ptq.logs`)."""
-    tied = {t for grp in plan.tied for t in grp}
-    tied |= {x.name for n in g.nodes if n.op_type in ops.LOGS for x in n.inputs[:1] if x is not None}
-    shared = set(plan.followers())
+    keep = {t for grp in plan.tied for t in grp} | set(plan.followers())
+    keep |= {x.name for n in g.nodes if n.op_type in ops.LOGS for x in n.inputs[:1] if x is not None}
     drop = set()
     for n in g.nodes:
         if not _runs_float(n, g):
@@ -300,7 +299,7 @@ def _float_chains(g: _Graph, plan: Plan) -> None:
         for v in n.outputs:
             t = v.name or ""
             uses = g.uses(v)
-            if t in plan.activations and t not in g.outputs and t not in tied and t not in shared and uses \
+            if t in plan.activations and t not in g.outputs and t not in keep and uses \
                     and all(_runs_float(u, g) for u, _ in uses):
                 drop.add(t)
     if drop:

@@ -50,7 +50,7 @@ from qlinear.ptq.norms import wide_statistics
 from qlinear.ptq.report.evaluate import output_engine, quant_session
 from qlinear.ptq.report.passes import Basis, Passes, stat_encodings
 from qlinear.ptq.result import QuantizedModel, held_out_span
-from qlinear.ptq.settle import placement_for, settle
+from qlinear.ptq.settle import CONV_OPS, placement_for, settle
 from qlinear.ptq.stats.distributed import connect as connect_ray
 from qlinear.ptq.weightonly import quantize_weights
 
@@ -182,8 +182,7 @@ def _matmul_placement_note(m: onnx.ModelProto) -> str:
     """The note of ``matmul`` placement; it names the convolutions whose inputs it leaves float (weights quantized,
     the layer computed in float) when the transformer has a convolutional part, e.g. an OCR recognizer's backbone."""
     inits = {t.name for t in m.graph.initializer}
-    convs = sum(n.op_type in ("Conv", "ConvTranspose") and len(n.input) > 1 and n.input[1] in inits
-                for n in m.graph.node)
+    convs = sum(n.op_type in CONV_OPS and len(n.input) > 1 and n.input[1] in inits for n in m.graph.node)
     return ("transformer placement: quantizers on MatMul/Gemm inputs only (LayerNorm, Softmax, Gelu and residual adds "
             "stay float" + (f"; so do the inputs of its {convs} convolution(s), whose weights are quantized: placement "
                             "\"all\" in --config quantizes those activations too" if convs else "") + ")")
