@@ -208,3 +208,28 @@ def test_requantize_and_concat_reference():
     want = LP.run(mb.build([t1, t2], [to]), [a, b], "ref")
     got = K.concat([a, b], [(s_in, z_in), (s_in, z_in)], s_out=s_in, zp_out=z_in, axis=1, mode="fixed_double")
     assert np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("depth,s_in,seed", [(2, 0.0069, 0), (16, 0.16, 1), (100, 0.34, 2), (1000, 0.049, 3),
+                                             (6625, 1.18, 4), (16, 2.4, 5)])
+def test_softmax_reference_kernel(depth, s_in, seed):
+    """LiteRT's reference int8 SOFTMAX (gemmlowp fixed point) against ``softmax_reference``, every value: depths of a
+    YOLOv8 DFL head (16) and of an OCR recognizer's classes (6,625), scales where ``diff_min`` cuts the row; the
+    optimized kernels' float table (:func:`qlinear.kernels.activation.softmax`) differs from it by a step in about one
+    row in 5,000 (PP-OCRv4 rec: 1 of 265,000 values), which is why ``run_integer``'s ``litert_ref`` profile uses it."""
+    from qlinear.kernels.activation import softmax_reference
+
+    rng = np.random.default_rng(seed)
+    rows = max(4, 24000 // depth)
+    x = rng.integers(-128, 128, (rows, depth)).astype(np.int8)
+    x[: rows // 2] = np.clip(rng.normal(60, 20, (rows // 2, depth)), -128, 127).astype(np.int8)
+    s = np.float32(s_in)
+    mb = LP.Builder()
+    ti = mb.tensor(list(x.shape), np.int8, s, 3)
+    to = mb.tensor(list(x.shape), np.int8, 1 / 256, -128)
+    opt = LP.S.SoftmaxOptionsT()
+    opt.beta = 1.0
+    mb.op(LP.S.BuiltinOperator.SOFTMAX, [ti], [to], LP.S.BuiltinOptions.SoftmaxOptions, opt, version=2)
+    want = LP.run(mb.build([ti], [to]), [x], "ref")
+    got = softmax_reference(x, s_in=s)
+    assert np.array_equal(got, want), int((got != want).sum())

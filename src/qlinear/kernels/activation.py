@@ -14,7 +14,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from qlinear.kernels.requant import round_half_away
+from qlinear.kernels.requant import (
+    I32_MAX,
+    I32_MIN,
+    quantize_multiplier,
+    rdbpot,
+    round_half_away,
+    srdhm,
+    wrap32,
+)
 
 
 def _lut(fn, s_in: float, zp_in: int, s_out: float, zp_out: int, qmin: int, qmax: int) -> np.ndarray:  # noqa: ANN001
@@ -55,6 +63,79 @@ def softmax(x: np.ndarray, *, s_in: float, beta: float = 1.0, s_out: float = 1 /
     inv = (np.float32(1.0) / (s * np.float32(s_out))).astype(np.float32)
     out = round_half_away((t * inv[..., None]).astype(np.float32)) + zp_out
     return np.moveaxis(np.clip(out, -128, 127).astype(np.int64), -1, axis)
+
+
+def _sat_shift_left(x: np.ndarray, e: int) -> np.ndarray:
+    """gemmlowp ``SaturatingRoundingMultiplyByPOT<e>`` for ``e > 0`` on int32 values."""
+    x = np.asarray(x, np.int64)
+    return np.where(x > (I32_MAX >> e), I32_MAX, np.where(x < (I32_MIN >> e), I32_MIN, x << e))
+
+
+def _exp_quarter(a: np.ndarray) -> np.ndarray:
+    """gemmlowp ``exp_on_interval_between_negative_one_quarter_and_0_excl`` (Q0.31 in and out): a Taylor series
+    around -1/8."""
+    c, third = 1895147668, 715827883   # exp(-1/8), 1/3 in Q0.31
+    x = wrap32(np.asarray(a, np.int64) + (1 << 28))
+    x2 = srdhm(x, x)
+    x3 = srdhm(x2, x)
+    x4 = srdhm(x2, x2)
+    poly = rdbpot(wrap32(srdhm(wrap32(rdbpot(x4, 2) + x3), third) + x2), 1)
+    return wrap32(c + srdhm(c, wrap32(x + poly)))
+
+
+def _exp_negative(a: np.ndarray) -> np.ndarray:
+    """gemmlowp ``exp_on_negative_values`` of Q5.26 values ``a <= 0`` (Q0.31 out): ``exp`` of ``a mod 1/4`` times
+    the constants ``exp(-2^k)`` for the set bits of the rest (the barrel shifter), 1.0 at ``a = 0``."""
+    a = np.asarray(a, np.int64)
+    quarter = 1 << 24
+    low = wrap32((a & (quarter - 1)) - quarter)
+    result = _exp_quarter(_sat_shift_left(low, 5))
+    rest = wrap32(low - a)
+    for k, mult in zip(range(-2, 5), (1672461947, 1302514674, 790015084, 290630308, 39332535, 720401, 242)):
+        result = np.where(rest & (1 << (26 + k)), srdhm(result, mult), result)
+    return np.where(a == 0, I32_MAX, result)
+
+
+def _reciprocal(x: np.ndarray, integer_bits: int) -> tuple[np.ndarray, np.ndarray]:
+    """TFLite ``GetReciprocal``: ``1 / x`` of positive Qn fixed-point ``x`` as a Q0.31 value in ``[0.5, 1)`` and the
+    number of bits over unit, by gemmlowp ``one_over_one_plus_x_for_x_in_0_1`` (three Newton-Raphson steps)."""
+    x = np.asarray(x, np.int64)
+    clz = 32 - np.ceil(np.log2(x.astype(np.float64) + 1)).astype(np.int64)   # leading zeros of a uint32 > 0
+    clz = np.where((np.int64(1) << (32 - clz)) <= x, clz - 1, clz)
+    clz = np.where((np.int64(1) << np.maximum(31 - clz, 0)) > x, clz + 1, clz)
+    bits = integer_bits - clz
+    a = wrap32(((x << clz) & 0xFFFFFFFF) - (1 << 31))
+    s = a + I32_MAX
+    half = np.where(s >= 0, (s + 1) // 2, -((-(s - 1)) // 2))   # RoundingHalfSum: (a + b + sign) / 2, truncated
+    f2_one = 1 << 29
+    xr = wrap32(1515870810 + srdhm(half, -1010580540))
+    for _ in range(3):
+        t = wrap32(f2_one - srdhm(half, xr))
+        xr = wrap32(xr + _sat_shift_left(srdhm(xr, t), 2))
+    return _sat_shift_left(xr, 1), bits
+
+
+def softmax_reference(x: np.ndarray, *, s_in: float, beta: float = 1.0, zp_out: int = -128,
+                      axis: int = -1) -> np.ndarray:
+    """TFLite's reference int8 SOFTMAX (``reference_ops::Softmax``, the kernel of LiteRT's reference resolver): the
+    differences to the row maximum scaled into Q5.26 (``PreprocessSoftmaxScaling``), ``exp`` in gemmlowp fixed point,
+    a Q12.19 sum, its reciprocal, ``out = RDBPOT(recip * exp, bits over unit + 23) - 128``; a difference below
+    ``diff_min`` gives -128. It and the optimized kernel's float table (:func:`softmax`) differ by a step in about
+    one row in 5,000."""
+    x = np.moveaxis(np.asarray(x, np.int64), axis, -1)
+    real = min(float(beta) * float(np.float32(s_in)) * 2.0 ** 26, 2.0 ** 31 - 1)
+    q, shift = quantize_multiplier(real)
+    q, shift = int(q), int(shift)
+    diff_min = -int(np.floor(31 * 2.0 ** 26 / 2.0 ** shift))
+    d = x - x.max(-1, keepdims=True)
+    ok = d >= diff_min
+    scaled = srdhm(wrap32(np.where(ok, d, 0) << shift), q)
+    e = _exp_negative(scaled)
+    total = wrap32(np.where(ok, rdbpot(e, 12), 0).sum(-1, keepdims=True))
+    recip, bits = _reciprocal(total, 12)
+    out = rdbpot(srdhm(recip, e), bits + 23) + int(zp_out)
+    out = np.where(ok, np.clip(out, -128, 127), -128)
+    return np.moveaxis(out.astype(np.int64), -1, axis)
 
 
 # ------------------------------------------------------------------------------------------------- 16-bit (16x8)

@@ -9,7 +9,7 @@ import onnx
 
 from qlinear.errors import OverflowRiskError
 from qlinear.graph.model import attr
-from qlinear.graph.ops import weight_channel_axis
+from qlinear.graph.ops import conv_pads, weight_channel_axis
 from qlinear.graph.qdq import QOp, QParams, QValue
 from qlinear.kernels import native as NK
 from qlinear.kernels.profiles import Profile
@@ -28,12 +28,12 @@ def qrange(p: QParams) -> tuple[int, int]:
 
 def _centered_weight(node: onnx.NodeProto, w: QValue) -> np.ndarray:
     """``w_q - z_w`` (int64) of a Conv (OIHW) or Gemm/MatMul (as [N_out, K]) weight, or :class:`NotInteger` when
-    the layer is not one the integer kernels run (auto_pad, transA/alpha/beta, not 2-D, scales off the channel axis).
+    the layer is not one the integer kernels run (transA/alpha/beta, not 2-D, scales off the channel axis).
     """
     wq = np.asarray(w.const).astype(np.int64)
     wz = w.params.zero_point.astype(np.int64)
     if node.op_type == "Conv":
-        if wq.ndim not in (3, 4) or attr(node, "auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET"):
+        if wq.ndim not in (3, 4):
             raise NotInteger
     elif node.op_type == "Gemm":
         if attr(node, "transA", 0) or attr(node, "alpha", 1.0) != 1.0 or attr(node, "beta", 1.0) != 1.0:
@@ -79,8 +79,8 @@ class IntegerLayer:
         lead = [1] if self.one_d else []
         self.stride = tuple(lead + list(attr(node, "strides", [1] * (2 - len(lead))))) if self.kind == "Conv" \
             else (1, 1)
-        pads = list(attr(node, "pads", [0] * (4 - 2 * len(lead)))) if self.kind == "Conv" else [0, 0, 0, 0]
-        self.pads = (0, pads[0], 0, pads[1]) if self.one_d else (pads[0], pads[1], pads[2], pads[3])
+        self.node = node
+        self.pads = self._pads(None)   # auto_pad SAME_*: resolved from each input's shape (accumulate)
         self.dil = tuple(lead + list(attr(node, "dilations", [1] * (2 - len(lead))))) if self.kind == "Conv" \
             else (1, 1)
         b = op.inputs[2] if len(op.inputs) > 2 else None
@@ -116,8 +116,22 @@ class IntegerLayer:
             o, cg, kh, kw = self.w.shape
             self.w2 = self.w32.reshape(o, cg * kh * kw)
 
+    def _pads(self, spatial: tuple | None) -> tuple[int, int, int, int]:
+        """(top, left, bottom, right) of a Conv (a 1-D one as height 1); ``auto_pad`` resolved for ``spatial``
+        (:func:`qlinear.graph.ops.conv_pads`; None: the ``pads`` attribute, zeros for SAME until a shape comes)."""
+        if self.kind != "Conv":
+            return (0, 0, 0, 0)
+        k = self.w.shape[2:] if not self.one_d else self.w.shape[3:]
+        ap = attr(self.node, "auto_pad", b"NOTSET")
+        if spatial is None and ap not in (b"NOTSET", "NOTSET", b"VALID", "VALID"):
+            return (0, 0, 0, 0)
+        p = conv_pads(self.node, tuple(spatial or k), tuple(k))
+        return (0, p[0], 0, p[1]) if self.one_d else (p[0], p[1], p[2], p[3])
+
     def accumulate(self, xq: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         """Accumulators (integers, possibly held in float32/float64) and the bias still to add (or None)."""
+        if self.kind == "Conv" and attr(self.node, "auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET"):
+            self.pads = self._pads(tuple(xq.shape[2:]))
         if self.kind != "Conv":
             xc = np.subtract(xq.reshape(-1, xq.shape[-1]), np.float32(self.zx), dtype=np.float32)
             acc = exact_matmul(xc, self.w32.T, self.chunk)  # [M, N_out]

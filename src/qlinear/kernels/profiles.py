@@ -21,6 +21,7 @@ class Profile:
     clamp: str = "away"       # rounding of fused-activation bounds: "away" (TFLite) or "even"
     mean: str = ""            # Mean / GlobalAveragePool formula (default: ``elementwise``; "xnnpack")
     add: str = ""             # Add / Sub formula (default: ``elementwise``; "xnnpack")
+    softmax: str = "table"    # int8 Softmax: "table" (the optimized kernels' float table) or "reference" (gemmlowp)
 
     @property
     def mean_mode(self) -> str:
@@ -36,7 +37,8 @@ def _uniform(mode: str) -> Profile:
 
 
 PROFILES: dict[str, Profile] = {m: _uniform(m) for m in MODES}
-PROFILES["litert_ref"] = Profile("litert_ref", "fixed_double", "f64_round_away", "fixed_double", "tflite", "away")
+PROFILES["litert_ref"] = Profile("litert_ref", "fixed_double", "f64_round_away", "fixed_double", "tflite", "away",
+                                 softmax="reference")
 PROFILES["litert_xnnpack"] = Profile("litert_xnnpack", "f32_rne", "f32_rne", "f32_rne", "onnx", "away", "xnnpack",
                                      "xnnpack")
 PROFILES["ort"] = Profile("ort", "f32_rne", "f32_rne", "f32_rne", "onnx", "even")

@@ -77,7 +77,8 @@ def rdbpot(x: Any, e: Any) -> np.ndarray:
     return (x >> e) + (rem > thr)
 
 
-def _wrap32(x: np.ndarray) -> np.ndarray:
+def wrap32(x: np.ndarray) -> np.ndarray:
+    """int64 values wrapped to int32, as C's two's complement arithmetic leaves them."""
     return ((x + 2**31) & 0xFFFFFFFF) - 2**31
 
 
@@ -87,7 +88,7 @@ def mbqm(x: Any, q: Any, shift: Any) -> np.ndarray:
     shift = np.asarray(shift, np.int64)
     left = np.maximum(shift, 0)
     right = np.maximum(-shift, 0)
-    return rdbpot(srdhm(_wrap32(x << left), q), right)
+    return rdbpot(srdhm(wrap32(x << left), q), right)
 
 
 def mbqm_single(x: Any, q: Any, shift: Any) -> np.ndarray:
@@ -103,7 +104,7 @@ def mbqm_ruy_x86(x: Any, q: Any, shift: Any) -> np.ndarray:
     shift = np.asarray(shift, np.int64)
     left = np.maximum(shift, 0)
     right = np.maximum(-shift, 0)
-    h = srdhm(_wrap32(x << left), q)
+    h = srdhm(wrap32(x << left), q)
     return np.where(right > 0, (h + (np.int64(1) << np.maximum(right - 1, 0))) >> right, h)
 
 

@@ -383,7 +383,10 @@ def _activation_kernel(op: QOp, prof: Profile, qg: QdqGraph) -> Step:
         return lambda env: o.emit(env, table[env.int_of(x).astype(np.int64) + 128])
     if name == "Softmax":
         def run_softmax(env: Env) -> None:
-            o.emit(env, A.softmax(env.int_of(x), s_in=x.params.s, s_out=o.s, zp_out=o.z, axis=axis))
+            if prof.softmax == "reference" and np.float32(o.s) == np.float32(1 / 256) and o.z == -128:
+                o.emit(env, A.softmax_reference(env.int_of(x), s_in=x.params.s, axis=axis))
+            else:
+                o.emit(env, A.softmax(env.int_of(x), s_in=x.params.s, s_out=o.s, zp_out=o.z, axis=axis))
 
         return run_softmax
     fn = A.logistic if name == "Sigmoid" else A.tanh

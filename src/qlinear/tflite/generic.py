@@ -499,7 +499,10 @@ def conv(ctx: Ctx, ins: list[Slot | None]) -> None:
     lead = [1] if one_d else []
     strides = list(attr(n, "strides", [1] * (2 - len(lead))))
     dilations = list(attr(n, "dilations", [1] * (2 - len(lead))))
-    pads = _explicit_pads(ctx, x.onnx_shape[2:], wf.shape[2:], strides, dilations)
+    try:
+        pads = ops.conv_pads(n, x.onnx_shape[2:], wf.shape[2:])
+    except ValueError as e:
+        raise UnsupportedError(str(e)) from None
     geometry = {"pads": [0, pads[0], 0, pads[1]] if one_d else pads, "strides": lead + strides,
                 "dilations": lead + dilations}
     if not one_d:
@@ -518,24 +521,6 @@ def conv(ctx: Ctx, ins: list[Slot | None]) -> None:
     ctx.op("RESHAPE", [y.index, ctx.param("shape_nlo", [nb, lo, o])], [r.index], "ReshapeOptions",
            new_shape=[nb, lo, o])
     ctx.op("TRANSPOSE", [r.index, ctx.param("perm_nol", [0, 2, 1])], [ctx.out(0, False).index], "TransposeOptions")
-
-
-def _explicit_pads(ctx: Ctx, size: tuple, kernel: tuple, strides: list, dilations: list) -> list[int]:
-    """The Conv's ``pads`` (begins, then ends), ``auto_pad`` resolved as ONNX defines it: VALID none; SAME_UPPER /
-    SAME_LOWER ``ceil(in / stride)`` outputs, the odd pad at the end / the beginning."""
-    ap = attr(ctx.node, "auto_pad", b"NOTSET")
-    ap = ap.decode() if isinstance(ap, bytes) else ap
-    if ap == "NOTSET":
-        return list(attr(ctx.node, "pads", [0] * (2 * len(size))))
-    if ap == "VALID":
-        return [0] * (2 * len(size))
-    if ap not in ("SAME_UPPER", "SAME_LOWER"):
-        raise UnsupportedError(f"node {ctx.name} (Conv): auto_pad {ap!r} is not an ONNX padding")
-    total = [max((-(-i // s) - 1) * s + (k - 1) * d + 1 - i, 0)
-             for i, k, s, d in zip(size, kernel, strides, dilations)]
-    small = [t // 2 for t in total]
-    begin = small if ap == "SAME_UPPER" else [t - h for t, h in zip(total, small)]
-    return begin + [t - h for t, h in zip(total, begin)]
 
 
 def _conv2d(ctx: Ctx, x: Slot, wf: np.ndarray, b: Slot | None, geometry: dict, out: Slot) -> None:

@@ -25,7 +25,7 @@ from collections.abc import Container
 import onnx
 
 from qlinear.graph.ops import activation, elementwise, linear, movement, other, pooling  # noqa: F401 - registers
-from qlinear.graph.ops.linear import input_axes, weight_channel_axis
+from qlinear.graph.ops.linear import conv_pads, input_axes, weight_channel_axis
 from qlinear.graph.ops.spec import REGISTRY, ROLES, OpSpec, with_role
 
 #: the families, in the order the views below list their op types
@@ -147,6 +147,7 @@ __all__ = [
     "WEIGHTED",
     "OpSpec",
     "bias_input",
+    "conv_pads",
     "input_axes",
     "is_constant_clamp",
     "kernel_of",

@@ -59,3 +59,25 @@ def weight_channel_axis(node: onnx.NodeProto, rank: int) -> int:
     """The output-channel axis of the weight (input 1, rank ``rank``) of a linear operator."""
     ax = input_axes(node, 1, rank)
     return rank - 1 if ax is None else ax[0]
+
+
+def conv_pads(node: onnx.NodeProto, spatial: tuple, kernel: tuple) -> list[int]:
+    """A Conv's padding as ``pads`` lists it (every spatial begin, then every end), ``auto_pad`` resolved as ONNX
+    defines it for an input of ``spatial`` size and a ``kernel``: VALID none; SAME_UPPER / SAME_LOWER
+    ``ceil(in / stride)`` outputs, the odd pad at the end / at the beginning (TFLite's SAME is SAME_UPPER)."""
+    ap = attr(node, "auto_pad", b"NOTSET")
+    ap = ap.decode() if isinstance(ap, bytes) else ap
+    n = len(spatial)
+    if ap == "NOTSET":
+        return list(attr(node, "pads", [0] * (2 * n)))
+    if ap == "VALID":
+        return [0] * (2 * n)
+    if ap not in ("SAME_UPPER", "SAME_LOWER"):
+        raise ValueError(f"node {node.name or node.op_type}: auto_pad {ap!r} is not an ONNX padding")
+    strides, dil = list(attr(node, "strides", [1] * n)), list(attr(node, "dilations", [1] * n))
+    total = [max((-(-int(i) // s) - 1) * s + (k - 1) * d + 1 - int(i), 0)
+             for i, k, s, d in zip(spatial, kernel, strides, dil)]
+    small = [t // 2 for t in total]
+    begin = small if ap == "SAME_UPPER" else [t - h for t, h in zip(total, small)]
+    return begin + [t - h for t, h in zip(total, begin)]
+

@@ -552,7 +552,8 @@ def compare_runtime(quant_model: Any, data: Any, *, runtime: str = "litert", tfl
     for t, node, op in _graph_order(im.qg) + _output_ints(im.qg):
         if t not in got or t not in env.ints or any(d.tensor == t for d in res.tensors):
             continue
-        a, b = env.ints[t], got[t]
+        a = env.ints[t]
+        b = _onnx_layout(got[t], a.shape)
         if a.shape != b.shape:
             raise DataError(f"tensor {t}: run_integer gives shape {a.shape}, {runtime} {b.shape}")
         k, mx = _int_diff(a, b)
@@ -600,18 +601,23 @@ def _litert_tensors(tflite: Any, qg: QdqGraph, feed: dict[str, np.ndarray], *,
         it.set_tensor(d["index"], (x.transpose(0, 2, 3, 1) if x.ndim == 4 else x).astype(d["dtype"]))
     it.invoke()
 
-    def nchw(y: np.ndarray) -> np.ndarray:
-        return y.transpose(0, 3, 1, 2) if y.ndim == 4 else y
-
     if not reference:
-        return _as_ints({d["name"]: nchw(it.get_tensor(d["index"])) for d in it.get_output_details()}, qg)
+        return _as_ints({d["name"]: it.get_tensor(d["index"]) for d in it.get_output_details()}, qg)
     by_float = {v.float_name: v.name for v in qg.values.values() if v.const is None}
     out = {}
     for d in it.get_tensor_details():
         t = by_float.get(d["name"])
         if t is not None and np.dtype(d["dtype"]).kind in "iu":
-            out[t] = nchw(it.get_tensor(d["index"]))
+            out[t] = it.get_tensor(d["index"])
     return out
+
+
+def _onnx_layout(y: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """A tensor read from the ``.tflite`` in the Q/DQ model's layout: a 4-D image tensor is stored NHWC, a 4-D
+    tensor the export keeps in ONNX order (a recurrent layer's ``Y``, a float island's) as it is."""
+    if y.ndim == 4 and y.transpose(0, 3, 1, 2).shape == tuple(shape):
+        return y.transpose(0, 3, 1, 2)
+    return y
 
 
 def _ort_outputs(qm: onnx.ModelProto, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
