@@ -63,6 +63,17 @@ def _litert_equals_run_integer(qm, data: dict, outputs: list[str]) -> dict[str, 
     return got
 
 
+def _ort_equals_run_integer(m: onnx.ModelProto, data: dict) -> None:
+    """The Q/DQ model of target ort: run_integer (``f32_rne``) equals ONNX Runtime at its basic level on the held-out
+    samples of input ``x``, output ``y``."""
+    ort_q = qlinear.quantize(m, data, dict(calibration_samples=N_CAL, evaluation_samples=0))
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    s = ort.InferenceSession(ort_q.model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    im = IntegerModel(ort_q.model, "f32_rne")
+    assert im.steps and all(np.array_equal(im.run({"x": x})["y"], s.run(None, {"x": x})[0]) for x in data["x"][N_CAL:])
+
+
 def _sqnr(f: np.ndarray, q: np.ndarray) -> float:
     return float(10 * np.log10(np.sum(f.astype(np.float64) ** 2) / np.sum((f - q.reshape(f.shape)) ** 2)))
 
@@ -118,12 +129,7 @@ def test_one_d_convolutions_reflect_padding_and_a_concat_of_reshapes():
              "s": np.array([1, -1], np.int64), "k": np.array(30, np.float32)}
     m = _model(nodes, [("x", [1, 4, 32])], ["y"], inits)
     data = {"x": rng.normal(0, 1, (N, 1, 4, 32)).astype(np.float32)}
-    ort_q = qlinear.quantize(m, data, dict(calibration_samples=N_CAL, evaluation_samples=0))
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
-    s = ort.InferenceSession(ort_q.model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    im = IntegerModel(ort_q.model, "f32_rne")
-    assert im.steps and all(np.array_equal(im.run({"x": x})["y"], s.run(None, {"x": x})[0]) for x in data["x"][N_CAL:])
+    _ort_equals_run_integer(m, data)
     qm = qlinear.quantize(m, data, dict(calibration_samples=N_CAL, evaluation_samples=0, target="tflite"))
     out = convert(qm.model)
     # MIRROR_PAD and the height-1 convolutions in integers; the Concat of parts with other scales (each Reshape keeps
@@ -204,12 +210,7 @@ def test_integer_convolutions_with_auto_pad_are_bit_exact():
              "w2": rng.normal(0, .3, (4, 6, 3, 3)).astype(np.float32)}
     m = _model(nodes, [("x", [1, 3, 99])], ["y"], inits)
     data = {"x": rng.normal(0, 1, (N, 1, 3, 99)).astype(np.float32)}
-    ort_q = qlinear.quantize(m, data, dict(calibration_samples=N_CAL, evaluation_samples=0))
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
-    s = ort.InferenceSession(ort_q.model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    im = IntegerModel(ort_q.model, "f32_rne")
-    assert im.steps and all(np.array_equal(im.run({"x": x})["y"], s.run(None, {"x": x})[0]) for x in data["x"][N_CAL:])
+    _ort_equals_run_integer(m, data)
     qm = qlinear.quantize(m, data, dict(calibration_samples=N_CAL, evaluation_samples=0, target="tflite"))
     assert convert(qm.model).islands == []
     _litert_equals_run_integer(qm, data, ["y"])
