@@ -57,3 +57,27 @@ def test_modes_close_to_each_other_and_to_fused_ort(qdq):
 def test_unknown_mode():
     with pytest.raises(KernelError, match="mode"):
         run_integer(MODEL, {"input": np.zeros((1, 3, 24, 24), np.float32)}, mode="magic")
+
+
+def test_a_float_part_onnx_reference_cannot_run_is_one_named_error():
+    """A node run_integer evaluates in float with onnx.reference fails (an ``If`` whose branch reads an outer value,
+    left float in the Q/DQ model): one KernelError naming the node and the way out, not onnx.reference's traceback
+    (silero-vad and akiki-vad under ``qlinear debug --runtime ort_fused``)."""
+    from onnx import TensorProto, helper
+
+    then = helper.make_graph([helper.make_node("Identity", ["r"], ["t"])], "then", [],
+                             [helper.make_tensor_value_info("t", TensorProto.FLOAT, [1, 4])])
+    other = helper.make_graph([helper.make_node("Neg", ["r"], ["e"])], "else", [],
+                              [helper.make_tensor_value_info("e", TensorProto.FLOAT, [1, 4])])
+    nodes = [helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("If", ["c"], ["y"], name="branch", then_branch=then, else_branch=other)]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4]),
+                                       helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    rng = np.random.default_rng(0)
+    data = {"x": rng.normal(0, 1, (20, 1, 4)).astype(np.float32), "c": np.ones(20, bool)}
+    qm = qlinear.quantize(m, data, dict(calibration_samples=16, evaluation_samples=0, batch_axes={"c": None}))
+    with pytest.raises(KernelError, match=r"node branch \(If\) runs in float \(onnx.reference\) and failed: .*"
+                                          r"compare the outputs with ONNX Runtime itself"):
+        run_integer(qm.model, {"x": data["x"][0], "c": np.array(True)}, mode="f32_rne")

@@ -45,7 +45,7 @@ import numpy as np
 import onnx
 
 from qlinear.core import quantize_linear
-from qlinear.errors import KernelError
+from qlinear.errors import KernelError, QlinearError
 from qlinear.graph import ops
 from qlinear.graph.qdq import QOp, parse
 from qlinear.kernels.layer import NotInteger
@@ -124,7 +124,16 @@ class IntegerModel:
 
         def run(env: Env) -> None:
             vals = [env.float_of(i) if i else None for i in n.input]
-            res = ev(vals)
+            try:
+                res = ev(vals)
+            except QlinearError:
+                raise
+            except Exception as e:  # noqa: BLE001 - onnx.reference raises what its operator raises
+                first = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
+                raise KernelError(f"node {n.name or n.output[0]} ({n.op_type}) runs in float (onnx.reference) and "
+                                  f"failed: {first}; run_integer cannot run this model (its float parts: subgraphs "
+                                  "reading outer values, shapes fixed for another batch...); compare the outputs "
+                                  "with ONNX Runtime itself") from None
             for o, v in zip(n.output, res):
                 env.floats[o] = v
 
