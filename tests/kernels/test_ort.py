@@ -96,3 +96,41 @@ def test_qlinear_add_mul_within_one(op):
     got = fn(a, b, mode="f32_rne", qmin=0, qmax=255, **p)
     d = np.abs(got - want.astype(np.int64))
     assert d.max() <= 1
+
+
+@pytest.mark.parametrize("dtype,zp_out,depth,s_in", [(np.uint8, 0, 4, 0.05), (np.uint8, 0, 16, 0.21),
+                                                      (np.uint8, 0, 1000, 0.08), (np.int8, -128, 8, 0.11),
+                                                      (np.int8, -128, 2, 0.9)])
+def test_qlinear_softmax_as_onnx_runtime_fuses_it(dtype, zp_out, depth, s_in):
+    """DequantizeLinear -> Softmax -> QuantizeLinear in ONNX Runtime's default session (its QLinearSoftmax) against
+    ``softmax_ort``, every value, rows of one large value included (int8: 128 clamped to 127)."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import helper, numpy_helper
+
+    from qlinear.kernels.activation import softmax_ort
+
+    rng = np.random.default_rng(depth)
+    lo, hi = np.iinfo(dtype).min, np.iinfo(dtype).max
+    x = rng.integers(lo, hi + 1, (300, depth)).astype(dtype)
+    x[:20] = lo
+    x[:20, 0] = hi    # one value holds (almost) all the mass
+    zp_in = np.array(3 if dtype == np.uint8 else -5, dtype)
+    t = TensorProto.UINT8 if dtype == np.uint8 else TensorProto.INT8
+    nodes = [helper.make_node("DequantizeLinear", ["x", "sx", "zx"], ["xf"]),
+             helper.make_node("Softmax", ["xf"], ["p"], axis=-1),
+             helper.make_node("QuantizeLinear", ["p", "sy", "zy"], ["y"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", t, [300, depth])],
+                          [helper.make_tensor_value_info("y", t, [300, depth])],
+                          [numpy_helper.from_array(np.array(s_in, np.float32), "sx"),
+                           numpy_helper.from_array(zp_in, "zx"),
+                           numpy_helper.from_array(np.array(1 / 256, np.float32), "sy"),
+                           numpy_helper.from_array(np.array(zp_out, dtype), "zy")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)])
+    so = ort.SessionOptions()
+    so.optimized_model_filepath = str(__import__("tempfile").mktemp(suffix=".onnx"))
+    s = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    assert "QLinearSoftmax" in {n.op_type for n in onnx.load(so.optimized_model_filepath).graph.node}
+    want = s.run(None, {"x": x})[0]
+    got = softmax_ort(x.astype(np.int64), s_in=float(s_in), zp_out=zp_out, signed=dtype == np.int8)
+    assert np.array_equal(got.astype(dtype), want), int((got.astype(dtype) != want).sum())

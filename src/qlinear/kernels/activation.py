@@ -65,6 +65,28 @@ def softmax(x: np.ndarray, *, s_in: float, beta: float = 1.0, s_out: float = 1 /
     return np.moveaxis(np.clip(out, -128, 127).astype(np.int64), -1, axis)
 
 
+def softmax_ort(x: np.ndarray, *, s_in: float, s_out: float = 1 / 256, zp_out: int = 0, signed: bool = False,
+                axis: int = -1) -> np.ndarray:
+    """ONNX Runtime's ``QLinearSoftmax`` (the CPU kernel its QDQ fusion runs): a float32 table of
+    ``exp((i - 255 + shift) s_in)`` over the 256 differences to the row maximum (computed in double, ``shift``
+    keeping the row sum inside float32: ``max(0, log(FLT_MAX / depth) - 5) / s_in``), a sequential float32 row
+    sum, ``nearbyintf(t * floor(1 / s_out) / sum) + zp`` (ties to even), clamped to the type (ONNX Runtime 1.32:
+    an int8 row holding all its mass in one value gives 127, not a wrapped 128)."""
+    x = np.moveaxis(np.asarray(x, np.int64), axis, -1)
+    depth = x.shape[-1]
+    s = float(np.float32(s_in))
+    shift = max(0.0, float(np.log(float(np.float32(np.finfo(np.float32).max) / np.float32(depth)))) - 5.0) / s
+    table = np.exp((np.arange(256, dtype=np.float64) - 255 + shift) * s).astype(np.float32)
+    t = table[255 - x.max(-1, keepdims=True) + x]
+    total = np.zeros(t.shape[:-1], np.float32)
+    for j in range(depth):  # sequential float32 sum, as the kernel adds
+        total = (total + t[..., j]).astype(np.float32)
+    y_scale = np.float32(np.floor(np.float32(1.0) / np.float32(s_out)))
+    q = np.rint((t * y_scale).astype(np.float32) / total[..., None]).astype(np.int64) + int(zp_out)
+    q = np.clip(q, -128, 127) if signed else np.minimum(q, 255)
+    return np.moveaxis(q, -1, axis)
+
+
 def _sat_shift_left(x: np.ndarray, e: int) -> np.ndarray:
     """gemmlowp ``SaturatingRoundingMultiplyByPOT<e>`` for ``e > 0`` on int32 values."""
     x = np.asarray(x, np.int64)

@@ -21,7 +21,8 @@ class Profile:
     clamp: str = "away"       # rounding of fused-activation bounds: "away" (TFLite) or "even"
     mean: str = ""            # Mean / GlobalAveragePool formula (default: ``elementwise``; "xnnpack")
     add: str = ""             # Add / Sub formula (default: ``elementwise``; "xnnpack")
-    softmax: str = "table"    # int8 Softmax: "table" (the optimized kernels' float table) or "reference" (gemmlowp)
+    softmax: str = "table"    # 8-bit Softmax: "table" (TFLite's optimized float table), "reference" (TFLite's
+    #                           gemmlowp reference kernel) or "ort" (ONNX Runtime's QLinearSoftmax)
 
     @property
     def mean_mode(self) -> str:
@@ -42,7 +43,8 @@ PROFILES["litert_ref"] = Profile("litert_ref", "fixed_double", "f64_round_away",
 PROFILES["litert_xnnpack"] = Profile("litert_xnnpack", "f32_rne", "f32_rne", "f32_rne", "onnx", "away", "xnnpack",
                                      "xnnpack")
 PROFILES["ort"] = Profile("ort", "f32_rne", "f32_rne", "f32_rne", "onnx", "even")
-PROFILES["ort_fused"] = Profile("ort_fused", "f32_rne", "f32_rne", "f32_rne", "onnx", "even", "float", "mlas")
+PROFILES["ort_fused"] = Profile("ort_fused", "f32_rne", "f32_rne", "f32_rne", "onnx", "even", "float", "mlas",
+                                softmax="ort")
 
 
 def profile(mode: str) -> Profile:

@@ -374,6 +374,11 @@ def _activation_kernel(op: QOp, prof: Profile, qg: QdqGraph) -> Step:
             o.emit(env, np.clip(y, o.lo, o.hi))
 
         return run16
+    if name == "Softmax" and prof.softmax == "ort" and o.dtype == x.params.dtype.storage \
+            and o.dtype in (np.int8, np.uint8):
+        signed = o.dtype == np.int8
+        return lambda env: o.emit(env, A.softmax_ort(env.int_of(x), s_in=x.params.s, s_out=o.s, zp_out=o.z,
+                                                     signed=signed, axis=axis))
     if o.dtype != np.int8 or x.params.dtype.storage != np.int8:
         raise NotInteger
     if name == "HardSwish":  # LiteRT's fixed-point HARD_SWISH; other runtimes compute it in float (DQ -> op -> Q)
