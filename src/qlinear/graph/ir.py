@@ -104,3 +104,32 @@ def set_initializer(v: ir.Value, arr: np.ndarray) -> None:
     v.const_value = t
     if old is None or old.dtype != t.dtype or tuple(old.shape) != arr.shape:
         v.type, v.shape = ir.TensorType(t.dtype), ir.Shape(arr.shape)
+
+
+def set_bias(graph: ir.Graph, node: ir.Node, arr: np.ndarray, name: str) -> None:
+    """Give ``node`` (a Conv) the bias ``arr``: its bias initializer takes the values, or a new initializer ``name``
+    (made unique) becomes its input 2."""
+    bv = node.inputs[2] if len(node.inputs) > 2 else None
+    if bv is not None:
+        set_initializer(bv, arr)
+        return
+    while name in graph.initializers:
+        name += "_"
+    nb = add_initializer(graph, name, arr)
+    if len(node.inputs) < 3:
+        node.resize_inputs(3)
+    node.replace_input_with(2, nb)
+
+
+def absorb(graph: ir.Graph, producer: ir.Node, node: ir.Node) -> None:
+    """Remove ``node`` (folded into ``producer``): the producer's output takes the node's output name, type, shape
+    and metadata, and every use of it (graph outputs included)."""
+    y, out = node.outputs[0], producer.outputs[0]
+    name = y.name
+    y.name = None
+    out.name = name
+    out.type, out.shape, out.doc_string = y.type, y.shape, y.doc_string
+    out.metadata_props.update(y.metadata_props)
+    y.replace_all_uses_with(out, replace_graph_outputs=True)
+    graph.remove(node, safe=True)
+

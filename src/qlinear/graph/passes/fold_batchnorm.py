@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from qlinear.graph.ir import add_initializer, set_initializer
+from qlinear.graph.ir import absorb, set_bias, set_initializer
 
 
 class FoldBatchNorm(ir.passes.InPlacePass):
@@ -74,20 +74,5 @@ def _fold(graph: ir.Graph, conv: ir.Node, bn: ir.Node) -> None:
     w2 = (w.astype(np.float64) * f.reshape((-1,) + (1,) * (w.ndim - 1))).astype(w.dtype)
     b2 = ((b - mean) * f + beta).astype(w.dtype)
     set_initializer(wv, w2)
-    if bv is not None:
-        set_initializer(bv, b2)
-    else:
-        name = f"{wv.name}_bn_bias"
-        nb = graph.initializers[name] if name in graph.initializers else add_initializer(graph, name, b2)
-        set_initializer(nb, b2)
-        if len(conv.inputs) < 3:
-            conv.resize_inputs(3)
-        conv.replace_input_with(2, nb)
-    y, out = bn.outputs[0], conv.outputs[0]
-    name = y.name
-    y.name = None
-    out.name = name
-    out.type, out.shape, out.doc_string = y.type, y.shape, y.doc_string
-    out.metadata_props.update(y.metadata_props)
-    y.replace_all_uses_with(out, replace_graph_outputs=True)
-    graph.remove(bn, safe=True)
+    set_bias(graph, conv, b2, f"{wv.name}_bn_bias")
+    absorb(graph, conv, bn)

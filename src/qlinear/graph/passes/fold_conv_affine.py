@@ -21,7 +21,7 @@ import numpy as np
 import onnx_ir as ir
 
 from qlinear.graph import ops
-from qlinear.graph.ir import add_initializer, set_initializer
+from qlinear.graph.ir import absorb, set_bias, set_initializer
 
 #: the operators that fold (the registry's ``conv_affine`` role: Add, Sub, Mul)
 OPS = ops.with_role("conv_affine")
@@ -99,21 +99,5 @@ def _fold(graph: ir.Graph, node: ir.Node, conv: ir.Node, c: np.ndarray) -> None:
     else:
         b2 = b + c64 if node.op_type == "Add" else b - c64
     b2 = b2.astype(w.dtype)
-    if bv is not None:
-        set_initializer(bv, b2)
-    else:
-        name = f"{wv.name}_bias"
-        while name in graph.initializers:
-            name += "_"
-        nb = add_initializer(graph, name, b2)
-        if len(conv.inputs) < 3:
-            conv.resize_inputs(3)
-        conv.replace_input_with(2, nb)
-    y, out = node.outputs[0], conv.outputs[0]
-    name = y.name
-    y.name = None
-    out.name = name
-    out.type, out.shape, out.doc_string = y.type, y.shape, y.doc_string
-    out.metadata_props.update(y.metadata_props)
-    y.replace_all_uses_with(out, replace_graph_outputs=True)
-    graph.remove(node, safe=True)
+    set_bias(graph, conv, b2, f"{wv.name}_bias")
+    absorb(graph, conv, node)
