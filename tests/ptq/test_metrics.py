@@ -124,6 +124,10 @@ def test_output_kind_from_values():
     assert output_kind("score", [rng.random((8, 1)).astype(np.float32)], [8]) == "probability"
     assert output_kind("score", [rng.random(8).astype(np.float32)], [8]) == "probability"
     assert output_kind("value", [rng.standard_normal(8).astype(np.float32)], [8]) == "generic"
+    mos = [(1 + 4 * rng.random((8, 3))).astype(np.float32)]   # three quality scores in 1..5 (speechmos' DNSMOS)
+    assert output_kind("Identity:0", mos, [8]) == "regression"
+    assert output_kind("Identity:0", [mos[0] - 3], [8]) == "classifier"   # negative somewhere: logits
+    assert output_kind("out", [rng.random((8, 5)).astype(np.float32) + 1], [8]) == "classifier"  # 5 values
     assert output_kind("last_hidden_state", [rng.standard_normal((2, 5, 4)), rng.standard_normal((2, 9, 4))],
                        [2, 2]) == "embedding"
     assert output_kind("boxes", [rng.standard_normal((2, 5, 4))], [2]) == "generic"
@@ -173,6 +177,19 @@ def test_kind_metrics_with_samples_of_different_shapes():
     qa[0][:, 1] = -qa[0][:, 1]
     r = kind_metrics("generic", fa, qa, [3], None, "state", "src")
     assert r["cosine_min"] == pytest.approx(-1.0) and r["cosine_mean"] == pytest.approx(1 / 3)
+
+
+def test_regression_output_is_judged_in_its_units():
+    """A few quality scores per sample (DNSMOS's [N, 3] MOS): SQNR as the headline and the absolute errors in MOS
+    points, no top-1 agreement (the largest score is not a class) and no cosine (three positive values always point
+    the same way)."""
+    f = [np.array([[3.0, 4.0, 2.5], [1.5, 2.0, 1.25]], np.float32), np.array([[4.5, 4.5, 4.0]], np.float32)]
+    q = [f[0] + np.array([[0.05, 0.0, -0.2], [0.0, 0.1, 0.0]], np.float32), f[1].copy()]
+    r = kind_metrics("regression", f, q, [2, 1], None, "mos", "src")
+    assert r["max_abs_error"] == pytest.approx(0.2) and r["mean_abs_error"] == pytest.approx(0.35 / 9)
+    assert "top1_agreement" not in r and "cosine_mean" not in r and HEADLINE["regression"] == "sqnr_db"
+    sig = sum(float(np.sum(a.astype(np.float64) ** 2)) for a in f)
+    assert r["sqnr_db"] == pytest.approx(10 * np.log10(sig / (0.05 ** 2 + 0.2 ** 2 + 0.1 ** 2)), rel=1e-4)
 
 
 def test_mean_pooled_sentence_embedding_is_not_a_classifier():

@@ -6,7 +6,9 @@
   CTC recognizer or a tagger: top-1 agreement per position, the fraction of samples whose every position agrees, the
   headline, and of those a CTC decoder reads as the same text), ``probability`` (values in [0, 1], a few per sample:
   agreement of the decisions at 0.5 and SQNR), ``map`` (more values in [0, 1] from a Sigmoid, a text or segmentation
-  map: the IoU of the decisions at 0.5, the headline, their agreement and SQNR), ``embedding`` (unit-norm rows or an
+  map: the IoU of the decisions at 0.5, the headline, their agreement and SQNR), ``regression`` (a few non-negative
+  values per sample, not all in [0, 1], such as a MOS: SQNR, the headline, and the largest and mean absolute error in
+  the output's units), ``embedding`` (unit-norm rows or an
   embedding/hidden-state name: cosine, SQNR), ``state`` (a recurrent state: SQNR, cosine), ``generic`` (cosine,
   SQNR), ``mixed`` (an output computed by a Concat whose parts' ranges differ by more than 16x, such as boxes next to
   scores: SQNR per Concat input, :func:`concat_parts`; else channels of very different ranges along the last axis:
@@ -382,7 +384,7 @@ def output_metrics(a: np.ndarray | list[np.ndarray], b: np.ndarray | list[np.nda
 HEADLINE: dict[str, str | None] = {"classifier": "top1_agreement", "sequence": "sequence_agreement",
                                    "probability": "decision_agreement", "map": "decision_iou",
                                    "embedding": "cosine_mean", "state": "sqnr_db", "generic": "sqnr_db",
-                                   "mixed": "sqnr_db_worst_part",
+                                   "mixed": "sqnr_db_worst_part", "regression": "sqnr_db",
                                    "integer": "exact_match", "token_logits": "perplexity_quantized",
                                    "passthrough": None}
 EMBEDDING_HINTS = ("embed", "hidden", "pool", "feature", "encod", "vector", "represent")
@@ -471,9 +473,11 @@ def output_kind(name: str, xs: list[np.ndarray], counts: list[int], *, passthrou
     not computed by a pooling or normalization, ``EMBEDDING_OPS``), ``sequence`` (softmax or log-softmax rows ``[N,
     positions, classes]`` or ``[positions, N, classes]``, :func:`sequence_axis`), ``state`` (a recurrent state
     computed by a GRU/LSTM/RNN or named like one, :data:`STATE_NAME`: SQNR and cosine, never top-1 or parts),
-    ``probability`` (values in [0, 1], at most ``FEW`` per sample), ``map`` (more values in [0, 1] from a Sigmoid: a
-    detector's or segmenter's probability map), ``embedding`` (unit-norm rows, an embedding-like name or operator)
-    or ``generic``."""
+    ``probability`` (values in [0, 1], at most ``FEW`` per sample), ``regression`` (``[N, values]``, at most ``FEW``
+    values per sample, none negative and not all in [0, 1]: scores a model regresses, such as a speech quality MOS;
+    logits of a classifier with that few classes are negative somewhere), ``map`` (more values in [0, 1] from a
+    Sigmoid: a detector's or segmenter's probability map), ``embedding`` (unit-norm rows, an embedding-like name or
+    operator) or ``generic``."""
     if not xs or xs[0].dtype.kind in "biu":
         return "passthrough" if passthrough or not xs else "integer"
     if not all(x.size for x in xs):
@@ -490,6 +494,8 @@ def output_kind(name: str, xs: list[np.ndarray], counts: list[int], *, passthrou
         return "sequence"
     if unit and max(r.shape[1] for r in rows) <= FEW:
         return "probability"
+    if classes and classes <= FEW and lo >= 0:
+        return "regression"
     if unit and producer == "Sigmoid":
         return "map"
     hint = any(h in name.lower() for h in EMBEDDING_HINTS) or producer in EMBEDDING_OPS
@@ -546,7 +552,10 @@ def kind_metrics(kind: str, fa: list[np.ndarray], qa: list[np.ndarray], counts: 
         r["decision_iou"] = both / either if either else 1.0
     rows_f = [_rows(a, n).astype(np.float64) for a, n in zip(fa, counts)]
     rows_q = [_rows(b, n).astype(np.float64) for b, n in zip(qa, counts)]
-    if kind != "probability" and min(x.shape[1] for x in rows_f) > 1:
+    if kind == "regression":   # in the output's own units (MOS points, years...)
+        err = np.concatenate([np.abs(a - b).reshape(-1) for a, b in zip(rows_f, rows_q)])
+        r["max_abs_error"], r["mean_abs_error"] = float(err.max()), float(err.mean())
+    if kind not in ("probability", "regression") and min(x.shape[1] for x in rows_f) > 1:
         cos = np.concatenate([np.sum(a * b, 1) / np.maximum(np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1),
                                                             1e-30) for a, b in zip(rows_f, rows_q)])
         r["cosine_mean"], r["cosine_min"] = float(np.mean(cos)), float(np.min(cos))
