@@ -35,6 +35,23 @@ def test_overrides_by_name_op_type_role_and_float():
     assert qm.report().outputs["logits"]["top1_agreement"] >= 0.9
 
 
+def test_override_naming_a_tensor_that_reuses_an_encoding_applies_to_its_group():
+    """``flat_out`` (Flatten of ``gap_out``) holds ``gap_out``'s values and reuses its encoding: a rule naming it
+    was silently ignored (PP-OCRv4 rec's CTC head input, behind Squeeze and Transpose). It now applies to the group,
+    with a note; a rule matching nothing is named in a note."""
+    qm = qlinear.quantize(MODEL, DATA, dict(BASE, overrides=[{"name": "flat_out", "type": "uint16"},
+                                                             {"name": "no_such_tensor", "type": "float"}]))
+    es = qm.encodings
+    assert es["gap_out"].dtype == "uint16" and es["relu_out"].dtype == "uint8"
+    assert any("naming 'flat_out' apply to 'gap_out'" in n for n in qm.notes)
+    assert any("overrides[1] {name: 'no_such_tensor', type: 'float'} matches no tensor" in n for n in qm.notes)
+    qm = qlinear.quantize(MODEL, DATA, dict(BASE, overrides=[{"name": "flat_out", "role": "activation",
+                                                              "type": "float"}]))
+    dq_in = {n.input[0] for n in qm.model.graph.node if n.op_type == "QuantizeLinear"}
+    assert not dq_in & {"gap_out", "flat_out"} and "relu_out" in dq_in
+    assert qm.plan.skipped["gap_out"] == "left in float by an override"
+
+
 @pytest.mark.parametrize("rules,msg", [
     ("Conv", "expected a list of rules"),
     ([{"type": "int8"}], "give \"name\""),

@@ -26,11 +26,11 @@ class TensorConfigs:
     (:mod:`qlinear.ptq.overrides`); tensors the rules leave in float are taken out of ``plan``."""
 
     def __init__(self, cfg: QuantizeConfig, m: onnx.ModelProto, plan: Plan,
-                 implicit_methods: dict[str, str] | None = None) -> None:
+                 implicit_methods: dict[str, str] | None = None, notes: list[str] | None = None) -> None:
         self.cfg = cfg
         self.resolved = apply_to_plan(cfg.overrides, m, plan, weight_types=WEIGHT_TYPES,
                                       activation_types=ACTIVATION_TYPES, weight_methods=METHODS + DATA_WEIGHT_METHODS,
-                                      activation_methods=METHODS)
+                                      activation_methods=METHODS, notes=notes)
         self._cache: dict[tuple[str, str], QuantizeConfig] = {}
         #: activation methods qlinear chooses per tensor when neither the config nor an override sets one
         self.implicit = dict(implicit_methods or {})

@@ -111,12 +111,16 @@ def resolve(rules: tuple[Override, ...], tensor: str, node_name: str | None, op_
             role: str, types: tuple[str, ...] = (), methods: tuple[str, ...] = ()) -> Resolved:
     """The combined effect of the matching rules on one tensor of ``role`` (later rules win field by field). A
     rule without a role sets only the types and methods valid for this role (``types``, ``methods``)."""
+    return combine(rules, [i for i, o in enumerate(rules) if o.matches(tensor, node_name, op_type, role)], role,
+                   types, methods)
+
+
+def combine(rules: tuple[Override, ...], hit: list[int], role: str, types: tuple[str, ...] = (),
+            methods: tuple[str, ...] = ()) -> Resolved:
+    """The effect of the rules numbered ``hit`` (in order, later rules win field by field) on a tensor of ``role``."""
     out: dict[str, Any] = {}
-    hit = []
-    for i, o in enumerate(rules):
-        if not o.matches(tensor, node_name, op_type, role):
-            continue
-        hit.append(i)
+    for i in hit:
+        o = rules[i]
         for f in ("type", "granularity", "block_size", "method"):
             v = getattr(o, f)
             if v is None:
@@ -136,26 +140,46 @@ def resolve(rules: tuple[Override, ...], tensor: str, node_name: str | None, op_
 
 def apply_to_plan(rules: tuple[Override, ...], m: Any, plan: Any, *, weight_types: tuple[str, ...],
                   activation_types: tuple[str, ...], weight_methods: tuple[str, ...],
-                  activation_methods: tuple[str, ...]) -> dict[str, Resolved]:
+                  activation_methods: tuple[str, ...], notes: list[str] | None = None) -> dict[str, Resolved]:
     """Resolve the rules for every weight and activation of ``plan`` (a :class:`qlinear.graph.plan.Plan` of the
     model ``m``); tensors a rule leaves in float are taken out of the plan (with their biases). Returns the
-    resolution of every tensor some rule matched."""
+    resolution of every tensor some rule matched.
+
+    A tensor that reuses another's encoding through data movement (``Transpose``, ``Squeeze``, ``Reshape``: the
+    plan's ``inherit``) holds the same values in another layout, so a rule that names it applies to the tensor whose
+    encoding it reuses, and to every other tensor reusing it; ``notes`` says so, and names each rule that matches no
+    tensor the plan quantizes (a misspelt name, or a tensor the placement leaves in float)."""
     if not rules:
         return {}
     from qlinear.graph.model import GraphIndex
 
     g = GraphIndex.build(m, infer_shapes=False)
     out: dict[str, Resolved] = {}
+    used: set[int] = set()
     for spec in plan.weights:
         r = resolve(rules, spec.name, spec.node, spec.op, "weight", weight_types, weight_methods)
         if r.rules:
             out[spec.name] = r
+            used.update(r.rules)
+    followers = plan.followers()
+    said = []
     for t in plan.activations:
-        p = g.producer.get(t)
-        r = resolve(rules, t, (p.name or None) if p is not None else None, p.op_type if p is not None else None,
-                    "activation", activation_types, activation_methods)
-        if r.rules:
-            out[t] = r
+        hits = {t: _hits(rules, g, t)} | {f: _hits(rules, g, f) for f in followers.get(t, ())}
+        hit = sorted(set().union(*hits.values()))
+        if not hit:
+            continue
+        out[t] = combine(rules, hit, "activation", activation_types, activation_methods)
+        used.update(hit)
+        via = sorted(f for f, h in hits.items() if f != t and set(h) - set(hits[t]))
+        if via:
+            said.append(f"overrides naming {', '.join(map(repr, via[:3]))}{' ...' if len(via) > 3 else ''} apply "
+                        f"to {t!r}, whose encoding {'it reuses' if len(via) == 1 else 'they reuse'} through data "
+                        f"movement (the same values in another layout), and to the {len(followers[t])} tensor(s) "
+                        "reusing it")
+    unused = [i for i in range(len(rules)) if i not in used]
+    if notes is not None:
+        notes += said + [f"overrides[{i}] {_show(rules[i])} matches no tensor this run quantizes (check the name; "
+                         "the placement may leave that tensor in float)" for i in unused]
     floats = {k for k, r in out.items() if r.float}
     if floats:
         plan.weights = [s for s in plan.weights if s.name not in floats]
@@ -166,4 +190,16 @@ def apply_to_plan(rules: tuple[Override, ...], m: Any, plan: Any, *, weight_type
     return out
 
 
-__all__ = ["Override", "Resolved", "apply_to_plan", "resolve", "validate"]
+def _hits(rules: tuple[Override, ...], g: Any, t: str) -> list[int]:
+    """The rules matching activation ``t`` (by its name, its producer's name or operator)."""
+    p = g.producer.get(t)
+    return [i for i, o in enumerate(rules) if o.matches(t, (p.name or None) if p is not None else None,
+                                                        p.op_type if p is not None else None, "activation")]
+
+
+def _show(o: Override) -> str:
+    return "{" + ", ".join(f"{f.name}: {getattr(o, f.name)!r}" for f in fields(o) if getattr(o, f.name) is not None) \
+        + "}"
+
+
+__all__ = ["Override", "Resolved", "apply_to_plan", "combine", "resolve", "validate"]

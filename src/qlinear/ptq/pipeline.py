@@ -266,7 +266,7 @@ def _calibrate(run: _Run, reference: onnx.ModelProto, placement: str) -> Quantiz
         if implicit:
             notes.append(f"MSE ranges for the {len(implicit)} Gelu/SiLU outputs feeding MatMuls (heavy-tailed), "
                          "min-max elsewhere")
-    tcfg = TensorConfigs(cfg, m, plan, implicit)
+    tcfg = TensorConfigs(cfg, m, plan, implicit, notes)
     if cfg.size_budget is not None or cfg.average_bits is not None:  # refused before calibration if out of reach
         from qlinear.ptq.algorithms.budget import check_before
 
