@@ -52,6 +52,17 @@ def test_override_naming_a_tensor_that_reuses_an_encoding_applies_to_its_group()
     assert qm.plan.skipped["gap_out"] == "left in float by an override"
 
 
+def test_exclude_nodes_must_name_nodes_of_the_model():
+    """A misspelt ``exclude_nodes`` name excluded nothing without a word; it is now refused before calibration with
+    the closest names (also weight-only), and an operator type the model lacks is a note."""
+    for extra in ({}, {"activation_type": "float", "weight_type": "int4"}):
+        with pytest.raises(ConfigError, match="has no node named 'relu6x' \\(close: 'relu6'"):
+            qlinear.quantize(MODEL, DATA, dict(BASE, exclude_nodes=["relu6x"], **extra))
+    qm = qlinear.quantize(MODEL, DATA, dict(BASE, exclude_nodes=["relu6"], exclude_op_types=["LSTM", "Gemm"]))
+    assert any(n.endswith("has no LSTM node") for n in qm.notes)
+    assert "relu6_out" not in qm.plan.activations and "fc.weight" not in qm.encodings.names()
+
+
 @pytest.mark.parametrize("rules,msg", [
     ("Conv", "expected a list of rules"),
     ([{"type": "int8"}], "give \"name\""),

@@ -50,7 +50,7 @@ from qlinear.ptq.norms import wide_statistics
 from qlinear.ptq.report.evaluate import output_engine, quant_session
 from qlinear.ptq.report.passes import Basis, Passes, stat_encodings
 from qlinear.ptq.result import QuantizedModel, held_out_span
-from qlinear.ptq.settle import CONV_OPS, placement_for, settle
+from qlinear.ptq.settle import CONV_OPS, check_excludes, placement_for, settle
 from qlinear.ptq.stats.distributed import connect as connect_ray
 from qlinear.ptq.weightonly import quantize_weights
 
@@ -122,6 +122,7 @@ def quantize(model: Any, data: Any, config: QuantizeConfig | dict | None = None,
     m, label = load_checked(model, norm_notes)
     m, fixed = fixed_model(m, cfg, label, norm_notes)  # --fix-input, --input-shape: before settling, reading data
     cfg, notes = settle(cfg, m)
+    notes += check_excludes(cfg, m, label)
     float_model = load_model(model if norm_notes else m)  # as given (a copy)
     ds = load_dataset(data, model_inputs(m), preprocess=preprocess, batch_axes=cfg.batch_axes, fixed=fixed)
     n_cal = min(cfg.calibration_samples, len(ds))

@@ -65,6 +65,32 @@ def settle(cfg: QuantizeConfig, model: Any = None) -> tuple[QuantizeConfig, list
     return cfg, notes
 
 
+def check_excludes(cfg: QuantizeConfig, m: Any, label: str) -> list[str]:
+    """``exclude_nodes`` must name nodes of ``m`` (a misspelt name would exclude nothing, silently): a
+    :class:`ConfigError` naming the first unknown one and the closest names; an ``exclude_op_types`` entry no node
+    has is a note."""
+    import difflib
+
+    import onnx
+
+    names, ops, todo = set(), set(), [m.graph]
+    while todo:
+        g = todo.pop()
+        for n in g.node:
+            names.add(n.name)
+            ops.add(n.op_type)
+            todo += [a.g for a in n.attribute if a.type == onnx.AttributeProto.GRAPH] + \
+                [x for a in n.attribute if a.type == onnx.AttributeProto.GRAPHS for x in a.graphs]
+    missing = [x for x in cfg.exclude_nodes if x not in names]
+    if missing:
+        near = difflib.get_close_matches(missing[0], sorted(x for x in names if x), n=3)
+        raise ConfigError(f"exclude_nodes: {label} has no node named {missing[0]!r}"
+                          + (f" (close: {', '.join(map(repr, near))})" if near else "")
+                          + "; give node names as the model file has them (exclude_op_types takes operator types)")
+    absent = [t for t in cfg.exclude_op_types if t not in ops]
+    return [f"exclude_op_types: {label} has no {', '.join(absent)} node"] if absent else []
+
+
 def _budget(cfg: QuantizeConfig) -> None:
     """``size_budget`` / ``average_bits`` move int8 weights to int4 on targets that run int4 weights."""
     if cfg.size_budget is None and cfg.average_bits is None:
@@ -252,4 +278,4 @@ def _weights(model: Any) -> list[tuple[str, str]]:
     return [(n.op_type, n.input[1]) for n in model.graph.node if len(n.input) > 1 and n.input[1] in inits]
 
 
-__all__ = ["per_channel_instead", "placement_for", "settle"]
+__all__ = ["check_excludes", "per_channel_instead", "placement_for", "settle"]

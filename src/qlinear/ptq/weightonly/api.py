@@ -63,6 +63,7 @@ from qlinear.ptq.algorithms.grids import (
 )
 from qlinear.ptq.config import WEIGHT_ONLY_DATA_METHODS, QuantizeConfig
 from qlinear.ptq.result import QuantizedModel
+from qlinear.ptq.settle import check_excludes
 from qlinear.ptq.stats import Gram
 from qlinear.ptq.stats.distributed import active
 from qlinear.ptq.stats.stream import accumulate_model
@@ -180,6 +181,7 @@ def quantize_weights(model: Any, data: Any, cfg: QuantizeConfig, *, progress: Pr
     m, label = load_checked(model, notes, load_external=False, given=given)
     base = model_dir(model)
     tensors = Tensors(m, base, label)
+    notes += check_excludes(cfg, m, label)
     linears, skipped = find_linears(m, exclude_nodes=cfg.exclude_nodes, exclude_op_types=cfg.exclude_op_types)
     by_weight = group_by_weight(linears, skipped, label)
     heads = lm_head_plan(m, by_weight, skipped, cfg, notes, label)
