@@ -244,3 +244,49 @@ def test_integer_input_passes_through_to_a_one_hot_matmul():
             it.invoke()
             y = it.get_tensor(it.get_output_details()[0]["index"])
             assert np.array_equal(y, im.run({"ids": x[None]})["y"])
+
+
+def test_embedding_table_of_a_float_gather_is_in_the_file(tmp_path):
+    """An int64 token input read by a Gather of a float table (LAC's 58224 x 128 embedding, left float): the table
+    must be written into the .tflite. It was not (GATHER read tensor -1), LiteRT could not load the file, and the
+    run still exited 0. Now the file loads and equals run_integer; ``save`` refuses a file LiteRT cannot load."""
+    table = RNG.normal(0, 1, (50, 8)).astype(np.float32)
+    w = RNG.normal(0, 0.5, (8, 6)).astype(np.float32)
+    g = helper.make_graph([_n("Gather", ["table", "ids"], ["e"]), _n("MatMul", ["e", "w"], ["y"])], "g",
+                          [helper.make_tensor_value_info("ids", TensorProto.INT64, ["N", 10])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 10, 6])],
+                          [numpy_helper.from_array(table, "table"), numpy_helper.from_array(w, "w")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    ids = RNG.integers(0, 50, (24, 10)).astype(np.int64)
+    qm = qlinear.quantize(m, {"ids": ids}, dict(calibration_samples=16, evaluation_samples=8, target="tflite",
+                                                input_shapes={"ids": [1, 10]}))
+    qm.save(tmp_path / "out")
+    data = (tmp_path / "out" / "model.tflite").read_bytes()
+    assert "GATHER" in _builtins(data)
+    it = litert.Interpreter(model_content=data, experimental_op_resolver_type=RESOLVERS["ref"])
+    it.allocate_tensors()
+    im = IntegerModel(qm.model, "litert_ref")
+    for x in ids[16:]:
+        it.set_tensor(it.get_input_details()[0]["index"], x[None])
+        it.invoke()
+        assert np.array_equal(it.get_tensor(it.get_output_details()[0]["index"]), im.run({"ids": x[None]})["y"])
+    import json
+    dep = json.loads((tmp_path / "out" / "report.json").read_text())["report"]["deployed"]
+    assert dep["outputs"]["y"]["cosine_mean"] > 0.99
+
+
+def test_a_tflite_litert_cannot_load_is_not_written(tmp_path, monkeypatch):
+    """The load check before writing: a broken file is an OutputError and earlier outputs stay as they were."""
+    import importlib
+
+    from qlinear.errors import OutputError
+
+    export = importlib.import_module("qlinear.tflite.export")
+    m = _model([_n("Relu", ["x"], ["y"])], {})
+    qm = qlinear.quantize(m, {"x": X}, dict(calibration_samples=8, evaluation_samples=0, target="tflite",
+                                            input_shapes={"x": [1, 4, 8, 8]}))
+    good = convert(qm.model)
+    monkeypatch.setattr(export, "convert", lambda *a, **k: export.Converted(good.data[:-64], []))
+    with pytest.raises(OutputError, match="does not load in LiteRT"):
+        qm.save_tflite(tmp_path / "m.tflite")
+    assert not (tmp_path / "m.tflite").exists()

@@ -156,6 +156,7 @@ class QuantizedModel:
         note = island_note(out.islands)
         if note and note not in self.notes:
             self.notes.append(note)
+        check_loads_in_litert(out.data)
         write_bytes(p, out.data)
 
     @property
@@ -307,6 +308,24 @@ def is_file(x: Any) -> bool:
 
 def is_binary(f: Any) -> bool:
     return isinstance(f, (io.RawIOBase, io.BufferedIOBase)) or "b" in str(getattr(f, "mode", ""))
+
+
+def check_loads_in_litert(data: bytes) -> None:
+    """A written ``.tflite`` must load in LiteRT (when ``ai-edge-litert`` is installed): an
+    :class:`~qlinear.errors.OutputError` naming LiteRT's complaint otherwise, before anything is written."""
+    import importlib.util
+
+    if importlib.util.find_spec("ai_edge_litert") is None:
+        return
+    from ai_edge_litert.interpreter import Interpreter
+
+    try:
+        Interpreter(model_content=data, num_threads=1).allocate_tensors()
+    except Exception as e:  # noqa: BLE001 - LiteRT raises RuntimeError / ValueError with multi-line text
+        first = " ".join(str(e).split())[:300]
+        raise OutputError(f"save_tflite: the .tflite built from this model does not load in LiteRT ({first}); nothing "
+                          "was written. This is a qlinear defect: please report it; target ort writes a Q/DQ model "
+                          "ONNX Runtime runs") from None
 
 
 def path_of(x: Any, what: str) -> Path:

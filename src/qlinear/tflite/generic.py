@@ -201,7 +201,8 @@ def gather(ctx: Ctx, ins: list[Slot | None]) -> None:
         ii = ctx.param("indices", c.astype(np.int32))
     else:
         ii = idx.index
-    ctx.store(0, lambda o: ctx.op("GATHER", [x.index, ii], [o.index], "GatherOptions", axis=axis))
+    table = ctx.index(x)   # a constant table (a float island's embedding) is written here
+    ctx.store(0, lambda o: ctx.op("GATHER", [table, ii], [o.index], "GatherOptions", axis=axis))
 
 
 def resize(ctx: Ctx, ins: list[Slot | None]) -> None:

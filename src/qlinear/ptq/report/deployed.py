@@ -100,7 +100,11 @@ def tflite_artifact(qm: Any, rep: Report, path: Path) -> dict[str, Any]:
         where = f"{ds.source}, sample {at}"
         for o, v in zip(names, fs.run(names, feed, where=where)):
             out_f[o].append(v)
-        got = _invoke(it, feed, names)
+        try:
+            got = _invoke(it, feed, names)
+        except Exception as e:  # noqa: BLE001 - LiteRT's RuntimeError / ValueError: said in the report, not raised
+            return {"artifact": path.name, "runtime": f"LiteRT {_litert_version()} (default resolver)",
+                    "error": f"LiteRT failed on {where}: {' '.join(str(e).split())[:300]}"}
         for o in got:   # an output of another size is not the same tensor: left out (not_in_tflite)
             if got[o].size == out_f[o][-1].size:
                 out_t[o].append(got[o].reshape(out_f[o][-1].shape))

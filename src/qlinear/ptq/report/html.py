@@ -163,6 +163,8 @@ def _deployed_section(rep: Report) -> str:
     what = f"<p><code>{html.escape(d['artifact'])}</code> run by {html.escape(d['runtime'])}"
     if d.get("skipped"):
         return what + f": not measured, {html.escape(d['skipped'])}.</p>"
+    if d.get("error"):
+        return what + f": <b>failed</b>, {html.escape(d['error'])}.</p>"
     if d.get("same_as_outputs"):
         size = f" ({d['file_bytes'] / 2**20:.2f} MiB on disk)" if d.get("file_bytes") else ""
         return what + f"{size}: the outputs above are this file's own, on {d['samples']} held-out samples.</p>"
