@@ -313,3 +313,28 @@ def test_a_sequence_axis_declared_not_a_batch(tmp_path):
     assert qm.report().samples == 4
     with pytest.raises(ConfigError, match=r"batch_axes: expected a mapping of input name to axis \(or null"):
         qlinear.QuantizeConfig(batch_axes={"x": "none"})
+
+
+def test_model_whose_reshape_fixes_the_batch_runs_one_sample_per_call(tmp_path):
+    """khmersm's export declares a dynamic batch but a Reshape fixes it at 1: two samples stacked in one call
+    failed in ONNX Runtime (calibration, smoothing or the report, wherever two same-shape samples met). The first
+    stacked call is tried once; the model then runs one sample per call, with a note, and the report is written."""
+    rng = np.random.default_rng(5)
+    W = (rng.standard_normal((4, 6)) / 2).astype(np.float32)
+    nodes = [helper.make_node("Reshape", ["x", "s"], ["r"]),          # [1, 2, 4]: only a batch of one fits
+             helper.make_node("MatMul", ["r", "W"], ["m"]),
+             helper.make_node("Relu", ["m"], ["y"])]
+    m = make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 2, 4])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 6])],
+                   {"W": W, "s": np.array([1, 2, 4], np.int64)})
+    x = rng.standard_normal((20, 2, 4)).astype(np.float32)
+    qm = qlinear.quantize(m, {"x": x}, CFG)
+    assert any("does not run two samples in one call" in n and "Reshape node" in n for n in qm.notes)
+    assert qm.dataset.stacks is False and qm.report().outputs["y"]["sqnr_db"] > 15
+    sess = ort.InferenceSession(qm.model.SerializeToString(), providers=["CPUExecutionProvider"])
+    assert sess.run(None, {"x": x[:1]})[0].shape == (1, 2, 6)
+    ok = make_model([helper.make_node("MatMul", ["x", "W"], ["y"])],
+                    [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 2, 4])],
+                    [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 2, 6])], {"W": W})
+    qm = qlinear.quantize(ok, {"x": x}, CFG)   # a real batch axis: stacked, no note
+    assert qm.dataset.stacks is True and not any("two samples" in n for n in qm.notes)

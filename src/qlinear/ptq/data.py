@@ -268,6 +268,10 @@ class ImagePreprocess:
         return np.ascontiguousarray(a[None])
 
 
+#: how many samples :meth:`Dataset.check_stacking` reads at most to find two it would stack
+PROBE_SAMPLES = 128
+
+
 class Dataset:
     """``len(ds)`` samples; ``ds.sample(i)`` -> {input name: array with a batch dim}, checked against the model's
     inputs; ``ds.labels`` (class indices) if known; ``ds.notes`` what was done to the data on the way."""
@@ -288,6 +292,9 @@ class Dataset:
         self._precheck = precheck
         self.notes = list(notes or [])
         self.shared = frozenset(shared)  #: inputs given once, fed unchanged with every sample
+        #: whether the model runs samples stacked in one call (None: not checked, :meth:`check_stacking`) and why not
+        self.stacks: bool | None = None
+        self.unstacked = ""
         self._lock = threading.RLock()
 
     def __getstate__(self) -> dict[str, Any]:
@@ -334,7 +341,7 @@ class Dataset:
         model with an input whose batch axis is static (or absent, with data per sample) gets one sample per call.
         The first input of a feed has its batch axis first when one does (older callers count samples by it)."""
         specs = self.specs or {}
-        if any(not sp.stackable and k not in self.shared for k, sp in specs.items()):
+        if self.stacks is False or any(not sp.stackable and k not in self.shared for k, sp in specs.items()):
             batch_size = 1
         axes = self.axes()
         items: list[dict[str, np.ndarray]] = []
@@ -346,6 +353,41 @@ class Dataset:
             items.append(it)
         if items:
             yield _stack(items, axes, self.shared)
+
+
+    def check_stacking(self, run: Callable[[dict[str, np.ndarray]], Any], batch_size: int) -> None:
+        """Once per dataset, before the first stacked call: ``run`` (a session of the model) on the first two
+        consecutive samples :meth:`batches` would stack (among the first :data:`PROBE_SAMPLES`). A model whose batch axis is only nominally dynamic (an
+        exported Reshape that fixes it at 1) fails there and runs one sample per call from then on (``stacks``
+        False, ``unstacked`` says why); when one sample fails too, the failure is not the stacking's and is left
+        to the caller's own run."""
+        if self.stacks is not None or batch_size < 2:
+            return
+        specs, axes = self.specs or {}, self.axes()
+        if any(not sp.stackable and k not in self.shared for k, sp in specs.items()):
+            return
+        prev = None
+        for i in range(min(len(self), PROBE_SAMPLES)):
+            it = self.sample(i)
+            if prev is not None and _sig(it, axes) == _sig(prev, axes):
+                break
+            prev = it
+        else:
+            return
+        from qlinear.errors import QlinearError
+
+        try:
+            run(_stack([prev, it], axes, self.shared))
+            self.stacks = True
+        except QlinearError as e:
+            try:
+                run(_stack([prev], axes, self.shared))
+            except QlinearError:
+                return
+            self.stacks = False
+            m = re.search(r"running (\w+) node\. Name:'([^']*)'", str(e))
+            self.unstacked = f"its {m.group(1)} node {m.group(2)!r} fails on two samples" if m else \
+                " ".join(str(e).split())[:200]
 
 
 def _sig(d: dict[str, np.ndarray], axes: Mapping[str, int | None]) -> tuple:

@@ -278,6 +278,10 @@ def _calibrate(run: _Run, reference: onnx.ModelProto, placement: str) -> Quantiz
     keep: dict[str, Any] = {"float_bytes": run.float_bytes}
     obs, means = _collect(m, run.ds, run.n_fit, list(plan.activations), cfg, means_for, adv, run.label, keep, tcfg)
     timings["calibration"] = time.perf_counter() - t0
+    if run.ds.stacks is False:
+        notes.append(f"{run.label} does not run two samples in one call although its inputs' batch axis is dynamic "
+                     f"({run.ds.unstacked}): one sample per call (slower); --batch-axis NAME=none says an input has no "
+                     "batch axis")
     t0 = time.perf_counter()
     fill_ranges(plan, obs)
     float_log_cones(plan, list(model.graph), obs, cfg.target, tcfg.resolved, notes, cfg.full_integer)

@@ -36,6 +36,7 @@ def channel_absmax(m: onnx.ModelProto, tensors: list[str], ds: Any, n: int, batc
 
     s = session(m, tensors, label=label, level=SESSION_LEVEL)
     acc: dict[str, np.ndarray] = {}
+    ds.check_stacking(s.run_all, batch_size)
     for batch in ds.batches(0, n, batch_size):
         for t, x in zip(tensors, s.run(tensors, batch, where=f"{ds.source} (smoothing)")):
             a = np.abs(x.reshape(-1, x.shape[-1])).max(0)

@@ -86,6 +86,10 @@ class Session:
                              f"{_first_line(e)}") from None
         self.input_names = [i.name for i in self.sess.get_inputs()]
 
+    def run_all(self, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
+        """Every output of the session (the graph's and the exposed tensors) on ``feed``."""
+        return self.run([o.name for o in self.sess.get_outputs()], feed, where="two samples in one call")
+
     def run(self, fetch: Sequence[str], feed: dict[str, np.ndarray], *, where: str = "samples") -> list[np.ndarray]:
         feed = {k: v for k, v in feed.items() if k in self.input_names}
         try:

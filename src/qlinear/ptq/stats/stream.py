@@ -31,6 +31,8 @@ def accumulate(session: Any, ds: Dataset, start: int, stop: int, batch_size: int
     fetch = fetched(inputs, list(accumulators))
     done = start
     cuts = cuts or FetchBatches(batch_size, None)
+    if hasattr(ds, "check_stacking") and hasattr(session, "run_all"):
+        ds.check_stacking(session.run_all, batch_size)
     for feed in cuts.batches(ds, start, stop):
         n = ds.batch_len(feed)
         out = session.run(fetch, feed, where=f"{ds.source}, samples {done}..{done + n - 1}")
