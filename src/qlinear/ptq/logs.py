@@ -81,7 +81,8 @@ def float_log_cones(plan: Plan, nodes: list[Any], obs: dict[str, Any], target: s
         notes.append(f"{what}, more than a 16-bit grid resolves (its small values would be rounded to zero and their "
                      f"logarithms to the floor): it and the {len(named) - 1} tensors it is computed from are left in "
                      f"float ({', '.join(named[:6])}{' ...' if len(named) > 6 else ''})"
-                     + (f", and the weights of the layers computing them: {', '.join(weights)}" if weights else ""))
+                     + (f", and the weights of the layers computing them: {', '.join(weights[:6])}"
+                        + (f" ... ({len(weights)} in all)" if len(weights) > 6 else "") if weights else ""))
         dropped += drop
     return dropped
 
@@ -91,7 +92,7 @@ def _float_weights(plan: Plan, nodes: list[Any], cone: set[str], resolved: Any) 
     ``overrides`` rule set; returns their names."""
     names = {n.inputs[1].name for n in nodes if len(n.inputs) > 1 and n.inputs[1] is not None
              and any(o.name in cone for o in n.outputs)} - set(resolved)
-    taken = [w.name for w in plan.weights if w.name in names]
+    taken = list(dict.fromkeys(w.name for w in plan.weights if w.name in names))   # a shared weight once
     plan.weights = [w for w in plan.weights if w.name not in names]
     plan.biases = [b for b in plan.biases if b.weight not in names]
     for w in taken:
