@@ -152,6 +152,8 @@ def test_output_kind_from_values():
     assert output_kind("out7", state, [1], producer="GRU") == "state"
     assert output_kind("stateN", [rng.standard_normal((2, 1, 128)) * np.logspace(-3, 2, 128)], [1]) == "state"
     assert output_kind("hn", state, [1]) == "state" and output_kind("present.0.key", state, [1]) == "state"
+    probs = [rng.random((1, 172, 88)).astype(np.float32)]   # basic-pitch's note posteriorgram, named by tf2onnx
+    assert output_kind("StatefulPartitionedCall:1", probs, [1], producer="Sigmoid") == "map"
     assert output_kind("last_hidden_state", state, [1]) == "embedding"                    # an encoder's output
     assert output_kind("hand", [rng.standard_normal((8, 10))], [8]) == "classifier"       # 'h' only as a word
     assert output_kind("h", [rng.standard_normal((8, 10))], [8]) == "classifier"          # a bare 'h' is not

@@ -104,6 +104,21 @@ CASES = {
                            _n("Sub", ["x", "e"], ["y"])], {"s": _i64(1, 4, 8, 8)}, {"REDUCE_MAX", "BROADCAST_TO"},
                           True),
     "global_max_pool": ([_n("GlobalMaxPool", ["x"], ["y"])], {}, {"REDUCE_MAX"}, True),
+    # basic-pitch's normalized log (tf.math.divide_no_nan): x - min over channels, divided by the range, 0 where the
+    # range is 0 (REDUCE_MIN, EQUAL, SELECT_V2)
+    "reduce_min_divide_no_nan": ([_n("ReduceMin", ["x"], ["lo"], axes=[1], keepdims=1), _n("Sub", ["x", "lo"], ["d"]),
+                                  _n("ReduceMax", ["d"], ["r"], axes=[1], keepdims=1), _n("Equal", ["r", "zero"], ["z"]),
+                                  _n("Div", ["d", "r"], ["q"]), _n("Where", ["z", "zero", "q"], ["y"])],
+                                 {"zero": np.array(0, np.float32)}, {"REDUCE_MIN", "SELECT_V2", "EQUAL"}, True),
+    # LayerNormalization (opset 17, torch's export of transformers): float builtins in the reference's order
+    "layer_norm_3d": ([_n("Reshape", ["x", "s"], ["r"]), _n("LayerNormalization", ["r", "g", "b"], ["y"], epsilon=1e-5)],
+                      {"s": _i64(-1, 16, 16), "g": RNG.normal(1, 0.2, (16,)).astype(np.float32),
+                       "b": RNG.normal(0, 0.2, (16,)).astype(np.float32)}, {"SUM", "SQRT", "DIV"}, True),
+    "layer_norm_chw_no_bias": ([_n("LayerNormalization", ["x", "g"], ["y"], axis=1)],
+                               {"g": RNG.normal(1, 0.2, (4, 8, 8)).astype(np.float32)}, {"SUM", "SQRT"}, True),
+    # a mask inverted (khmersm's padding mask): LOGICAL_NOT of a comparison selects between the tensor and a constant
+    "not_where": ([_n("Less", ["x", "c"], ["l"]), _n("Not", ["l"], ["n"]), _n("Where", ["n", "x", "c"], ["y"])],
+                  {"c": np.array(0.25, np.float32)}, {"LOGICAL_NOT", "SELECT_V2"}, True),
     "reduce_sum_channels": ([_n("ReduceSum", ["x", "a"], ["y"], keepdims=0)], {"a": _i64(1)}, {"SUM"}, True),
     # a decomposed normalization over the channels: its statistics (mean, variance, square root) stay float islands
     "layernorm_statistics": ([_n("ReduceMean", ["x"], ["mu"], axes=[1], keepdims=1), _n("Sub", ["x", "mu"], ["d"]),
@@ -290,3 +305,22 @@ def test_a_tflite_litert_cannot_load_is_not_written(tmp_path, monkeypatch):
     with pytest.raises(OutputError, match="does not load in LiteRT"):
         qm.save_tflite(tmp_path / "m.tflite")
     assert not (tmp_path / "m.tflite").exists()
+
+
+@pytest.mark.parametrize("mode,pads", [("reflect", (0, 0, 2, 1, 0, 0, 1, 3)), ("constant", (0, 0, 1, 1, 0, 0, 1, 1))])
+def test_float_pad_island(mode, pads):
+    """A Pad left in float (basic-pitch's reflect padding inside the CQT front end, which stays float because its
+    Log reads values over too wide a range): MIRROR_PAD / PAD as a float island, equal to run_integer in both
+    resolvers."""
+    m = _model([_n("Pad", ["x", "p"], ["pd"], mode=mode), _n("Add", ["pd", "one"], ["a"]), _n("Log", ["a"], ["y"])],
+               {"p": _i64(*pads), "one": np.float32(1e-9)})
+    m.graph.node[0].name = "pad"
+    xw = np.exp(RNG.normal(0, 4, X.shape)).astype(np.float32)   # 1e-7 .. 1e7: the Log's input stays float
+    qm = qlinear.quantize(m, {"x": xw}, dict(calibration_samples=N_CAL, evaluation_samples=0, target="tflite"))
+    out = convert(qm.model)
+    assert "pad (Pad)" in out.islands and ("MIRROR_PAD" if mode == "reflect" else "PAD") in _builtins(out.data)
+    x = xw[N_CAL:]
+    for resolver, rmode in (("ref", "litert_ref"), ("auto", "litert_xnnpack")):
+        y = _litert(out.data, x, resolver)
+        z = IntegerModel(qm.model, rmode).run({"x": x})["y"]
+        assert y.shape == z.shape and np.array_equal(y, z), f"{resolver}: {int((y != z).sum())} differ"

@@ -269,7 +269,7 @@ MOVEMENT: dict[str, Callable[[Ctx, list[Slot | None]], None]] = {
 _OPTIONS = {"EXP": "ExpOptions", "NEG": "NegOptions", "ABS": "AbsOptions", "HARD_SWISH": "HardSwishOptions",
             "ADD": "AddOptions", "SUB": "SubOptions", "MUL": "MulOptions", "DIV": "DivOptions", "POW": "PowOptions",
             "MAXIMUM": "MaximumMinimumOptions", "MINIMUM": "MaximumMinimumOptions", "EQUAL": "EqualOptions",
-            "LESS": "LessOptions", "GREATER": "GreaterOptions"}
+            "LESS": "LessOptions", "GREATER": "GreaterOptions", "LOGICAL_NOT": "LogicalNotOptions"}
 _FUSED = ("AddOptions", "SubOptions", "MulOptions", "DivOptions")
 
 
@@ -401,6 +401,70 @@ def reciprocal(ctx: Ctx, ins: list[Slot | None]) -> None:
     ctx.op("DIV", [one, x.index], [o.index], "DivOptions", fused_activation_function=0)
 
 
+def pad(ctx: Ctx, ins: list[Slot | None]) -> None:
+    """A float Pad: constant zero (PAD) or reflect (MIRROR_PAD REFLECT, which leaves the edge out as ONNX does)."""
+    x, n = ins[0], ctx.node
+    mode = _s(attr(n, "mode", b"constant"))
+    pads = _const(ctx, 1) if len(n.input) > 1 and n.input[1] else None
+    pads = np.asarray(pads if pads is not None else attr(n, "pads"), np.int64).reshape(-1)
+    cval = _const(ctx, 2) if len(n.input) > 2 and n.input[2] else None
+    if mode not in ("constant", "reflect") or (len(n.input) > 3 and n.input[3]) or \
+            (cval is not None and float(np.asarray(cval).reshape(-1)[0]) != 0.0):
+        raise UnsupportedError(f"node {ctx.name} (Pad): only constant zero padding (PAD) and reflect padding "
+                               f"(MIRROR_PAD) over every axis export, not {mode!r}")
+    r = len(x.onnx_shape)
+    pr = np.stack([pads[:r], pads[r:]], 1)
+    if x.nhwc:
+        pr = pr[[0, 2, 3, 1]]
+    o = ctx.out(0, x.nhwc)
+    pi = ctx.param("paddings", pr.astype(np.int32))
+    if mode == "reflect":
+        ctx.op("MIRROR_PAD", [ctx.index(x), pi], [o.index], "MirrorPadOptions", mode=0)
+    else:
+        ctx.op("PAD", [ctx.index(x), pi], [o.index], "PadOptions")
+
+
+def layer_norm(ctx: Ctx, ins: list[Slot | None]) -> None:
+    """LayerNormalization (opset 17) in float builtins, in the ONNX reference's order of operations: ``d = x - sum(x)
+    / n``, ``y = d * (1 / sqrt(sum(d * d) / n + epsilon)) * scale + bias`` over the axes from ``axis`` on (SUM,
+    DIV, SUB, MUL, ADD, SQRT)."""
+    n = ctx.node
+    if len(n.output) > 1 and any(n.output[1:]):
+        raise UnsupportedError(f"node {ctx.name} (LayerNormalization): the mean / inverse deviation outputs have no "
+                               "TFLite form")
+    x = ctx.onnx_order(ins[0])
+    shape = tuple(x.onnx_shape)
+    r = len(shape)
+    axis = attr(n, "axis", -1) % r
+    red = shape[:axis] + (1,) * (r - axis)
+    count = ctx.param("count", np.float32(np.prod(shape[axis:])), "float32")
+    axes = ctx.param("axes", list(range(axis, r)))
+    k = [0]
+
+    def op(name: str, ins_: list[int], like: tuple[int, ...], opts: str | None = None, **values: Any) -> int:
+        k[0] += 1
+        o = ctx.new(f"ln{k[0]}", like, False)
+        ctx.op(name, ins_, [o.index], opts, **values)
+        return o.index
+
+    def arith(name: str, a: int, b: int, like: tuple[int, ...]) -> int:
+        return op(name, [a, b], like, _OPTIONS[name], fused_activation_function=0)
+
+    mean = arith("DIV", op("SUM", [x.index, axes], red, "ReducerOptions", keep_dims=True), count, red)
+    d = arith("SUB", x.index, mean, shape)
+    var = arith("DIV", op("SUM", [arith("MUL", d, d, shape), axes], red, "ReducerOptions", keep_dims=True), count, red)
+    eps = ctx.param("epsilon", np.float32(attr(n, "epsilon", 1e-5)), "float32")
+    sd = op("SQRT", [arith("ADD", var, eps, red)], red)
+    y = arith("MUL", d, arith("DIV", ctx.param("one", np.float32(1.0), "float32"), sd, red), shape)
+    scale, bias = ins[1], ins[2] if len(ins) > 2 else None
+    if bias is None:
+        ctx.store(0, lambda o: ctx.op("MUL", [y, ctx.index(scale)], [o.index], "MulOptions",
+                                      fused_activation_function=0))
+        return
+    ys = arith("MUL", y, ctx.index(scale), shape)
+    ctx.store(0, lambda o: ctx.op("ADD", [ys, ctx.index(bias)], [o.index], "AddOptions", fused_activation_function=0))
+
+
 def batch_norm(ctx: Ctx, ins: list[Slot | None]) -> None:
     """Inference BatchNormalization as the ONNX definition computes it in float32: ``scale * (x - mean) /
     sqrt(var + epsilon) + bias`` (SUB, MUL, DIV, ADD on per-channel constants)."""
@@ -435,6 +499,21 @@ def broadcast(ctx: Ctx, ins: list[Slot | None]) -> None:
 def compare(ctx: Ctx, ins: list[Slot | None]) -> None:
     """Equal / Less / Greater -> EQUAL / LESS / GREATER (a bool tensor)."""
     binary(ctx, ins)
+
+
+def where(ctx: Ctx, ins: list[Slot | None]) -> None:
+    """Where(cond, x, y) -> SELECT_V2 (broadcasting as ONNX does; constants written in the tensors' layout)."""
+    nhwc = _elementwise_layout(ctx, ins)
+    tensor = next((s for s in ins[1:] if s.const is None), ins[0])
+    like = Slot(tensor.index, (), nhwc)
+    o = ctx.out(0, nhwc)
+    c = ins[0]
+    if c.const is not None:   # a constant condition: a bool tensor in the output's layout
+        a = np.asarray(c.const, bool)
+        if nhwc and a.ndim <= 4 and a.size > 1:
+            a = a.reshape((1,) * (4 - a.ndim) + a.shape).transpose(TO_NHWC)
+        c = Slot(ctx.w.tensor(f"{ctx.name}_cond", list(a.shape), "bool", data=np.ascontiguousarray(a)), (), nhwc)
+    ctx.op("SELECT_V2", [c.index] + [ctx.index(s, like) for s in ins[1:]], [o.index], "SelectV2Options")
 
 
 def cast(ctx: Ctx, ins: list[Slot | None]) -> None:
@@ -560,7 +639,7 @@ ISLANDS: dict[str, Callable[[Ctx, list[Slot | None]], None]] = {
     **MOVEMENT, "unary": unary, "binary": binary, "hard_sigmoid": hard_sigmoid, "clip": clip,
     "reciprocal": reciprocal, "reshape": reshape, "concat": concat, "batch_norm": batch_norm, "erf": erf,
     "broadcast": broadcast, "compare": compare, "cast": cast, "reduce": reduce, "matmul": matmul,
-    "conv": conv,
+    "conv": conv, "where": where, "layer_norm": layer_norm, "pad": pad,
 }
 
 __all__ = ["ISLANDS", "MOVEMENT", "Ctx", "Slot"]

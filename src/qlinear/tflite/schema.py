@@ -33,7 +33,7 @@ OP = {"ADD": 0, "AVERAGE_POOL_2D": 1, "CONCATENATION": 2, "CONV_2D": 3, "DEPTHWI
       "TRANSPOSE_CONV": 67, "EXPAND_DIMS": 70, "LOG": 73, "SUM": 74, "SQRT": 75, "RSQRT": 76, "POW": 78,
       "REDUCE_MAX": 82, "REDUCE_MIN": 89, "SQUARE": 92, "RESIZE_NEAREST_NEIGHBOR": 97, "LEAKY_RELU": 98,
       "ABS": 101, "SPLIT_V": 102, "BATCH_MATMUL": 126, "GELU": 150, "BROADCAST_TO": 130, "EQUAL": 71,
-      "NOT_EQUAL": 72, "LESS": 58, "GREATER": 61, "SELECT_V2": 123, "MIRROR_PAD": 100, "SIGN": 158}
+      "NOT_EQUAL": 72, "LESS": 58, "GREATER": 61, "SELECT_V2": 123, "LOGICAL_NOT": 87, "MIRROR_PAD": 100, "SIGN": 158}
 
 # union BuiltinOptions: 1-based position of each table in the union's declaration
 OPTIONS = {"Conv2DOptions": 1, "DepthwiseConv2DOptions": 2, "Pool2DOptions": 5, "FullyConnectedOptions": 8,
@@ -46,7 +46,7 @@ OPTIONS = {"Conv2DOptions": 1, "DepthwiseConv2DOptions": 2, "Pool2DOptions": 5, 
            "ResizeNearestNeighborOptions": 74, "LeakyReluOptions": 75, "AbsOptions": 78, "SplitVOptions": 79,
            "NegOptions": 42, "GeluOptions": 116, "BatchMatMulOptions": 101, "BroadcastToOptions": 104,
            "EqualOptions": 53, "NotEqualOptions": 54, "LessOptions": 41, "GreaterOptions": 44,
-           "SelectV2Options": 98, "MirrorPadOptions": 77}
+           "SelectV2Options": 98, "LogicalNotOptions": 63, "MirrorPadOptions": 77}
 
 # enum ActivationFunctionType : byte; enum Padding : byte
 ACTIVATION = {None: 0, "NONE": 0, "RELU": 1, "RELU_N1_TO_1": 2, "RELU6": 3, "TANH": 4}
@@ -92,7 +92,7 @@ OPTION_FIELDS: dict[str, list[tuple[str, str, Any]]] = {
                            ("asymmetric_quantize_inputs", "bool", False)],
     "SliceOptions": [], "ExpandDimsOptions": [], "ExpOptions": [], "PowOptions": [], "AbsOptions": [],
     "NegOptions": [], "BroadcastToOptions": [], "EqualOptions": [], "NotEqualOptions": [], "LessOptions": [],
-    "GreaterOptions": [], "SelectV2Options": [], "MirrorPadOptions": [("mode", "int8", 0)],
+    "GreaterOptions": [], "SelectV2Options": [], "LogicalNotOptions": [], "MirrorPadOptions": [("mode", "int8", 0)],
 }
 
 

@@ -20,7 +20,7 @@ REGISTRY.add(FAMILY, "Identity", ("data_movement",), tflite_builtins=("RESHAPE",
              kernel="move", tflite_island="reshape")
 REGISTRY.add(FAMILY, "Concat", ("same_scale_tflite",), tflite_builtins=("CONCATENATION",), tflite_writer="concat",
              kernel="concat", tflite_island="concat")
-REGISTRY.add(FAMILY, "Pad", _MOVE, tflite_builtins=("PAD", "MIRROR_PAD"), tflite_writer="pad")
+REGISTRY.add(FAMILY, "Pad", _MOVE, tflite_builtins=("PAD", "MIRROR_PAD"), tflite_writer="pad", tflite_island="pad")
 REGISTRY.add(FAMILY, "Slice", _MOVE, tflite_move="slice", tflite_island="slice")
 REGISTRY.add(FAMILY, "Gather", _MOVE + ("lookup",), tflite_move="gather", tflite_island="gather")
 REGISTRY.add(FAMILY, ("GatherElements", "GatherND"), ("lookup",))

@@ -16,7 +16,8 @@ REGISTRY.add(FAMILY, "GlobalAveragePool", ("same_scale_tflite",), tflite_builtin
 # ReduceMean is the decomposed form of LayerNormalization in exported transformers
 REGISTRY.add(FAMILY, "ReduceMean", ("transformer_norm",), tflite_builtins=("MEAN",), tflite_writer="reduce_mean",
              kernel="mean", tflite_island="reduce", tflite_float_builtin="MEAN")
-# reductions outside the integer set: TFLite float islands (SUM, REDUCE_MAX)
+# reductions outside the integer set: TFLite float islands (SUM, REDUCE_MAX, REDUCE_MIN)
 REGISTRY.add(FAMILY, "ReduceSum", ("float_on_ort",), tflite_island="reduce", tflite_float_builtin="SUM")
 REGISTRY.add(FAMILY, ("ReduceMax", "GlobalMaxPool"), tflite_island="reduce",
              tflite_float_builtin="REDUCE_MAX")
+REGISTRY.add(FAMILY, "ReduceMin", tflite_island="reduce", tflite_float_builtin="REDUCE_MIN")

@@ -389,7 +389,8 @@ HEADLINE: dict[str, str | None] = {"classifier": "top1_agreement", "sequence": "
                                    "passthrough": None}
 EMBEDDING_HINTS = ("embed", "hidden", "pool", "feature", "encod", "vector", "represent")
 #: a recurrent state carried to the next call (``stateN``, ``h_out``, ``hn``, ``present.0.key``), by name
-STATE_NAME = re.compile(r"state|present|^(h|c)(_?out|_?n|_?t)$|(^|[._/])(h|c)n($|[._/])", re.IGNORECASE)
+#: (not TensorFlow's ``StatefulPartitionedCall:0``, the name of every output tf2onnx converts from a SavedModel)
+STATE_NAME = re.compile(r"state(?!ful)|present|^(h|c)(_?out|_?n|_?t)$|(^|[._/])(h|c)n($|[._/])", re.IGNORECASE)
 #: operators that make an embedding (pooling, normalization), seen through data movement from a graph output
 EMBEDDING_OPS = EMBEDDING_PRODUCERS
 _MOVES = LAYOUT_PASSTHROUGH
