@@ -229,8 +229,9 @@ def _tflite_model(model: Any, cfg: QuantizeConfig) -> None:
     bad = sorted({n.op_type for n in model.graph.node} - integer - set(ops.TFLITE_ISLANDS))
     if bad:
         shapes = sorted(set(bad) & set(ops.NON_FLOAT_OPS))
-        raise ConfigError(f"target: tflite cannot express operator(s) {', '.join(bad)} (the TFLite export writes "
-                          f"{', '.join(SUPPORTED)}, and {', '.join(ops.TFLITE_ISLANDS)} as float islands)"
+        floats = sorted(set(ops.TFLITE_ISLANDS) - set(SUPPORTED))
+        raise ConfigError(f"target: tflite cannot express operator(s) {', '.join(bad)} (integer operators: "
+                          f"{', '.join(SUPPORTED)}; in float islands also: {', '.join(floats)})"
                           + (f"; {', '.join(shapes)} of static shapes fold to constants: fix the input shapes with "
                              "--input-shape NAME=D0,D1,..." if shapes else "") + _if_hint(model)
                           + "; or use target ort or qnn")
