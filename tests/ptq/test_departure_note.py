@@ -32,10 +32,19 @@ def test_an_output_that_departs_is_named_with_the_remedy():
     x = np.random.default_rng(1).normal(0, 1, (48, 8)).astype(np.float32)
     qm = qlinear.quantize(cancelling(), {"x": x}, dict(calibration_samples=32, evaluation_samples=16))
     rep = qm.report()
-    assert rep.outputs["y"]["cosine_mean"] < 0.9 <= rep.outputs["z"]["cosine_mean"]
+    assert rep.outputs["y"]["cosine_mean"] < 0.9 and rep.kinds["z"] == "regression"   # four scores near 1000
+    assert rep.outputs["z"]["sqnr_db"] > 30
     notes = [n for n in qm.notes if "depart from float" in n]
     assert len(notes) == 1 and "'y' (cosine" in notes[0] and "'z'" not in notes[0]
     assert "--accuracy-target sqnr_db>=15" in notes[0] and "--activation-type uint16" in notes[0]
+
+
+def test_regression_output_departs_by_its_sqnr():
+    """A regression output has no cosine (a few positive scores always point the same way): it is named when its
+    SQNR is below 15 dB."""
+    assert _departure_note({"mos": "regression"}, {"mos": {"sqnr_db": 30.0}}, None) is None
+    note = _departure_note({"mos": "regression"}, {"mos": {"sqnr_db": 9.5, "max_abs_error": 0.8}}, None)
+    assert note is not None and "'mos' (SQNR 9.5 dB)" in note
 
 
 def test_no_note_for_agreeing_outputs_sequences_or_a_target():

@@ -23,7 +23,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterable
 
 import onnx
 import onnx_ir as ir
@@ -248,6 +248,9 @@ def _make_plan(g: _Graph, floats: set[str], exclude_nodes: tuple[str, ...], excl
             out = v.name or ""
             if not out:
                 continue
+            if not g.uses(v) and out not in g.outputs:   # a GRU's unread final state: a quantizer nobody reads
+                plan.skipped[out] = "read by no node and not a graph output"
+                continue
             why = _why_not(g, n, ins, v, data, floats, quantize_outputs) if not skip_node else \
                 f"node {n.name or n.op_type} excluded"
             if isinstance(why, tuple):  # (the tensor whose parameters ``out`` shares,)
@@ -450,12 +453,12 @@ def no_activation_note(plan: Plan) -> list[str]:
             "integers): " + "; ".join(f"{n} tensor(s) {why}" for why, n in top)]
 
 
-def float_weight_note(m: onnx.ModelProto, plan: Plan) -> list[str]:
+def float_weight_note(m: onnx.ModelProto, plan: Plan, quantized: Iterable[str] = ()) -> list[str]:
     """A note naming the constant weights of the main graph the plan leaves float (none of its runtimes' integer
     kernels takes them): recurrent and attention weights (``WEIGHT_BEARING`` operators outside ``WEIGHTED``) and the
-    float tables of embedding lookups (``LOOKUPS``)."""
+    float tables of embedding lookups (``LOOKUPS``) other than ``quantized`` (tables the target stores quantized)."""
     inits = {t.name: t for t in m.graph.initializer}
-    planned = {w.name for w in plan.weights}
+    planned = {w.name for w in plan.weights} | set(quantized)
     left: list[str] = []
     for n in m.graph.node:
         if n.op_type in ops.WEIGHT_BEARING and n.op_type not in WEIGHTED:

@@ -43,7 +43,14 @@ from qlinear.ptq import targets
 from qlinear.ptq.algorithms.smooth import smooth_model
 from qlinear.ptq.config import DATA_WEIGHT_METHODS, QuantizeConfig
 from qlinear.ptq.data import Dataset, ImagePreprocess, load_dataset, model_inputs
-from qlinear.ptq.encode import TensorConfigs, apply_encodings, build_encodings, int32_biases
+from qlinear.ptq.encode import (
+    TABLE_TARGETS,
+    TensorConfigs,
+    apply_encodings,
+    build_encodings,
+    int32_biases,
+    lookup_tables,
+)
 from qlinear.ptq.logs import float_log_cones
 from qlinear.ptq.mixed import bounded_parts, fill_ranges, keep_parts
 from qlinear.ptq.norms import wide_statistics
@@ -251,6 +258,31 @@ def _ahead_stats(run: _Run, reference: onnx.ModelProto, es: EncodingSet, plan: A
         run.ahead.start_stats(b, stat_encodings(b))
 
 
+def _implicit_methods(cfg: QuantizeConfig, model: Any, plan: Any, placement: str, notes: list[str]) -> dict[str, str]:
+    """Under transformer placement with no activation method asked for: MSE ranges for the Gelu/SiLU outputs that
+    feed MatMuls (heavy-tailed), with a note."""
+    if placement != "matmul" or cfg.activation_method is not None:
+        return {}
+    from qlinear.graph.plan import activation_fn_outputs
+
+    implicit = {t: "mse" for t in activation_fn_outputs(model, plan.activations)}
+    if implicit:
+        notes.append(f"MSE ranges for the {len(implicit)} Gelu/SiLU outputs feeding MatMuls (heavy-tailed), "
+                     "min-max elsewhere")
+    return implicit
+
+
+def _weight_notes(cfg: QuantizeConfig, m: onnx.ModelProto, plan: Any) -> list[str]:
+    """The weights the plan leaves float, and the embedding tables target ort stores quantized."""
+    tables = lookup_tables(m, cfg) if cfg.target in TABLE_TARGETS else {}
+    out = float_weight_note(m, plan, tables) + no_activation_note(plan)
+    if tables:
+        out.append(f"{len(tables)} embedding table(s) stored as {cfg.activation_type} (per-tensor, over the whole "
+                   f"table; each Gather's output takes the same parameters, so ONNX Runtime gathers the integers): "
+                   + ", ".join(list(tables)[:4]) + (" ..." if len(tables) > 4 else ""))
+    return out
+
+
 def _calibrate(run: _Run, reference: onnx.ModelProto, placement: str) -> QuantizedModel:
     """Plan, calibrate, encode (refinement, bias correction, repair, int32 biases) and build the Q/DQ model."""
     cfg, m, notes, timings, progress = run.cfg, run.m, run.notes, run.timings, run.progress
@@ -258,16 +290,8 @@ def _calibrate(run: _Run, reference: onnx.ModelProto, placement: str) -> Quantiz
     plan = make_plan(model, exclude_nodes=cfg.exclude_nodes, exclude_op_types=cfg.exclude_op_types,
                      quantize_outputs=cfg.quantize_outputs, placement=placement, target=cfg.target, proto=m,
                      float_stats=False if cfg.full_integer else None)
-    notes += float_weight_note(m, plan) + no_activation_note(plan)
-    implicit: dict[str, str] = {}
-    if placement == "matmul" and cfg.activation_method is None:
-        from qlinear.graph.plan import activation_fn_outputs
-
-        implicit = {t: "mse" for t in activation_fn_outputs(model, plan.activations)}
-        if implicit:
-            notes.append(f"MSE ranges for the {len(implicit)} Gelu/SiLU outputs feeding MatMuls (heavy-tailed), "
-                         "min-max elsewhere")
-    tcfg = TensorConfigs(cfg, m, plan, implicit, notes)
+    notes += _weight_notes(cfg, m, plan)
+    tcfg = TensorConfigs(cfg, m, plan, _implicit_methods(cfg, model, plan, placement, notes), notes)
     if cfg.size_budget is not None or cfg.average_bits is not None:  # refused before calibration if out of reach
         from qlinear.ptq.algorithms.budget import check_before
 

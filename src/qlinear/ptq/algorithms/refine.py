@@ -70,8 +70,7 @@ def refine_weights(es: EncodingSet, m: onnx.ModelProto, plan: Plan, ds: Any, n_c
     or ``adaround`` (module docstring). ``m`` (the float model being quantized) receives the rewritten weights and
     the corrected biases."""
     from qlinear.graph import apply
-    from qlinear.ptq.algorithms.adaround import AdaRoundOptions, adaround
-    from qlinear.ptq.algorithms.seqmse import gains, regrid, seqmse
+    from qlinear.ptq.algorithms.seqmse import seqmse
     from qlinear.ptq.layers import layers_of
     from qlinear.ptq.stats.staged import Staged
 
@@ -113,13 +112,9 @@ def refine_weights(es: EncodingSet, m: onnx.ModelProto, plan: Plan, ds: Any, n_c
         thin = methods[name] == "adaround" and ly.P < MIN_POSITIONS * ly.K
         out.thin += thin
         if methods[name] == "adaround" and not thin:
-            w2 = adaround(ly, w32, e, AdaRoundOptions(iterations=cfg.adaround_iterations), held=hd)
-            e2, w2 = regrid(al, e, w2, gains(al, w32, w2, asymmetric=True, per_tensor=isinstance(e.grain, PerTensor)))
-            judge = hd if hd is not None else ly  # the held-back samples when there are some
-            if judge.error(Wm, ly.to_matrix(w2.astype(np.float64))).sum() < \
-                    judge.error(Wm, ly.to_matrix(wq.astype(np.float64))).sum():
-                # keep the learned rounding only where it lowers the layer's output error
-                e, wq, err = e2, w2, al.error(Wm, ly.to_matrix(w2.astype(np.float64))).sum()
+            kept = _adaround_layer(ly, hd, al, w32, Wm, e, wq, cfg)
+            if kept is not None:
+                e, wq, err = kept
                 out.adaround_kept += 1
         if not np.array_equal(wq, w32):
             changed[name] = wq.astype(w.dtype)
@@ -144,6 +139,22 @@ def refine_weights(es: EncodingSet, m: onnx.ModelProto, plan: Plan, ds: Any, n_c
     if notes is not None:
         notes.append(_note(out, cfg, n_ada, n_cal, n_hold, mirrored))
     return out
+
+
+def _adaround_layer(ly: Layer, hd: Layer | None, al: Layer, w32: np.ndarray, Wm: np.ndarray, e: Any,
+                    wq: np.ndarray, cfg: QuantizeConfig) -> tuple[Any, np.ndarray, float] | None:
+    """AdaRound on one layer from the SeqMSE grid ``e`` (rounding ``wq``): ``(encoding, weights, error)`` when the
+    learned rounding lowers the layer's output error (on the held-back samples when there are some), else None."""
+    from qlinear.ptq.algorithms.adaround import AdaRoundOptions, adaround
+    from qlinear.ptq.algorithms.seqmse import gains, regrid
+
+    w2 = adaround(ly, w32, e, AdaRoundOptions(iterations=cfg.adaround_iterations), held=hd)
+    e2, w2 = regrid(al, e, w2, gains(al, w32, w2, asymmetric=True, per_tensor=isinstance(e.grain, PerTensor)))
+    judge = hd if hd is not None else ly  # the held-back samples when there are some
+    if judge.error(Wm, ly.to_matrix(w2.astype(np.float64))).sum() >= \
+            judge.error(Wm, ly.to_matrix(wq.astype(np.float64))).sum():
+        return None
+    return e2, w2, al.error(Wm, ly.to_matrix(w2.astype(np.float64))).sum()
 
 
 def _batches(ds: Any, n_cal: int, n_hold: int, cfg: QuantizeConfig,
