@@ -255,7 +255,8 @@ def bench_model(e: zoo.Entry, n_cal: int, n_eval: int) -> dict:
     rec["data_s"] = round(time.perf_counter() - t, 1)
     onnx_inputs = [i.name for i in ort.InferenceSession(str(e.file), providers=["CPUExecutionProvider"]).get_inputs()]
     ref, ms = run_ort(e.file, ev)
-    rec["float"] = {"ms": round(ms, 2), "weights": count_weights(e.file), "mb": round(e.file.stat().st_size / 1e6, 2)}
+    size = e.file.stat().st_size + sum((e.file.parent / Path(x).name).stat().st_size for x in e.external)
+    rec["float"] = {"ms": round(ms, 2), "weights": count_weights(e.file), "mb": round(size / 1e6, 2)}
     shapes, rec["input_shape"] = input_shapes(e.file, cal + ev)
     todo = variants(e, data, work, n_cal, n_eval, shapes)
     while todo:
