@@ -45,7 +45,7 @@ from qlinear.graph import ops
 from qlinear.graph.model import attr, load_model
 from qlinear.graph.qdq import QdqGraph, QOp, QValue, activation_name, clip_bounds, parse
 from qlinear.tflite import schema as S
-from qlinear.tflite.generic import ISLANDS, MOVEMENT, Ctx, Slot
+from qlinear.tflite.generic import ISLANDS, MOVEMENT, Ctx, Slot, pad_spec
 from qlinear.tflite.recurrent import RECURRENT
 
 #: operator versions LiteRT registers for int8 kernels (and for 16x8 where it differs)
@@ -491,21 +491,15 @@ class _Writer:
 
     def pad(self, op: QOp) -> None:
         x = self.input_of(op, 0)
-        mode = attr(op.node, "mode", b"constant")
-        mode = mode.decode() if isinstance(mode, bytes) else mode
-        pads = self.qg.consts.get(op.node.input[1]) if len(op.node.input) > 1 else None
-        pads = np.asarray(pads if pads is not None else attr(op.node, "pads"), np.int64)
-        cval = self.qg.consts.get(op.node.input[2]) if len(op.node.input) > 2 and op.node.input[2] else None
-        if mode not in ("constant", "reflect") or (cval is not None and float(np.asarray(cval).reshape(-1)[0]) != 0.0):
-            raise UnsupportedError(f"node {op.name}: only constant zero padding (PAD) and reflect padding "
-                                   f"(MIRROR_PAD) export, not {mode!r}")
         r = len(x.onnx_shape)
-        pr = np.stack([pads[:r], pads[r:]], 1)
-        if x.nhwc:
-            pr = pr[[0, 2, 3, 1]]
+
+        def const(i: int) -> Any:
+            return self.qg.consts.get(op.node.input[i])
+
+        mode, pr = pad_spec(op.node, const, r, x.nhwc, op.name)
         out = self.output_of(op, x.nhwc)
-        pi = self.tensor(f"{op.name}_paddings", [r, 2], "int32", data=pr.astype(np.int32))
-        if mode == "reflect":   # ONNX reflect leaves the edge out, as TFLite's REFLECT mode
+        pi = self.tensor(f"{op.name}_paddings", [r, 2], "int32", data=pr)
+        if mode == "reflect":
             self.op("MIRROR_PAD", op.output, [x.index, pi], [out.index], "MirrorPadOptions", mode=0)
             return
         self.op("PAD", op.output, [x.index, pi], [out.index], "PadOptions")

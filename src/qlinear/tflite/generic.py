@@ -401,23 +401,29 @@ def reciprocal(ctx: Ctx, ins: list[Slot | None]) -> None:
     ctx.op("DIV", [one, x.index], [o.index], "DivOptions", fused_activation_function=0)
 
 
-def pad(ctx: Ctx, ins: list[Slot | None]) -> None:
-    """A float Pad: constant zero (PAD) or reflect (MIRROR_PAD REFLECT, which leaves the edge out as ONNX does)."""
-    x, n = ins[0], ctx.node
-    mode = _s(attr(n, "mode", b"constant"))
-    pads = _const(ctx, 1) if len(n.input) > 1 and n.input[1] else None
-    pads = np.asarray(pads if pads is not None else attr(n, "pads"), np.int64).reshape(-1)
-    cval = _const(ctx, 2) if len(n.input) > 2 and n.input[2] else None
-    if mode not in ("constant", "reflect") or (len(n.input) > 3 and n.input[3]) or \
+def pad_spec(node: onnx.NodeProto, const: Callable[[int], Any], r: int, nhwc: bool,
+             name: str) -> tuple[str, np.ndarray]:
+    """``(mode, paddings)`` of an ONNX Pad for TFLite: ``constant`` (zero: PAD) or ``reflect`` (MIRROR_PAD REFLECT,
+    which leaves the edge out as ONNX does), the ``[rank, 2]`` int32 paddings in the stored layout; ``const(i)``:
+    the constant value of input ``i`` (None if absent or not constant). Anything else is an UnsupportedError."""
+    mode = _s(attr(node, "mode", b"constant"))
+    pads = const(1) if len(node.input) > 1 and node.input[1] else None
+    pads = np.asarray(pads if pads is not None else attr(node, "pads"), np.int64).reshape(-1)
+    cval = const(2) if len(node.input) > 2 and node.input[2] else None
+    if mode not in ("constant", "reflect") or (len(node.input) > 3 and node.input[3]) or \
             (cval is not None and float(np.asarray(cval).reshape(-1)[0]) != 0.0):
-        raise UnsupportedError(f"node {ctx.name} (Pad): only constant zero padding (PAD) and reflect padding "
+        raise UnsupportedError(f"node {name} (Pad): only constant zero padding (PAD) and reflect padding "
                                f"(MIRROR_PAD) over every axis export, not {mode!r}")
-    r = len(x.onnx_shape)
     pr = np.stack([pads[:r], pads[r:]], 1)
-    if x.nhwc:
-        pr = pr[[0, 2, 3, 1]]
+    return mode, (pr[[0, 2, 3, 1]] if nhwc else pr).astype(np.int32)
+
+
+def pad(ctx: Ctx, ins: list[Slot | None]) -> None:
+    """A float Pad (:func:`pad_spec`)."""
+    x = ins[0]
+    mode, pr = pad_spec(ctx.node, lambda i: _const(ctx, i), len(x.onnx_shape), x.nhwc, ctx.name)
     o = ctx.out(0, x.nhwc)
-    pi = ctx.param("paddings", pr.astype(np.int32))
+    pi = ctx.param("paddings", pr)
     if mode == "reflect":
         ctx.op("MIRROR_PAD", [ctx.index(x), pi], [o.index], "MirrorPadOptions", mode=0)
     else:
@@ -642,4 +648,4 @@ ISLANDS: dict[str, Callable[[Ctx, list[Slot | None]], None]] = {
     "conv": conv, "where": where, "layer_norm": layer_norm, "pad": pad,
 }
 
-__all__ = ["ISLANDS", "MOVEMENT", "Ctx", "Slot"]
+__all__ = ["ISLANDS", "MOVEMENT", "Ctx", "Slot", "pad_spec"]
