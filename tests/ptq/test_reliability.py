@@ -46,7 +46,8 @@ def _one_line(e: BaseException) -> str:
 
 # ------------------------------------------------------------------------------------------------ data
 @pytest.mark.parametrize("case,match", [
-    ("spatial", r"expects \[N, 3, 24, 24\] \(dimension 2 is 16, not 24\)"),
+    ("spatial", r"expects \[N, 3, 24, 24\] \(dimension 2 is 16, not 24; dimension 3 is 16, not 24\); resize the "
+                r"data, or.*--input-shape input=1,3,16,16"),
     ("int64", r"has dtype int64, the model expects float32"),
     ("scalar", r"is a scalar"),
     ("string_labels", r"'labels' has dtype <U1; expected integer class indices"),
@@ -501,3 +502,30 @@ def test_cli_exit_codes_and_python_m(tmp_path):
 
 def test_every_error_is_a_qlinear_error():
     assert issubclass(OutputError, QlinearError) and issubclass(DataError, QlinearError)
+
+
+def test_mask_infinities_are_left_float_not_refused():
+    """swift-f0 masks its pitch band with -inf (a Pad of value -inf, gathered): the infinities come from a
+    constant, not an overflow, so the masked tensor is left float with a note (the run was refused, and the advice
+    to use exclude_nodes could not work on its unnamed nodes); an overflow is still refused, naming the op type."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    mask = np.array([0, -np.inf, 0, -np.inf, 0, 0], np.float32)   # an additive attention-style mask
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["y"]), helper.make_node("Add", ["y", "mask"], ["masked"]),
+             helper.make_node("Softmax", ["masked"], ["p"], axis=1), helper.make_node("MatMul", ["p", "V"], ["out"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8])],
+                          [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["N", 4])],
+                          [numpy_helper.from_array(rng.normal(0, 1, (8, 6)).astype(np.float32), "W"),
+                           numpy_helper.from_array(mask, "mask"),
+                           numpy_helper.from_array(rng.normal(0, 1, (6, 4)).astype(np.float32), "V")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    x = rng.normal(0, 1, (24, 8)).astype(np.float32)
+    qm = qlinear.quantize(m, {"x": x}, dict(calibration_samples=16, evaluation_samples=8))
+    assert "masked" not in qm.plan.activations and {"y", "p"} <= set(qm.plan.activations)
+    assert any("hold the infinities of a mask constant" in n and "masked" in n for n in qm.notes)
+    assert qm.report().outputs["out"]["sqnr_db"] > 20
+    m.graph.initializer[1].CopyFrom(numpy_helper.from_array(np.full(6, 3e38, np.float32), "mask"))  # an overflow
+    m.graph.node[1].CopyFrom(helper.make_node("Mul", ["y", "mask"], ["masked"]))
+    with pytest.raises(CalibrationError, match="holds infinite values.*unnamed.*exclude_op_types Mul"):
+        qlinear.quantize(m, {"x": x}, dict(calibration_samples=16, evaluation_samples=0))

@@ -106,6 +106,17 @@ def set_initializer(v: ir.Value, arr: np.ndarray) -> None:
         v.type, v.shape = ir.TensorType(t.dtype), ir.Shape(arr.shape)
 
 
+def drop_unused_initializers(graph: ir.Graph) -> None:
+    """Drop the initializers nothing reads (a folded BatchNorm's parameters), and their graph-input entries: an IR 3
+    export lists every initializer as an input too (CenterFace), and an input left without its initializer is a
+    required input ONNX Runtime asks to be fed."""
+    for name, v in list(graph.initializers.items()):
+        if not v.uses() and not v.is_graph_output():
+            graph.initializers.pop(name)
+            if v.is_graph_input():
+                graph.inputs.remove(v)
+
+
 def set_bias(graph: ir.Graph, node: ir.Node, arr: np.ndarray, name: str) -> None:
     """Give ``node`` (a Conv) the bias ``arr``: its bias initializer takes the values, or a new initializer ``name``
     (made unique) becomes its input 2."""

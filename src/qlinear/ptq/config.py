@@ -215,8 +215,9 @@ class QuantizeConfig:
         if self.accuracy_target is not None:
             Target.parse(self.accuracy_target)
             if self.target == "tflite":
-                raise ConfigError("accuracy_target: precision repair is not available with target tflite (a "
-                                  "full-integer TFLite model has one activation type); use target ort or qnn")
+                raise ConfigError("accuracy_target: precision repair is not available with target tflite (its "
+                                  "integer layers take one activation type: int8, or int16 for every layer with "
+                                  "--activation-type int16); use --activation-type int16, or target ort or qnn")
         self._check_budget()
         if self.equalize is not None and not isinstance(self.equalize, bool):
             raise ConfigError(f"equalize: expected true, false or null, got {self.equalize!r}")

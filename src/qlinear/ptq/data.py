@@ -163,11 +163,14 @@ def check_header(shape: tuple[int, ...], dtype: np.dtype, spec: InputSpec, where
         if len(shape) != len(spec.shape):
             raise DataError(f"{where}: input {name!r} has shape {list(shape)}, the model expects rank "
                             f"{len(spec.shape)} {_dims(spec.shape)}")
-        for i, (d, w) in enumerate(zip(shape, spec.shape)):
-            if isinstance(w, int) and w > 0 and d != w:
-                raise DataError(f"{where}: input {name!r} has shape {list(shape)}, the model expects "
-                                f"{_dims(spec.shape)} (dimension {i} is {d}, not {w}); resize the data or export the "
-                                "model with that input size")
+        off = [f"dimension {i} is {d}, not {w}" for i, (d, w) in enumerate(zip(shape, spec.shape))
+               if isinstance(w, int) and w > 0 and d != w]
+        if off:
+            given = ",".join(str(int(d)) for d in shape)
+            raise DataError(f"{where}: input {name!r} has shape {list(shape)}, the model expects "
+                            f"{_dims(spec.shape)} ({'; '.join(off)}); resize the data, or, if the model's declared "
+                            f"size is stale and its layers take yours, --input-shape {name}={given} (config "
+                            "input_shapes)")
     want = spec.dtype
     if dtype != want:
         same_kind = (want.kind == "f" and dtype.kind == "f") or (want.kind in "iu" and dtype.kind in "iu") or \

@@ -89,6 +89,23 @@ def fixed_model(m: onnx.ModelProto, cfg: QuantizeConfig, label: str,
     return m, values
 
 
+def _declared_like(given: onnx.ModelProto, m: onnx.ModelProto) -> onnx.ModelProto:
+    """``given`` with its graph inputs declared as ``m`` declares them (a copy, its outputs' and intermediate shapes
+    cleared), when ``--input-shape`` replaced a stale static size in ``m``; else ``given`` itself."""
+    shapes = {v.name: v.type.tensor_type.shape for v in m.graph.input}
+    if all(v.name not in shapes or v.type.tensor_type.shape == shapes[v.name] for v in given.graph.input):
+        return given
+    out = onnx.ModelProto()
+    out.CopyFrom(given)
+    for v in out.graph.input:
+        if v.name in shapes:
+            v.type.tensor_type.shape.CopyFrom(shapes[v.name])
+    for o in out.graph.output:
+        o.type.tensor_type.ClearField("shape")
+    del out.graph.value_info[:]
+    return out
+
+
 def check_normalized(given: onnx.ModelProto, m: onnx.ModelProto, ds: Dataset, n_cal: int, label: str,
                      notes: list[str], count: int = 4, fixed: dict[str, np.ndarray] | None = None) -> None:
     """When normalizing upgraded the opset of the model as ``given``: the upgraded ``m`` computes what it does on the
@@ -96,6 +113,7 @@ def check_normalized(given: onnx.ModelProto, m: onnx.ModelProto, ds: Dataset, n_
     ``fixed`` inputs ``m`` no longer takes)."""
     if opset(given) >= 13 or n_cal < 1:
         return
+    given = _declared_like(given, m)
     feeds = [dict(ds.sample(i), **(fixed or {})) for i in range(min(count, n_cal))]
     notes.append(check_upgrade(given, m, feeds, label))
 
@@ -207,7 +225,7 @@ def _rewrite(run: _Run) -> tuple[onnx.ModelProto, str]:
     fold = FoldBatchNorm()
     modified = fold(model).modified or modified
     if fold.folded:
-        notes.append(f"folded {fold.folded} BatchNormalization nodes into Conv")
+        notes.append(f"folded {fold.folded} BatchNormalization nodes into the Conv or ConvTranspose before them")
     affine = FoldConvAffine()
     modified = affine(model).modified or modified
     if affine.folded:
@@ -258,6 +276,15 @@ def _ahead_stats(run: _Run, reference: onnx.ModelProto, es: EncodingSet, plan: A
         run.ahead.start_stats(b, stat_encodings(b))
 
 
+def _leave_masks_float(plan: Any, masks: set[str]) -> list[str]:
+    """The activations holding the infinities of a mask constant (:func:`from_infinite_constant`) left float."""
+    if not masks:
+        return []
+    plan.leave_float(masks, "holds the infinities of a mask constant (Where(c, x, -inf)): left in float")
+    return [f"{len(masks)} tensor(s) hold the infinities of a mask constant on the calibration data (no grid holds "
+            f"them): left in float: {', '.join(sorted(masks)[:4])}{' ...' if len(masks) > 4 else ''}"]
+
+
 def _implicit_methods(cfg: QuantizeConfig, model: Any, plan: Any, placement: str, notes: list[str]) -> dict[str, str]:
     """Under transformer placement with no activation method asked for: MSE ranges for the Gelu/SiLU outputs that
     feed MatMuls (heavy-tailed), with a note."""
@@ -300,8 +327,10 @@ def _calibrate(run: _Run, reference: onnx.ModelProto, placement: str) -> Quantiz
     means_for = [b.input for b in plan.biases] if cfg.bias_correction else []
     adv = progress("calibrating", run.n_fit) if progress else None
     keep: dict[str, Any] = {"float_bytes": run.float_bytes}
-    obs, means = _collect(m, run.ds, run.n_fit, list(plan.activations), cfg, means_for, adv, run.label, keep, tcfg)
+    obs, means, masks = _collect(m, run.ds, run.n_fit, list(plan.activations), cfg, means_for, adv, run.label, keep,
+                                 tcfg)
     timings["calibration"] = time.perf_counter() - t0
+    notes += _leave_masks_float(plan, masks)
     if run.ds.stacks is False:
         notes.append(f"{run.label} does not run two samples in one call although its inputs' batch axis is dynamic "
                      f"({run.ds.unstacked}): one sample per call (slower); --batch-axis NAME=none says an input has no "
@@ -414,14 +443,43 @@ def _collect(m, ds, n_cal, tensors, cfg, means_for, adv, label, keep=None, tcfg=
                                        means_for=means_for, percentile=cfg.percentile, progress=adv,
                                        minmax_for=outputs, label=label, keep=keep, workers=cfg.workers,
                                        ray_address=cfg.ray_address)
+    masks = set()
     for t, o in obs.items():
-        if o.min is None:
+        if o.min is None or (np.isfinite(o.min).all() and np.isfinite(o.max).all()):
             continue
-        if not (np.isfinite(o.min).all() and np.isfinite(o.max).all()):
-            what = "NaN only" if np.isnan(o.min).all() else "infinite values"
-            raise CalibrationError(f"{label}: tensor {t!r} holds {what} on the calibration data (an overflow in the "
-                                   "float model?); exclude its node (exclude_nodes) or check the data")
-    return obs, means
+        nan_only = bool(np.isnan(o.min).all())
+        if not nan_only and from_infinite_constant(m, t):
+            masks.add(t)
+            continue
+        p = next((n for n in m.graph.node if t in n.output), None)
+        node = f"its {p.op_type} node {p.name!r}: exclude_nodes" if p is not None and p.name else \
+            f"its {p.op_type} node (unnamed): exclude_op_types {p.op_type}" if p is not None else "exclude_nodes"
+        raise CalibrationError(f"{label}: tensor {t!r} holds {'NaN only' if nan_only else 'infinite values'} on the "
+                               f"calibration data (an overflow in the float model?); leave it float ({node}) or check "
+                               "the data")
+    return obs, means, masks
+
+
+def from_infinite_constant(m: onnx.ModelProto, t: str) -> bool:
+    """Whether tensor ``t`` of ``m`` is computed from a constant holding an infinity (a mask, ``Where(c, x, -inf)``;
+    its infinities are meant, not an overflow)."""
+    from onnx import numpy_helper
+
+    inf = {i.name for i in m.graph.initializer if i.data_type in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16,
+           onnx.TensorProto.DOUBLE) and np.isinf(numpy_helper.to_array(i)).any()}
+    if not inf:
+        return False
+    prod = {o: n for n in m.graph.node for o in n.output}
+    seen, todo = set(), [t]
+    while todo:
+        x = todo.pop()
+        if x in inf:
+            return True
+        if x in seen or x not in prod:
+            continue
+        seen.add(x)
+        todo += [i for i in prod[x].input if i]
+    return False
 
 
 def _check_loads(qm: onnx.ModelProto, label: str) -> Any:

@@ -84,3 +84,28 @@ def test_proto_wrapper_rewrites_in_place():
     want = run_ort(m, {"x": X})[0]
     assert fold_batchnorm(m) == 1 and [x.op_type for x in m.graph.node] == ["Conv", "Relu"]
     np.testing.assert_allclose(run_ort(m, {"x": X})[0], want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("group,bias", [(1, True), (1, False), (2, True)])
+def test_conv_transpose_then_batchnorm_folds(group, bias):
+    """CenterFace upsamples with ConvTranspose -> BatchNormalization: the BatchNorm scales the output channels, axis
+    1 of the weight within each group; the folded model computes what ONNX Runtime computes for the pair."""
+    cin, cout = 4, 6
+    inits = [numpy_helper.from_array(RNG.standard_normal((cin, cout // group, 2, 2)).astype(np.float32), "W")]
+    ins = ["x", "W"]
+    if bias:
+        inits.append(numpy_helper.from_array(RNG.standard_normal(cout).astype(np.float32), "B"))
+        ins.append("B")
+    for name, v in [("g", RNG.uniform(0.5, 2, cout)), ("be", RNG.standard_normal(cout)),
+                    ("mu", RNG.standard_normal(cout)), ("var", RNG.uniform(0.5, 2, cout))]:
+        inits.append(numpy_helper.from_array(v.astype(np.float32), name))
+    nodes = [helper.make_node("ConvTranspose", ins, ["c"], strides=[2, 2], group=group),
+             helper.make_node("BatchNormalization", ["c", "g", "be", "mu", "var"], ["y"], epsilon=1e-3)]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", T.FLOAT, [2, cin, 5, 5])],
+                          [helper.make_tensor_value_info("y", T.FLOAT, [2, cout, 10, 10])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 9
+    out, n = fold(m)
+    assert n == 1 and [x.op_type for x in out.graph.node] == ["ConvTranspose"]
+    x = RNG.standard_normal((2, cin, 5, 5)).astype(np.float32)
+    np.testing.assert_allclose(run_ort(out, {"x": x})[0], run_ort(m, {"x": x})[0], rtol=1e-5, atol=1e-5)

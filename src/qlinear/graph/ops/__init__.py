@@ -38,6 +38,7 @@ FUSABLE_ACT = with_role("fusable_activation")
 QDQ_FUSED_ACTIVATIONS = with_role("qdq_fused_activation")
 DATA_MOVEMENT = with_role("data_movement")
 NON_FLOAT_OPS = with_role("non_float")
+SHAPE_COMPUTATIONS = with_role("shape_computation")
 ACTIVATION_FNS = with_role("smooth_activation")
 MLP_BOUNDARY = with_role("mlp_boundary")
 TRANSFORMER_NORMS = with_role("transformer_norm")
@@ -134,6 +135,7 @@ __all__ = [
     "LOOKUPS",
     "MLP_BOUNDARY",
     "NON_FLOAT_OPS",
+    "SHAPE_COMPUTATIONS",
     "OUTPUT_RANGES",
     "QDQ_FUSED_ACTIVATIONS",
     "QDQ_STRUCTURE",

