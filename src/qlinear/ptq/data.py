@@ -357,13 +357,12 @@ class Dataset:
         if items:
             yield _stack(items, axes, self.shared)
 
-
     def check_stacking(self, run: Callable[[dict[str, np.ndarray]], Any], batch_size: int) -> None:
         """Once per dataset, before the first stacked call: ``run`` (a session of the model) on the first two
-        consecutive samples :meth:`batches` would stack (among the first :data:`PROBE_SAMPLES`). A model whose batch axis is only nominally dynamic (an
-        exported Reshape that fixes it at 1) fails there and runs one sample per call from then on (``stacks``
-        False, ``unstacked`` says why); when one sample fails too, the failure is not the stacking's and is left
-        to the caller's own run."""
+        consecutive samples :meth:`batches` would stack (among the first :data:`PROBE_SAMPLES`). A model whose batch
+        axis is only nominally dynamic (an exported Reshape that fixes it at 1) fails there and runs one sample per
+        call from then on (``stacks`` False, ``unstacked`` says why); when one sample fails too, the failure is not
+        the stacking's and is left to the caller's own run."""
         if self.stacks is not None or batch_size < 2:
             return
         specs, axes = self.specs or {}, self.axes()
