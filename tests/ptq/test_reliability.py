@@ -9,6 +9,7 @@ import signal
 import stat
 import subprocess
 import sys
+import time
 import zipfile
 from pathlib import Path
 
@@ -529,3 +530,19 @@ def test_mask_infinities_are_left_float_not_refused():
     m.graph.node[1].CopyFrom(helper.make_node("Mul", ["y", "mask"], ["masked"]))
     with pytest.raises(CalibrationError, match="holds infinite values.*unnamed.*exclude_op_types Mul"):
         qlinear.quantize(m, {"x": x}, dict(calibration_samples=16, evaluation_samples=0))
+
+
+def test_an_already_quantized_model_is_refused_before_any_work(tmp_path):
+    """pipecat's smart-turn ships quantized by ONNX Runtime: qlinear calibrated all its samples, then said "apply
+    encodings to the float model" (the encodings workflow's advice). Now the load refuses it at once, counting the
+    Q/DQ nodes and naming what to give instead; weight-only and every target alike."""
+    from qlinear.errors import GraphError
+
+    qm = qlinear.quantize(MODEL, DATA, SMALL)
+    qm.save_onnx(tmp_path / "q.onnx")
+    for cfg in (SMALL, dict(SMALL, target="qnn"), dict(activation_type="float", weight_type="int4")):
+        t = time.perf_counter()
+        with pytest.raises(GraphError, match=r"the model is quantized already.*\d+ DequantizeLinear.*give the float "
+                                             r"model it was made from"):
+            qlinear.quantize(tmp_path / "q.onnx", DATA, cfg)
+        assert time.perf_counter() - t < 2

@@ -26,6 +26,8 @@ def load_checked(model: Any, notes: list[str] | None = None, *, load_external: b
     if hit is None:
         hit = _load_checked(model, load_external)
     m, changed, original = hit
+    label = str(model) if isinstance(model, (str, Path)) else "model"
+    refuse_quantized(m, label)
     if keep and key is not None:
         _KEPT.clear()  # one model at a time
         _KEPT[key] = (_copy(m), list(changed), original)
@@ -33,7 +35,22 @@ def load_checked(model: Any, notes: list[str] | None = None, *, load_external: b
         given.append(original)
     if notes is not None:
         notes += changed
-    return m, str(model) if isinstance(model, (str, Path)) else "model"
+    return m, label
+
+
+def refuse_quantized(m: onnx.ModelProto, label: str) -> None:
+    """A model that is quantized already (QuantizeLinear/DequantizeLinear, ONNX Runtime's integer operators) is a
+    :class:`GraphError` before any work: quantizing it again would put a grid on values that are on one."""
+    from qlinear.graph.ops import QUANTIZED_MODEL_OPS
+
+    found = [n.op_type for n in m.graph.node if n.op_type in QUANTIZED_MODEL_OPS]
+    if not found:
+        return
+    kinds = ", ".join(f"{found.count(k)} {k}" for k in dict.fromkeys(found))
+    producer = f" (producer {m.producer_name} {m.producer_version})".replace("  ", " ") if m.producer_name else ""
+    raise GraphError(f"{label}: the model is quantized already{producer}: {kinds}; qlinear quantizes float models: "
+                     "give the float model it was made from (qlinear debug FLOAT.onnx THIS.onnx compares the two, "
+                     "qlinear encodings extract reads its parameters)")
 
 
 _KEPT: dict[tuple, tuple[onnx.ModelProto, list[str], onnx.ModelProto | None]] = {}

@@ -82,6 +82,9 @@ RECURRENT = ("GRU", "LSTM", "RNN")
 LAYOUT_PASSTHROUGH = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Cast", "Transpose", "Concat")
 #: operators that quantize or dequantize
 QUANTIZE_OPS = ("QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear")
+#: operators only a model quantized already holds (Q/DQ, ONNX Runtime's integer kernels): such a model is refused
+QUANTIZED_MODEL_OPS = QUANTIZE_OPS + ("QLinearConv", "QLinearMatMul", "MatMulInteger", "ConvInteger", "MatMulNBits",
+                                      "QLinearAdd", "QLinearMul", "QGemm", "DynamicQuantizeMatMul")
 #: operators with a weight (input 1) that full-integer quantization would quantize (recurrent and attention too)
 WEIGHT_BEARING = ("Conv", "ConvTranspose", "MatMul", "Gemm", "LSTM", "GRU", "RNN", "Attention")
 
