@@ -289,13 +289,17 @@ def _add_weight(g: _Graph, n: ir.Node, ins: list[str], plan: Plan) -> None:
 
 
 def _float_chains(g: _Graph, plan: Plan) -> None:
-    """Leave float every quantized activation whose producer and every reader run in float on ONNX Runtime's CPU
-    session (:func:`_runs_float`): a quantizer there only adds rounding and two nodes (the ``Div -> Erf`` inside a
+    """Leave float every quantized activation whose producer (none for a graph input) and every reader run in float
+    on ONNX Runtime's CPU session (:func:`_runs_float`): a quantizer there only adds rounding and two nodes (the ``Div -> Erf`` inside a
     GELU written out). Graph outputs, tied Concat parts, encodings other tensors reuse and a ``Log``'s input keep
     theirs (the input's calibrated range decides whether the Log is wide: :mod:`qlinear.ptq.logs`)."""
     keep = {t for grp in plan.tied for t in grp} | set(plan.followers())
     keep |= {x.name for n in g.nodes if n.op_type in ops.LOGS for x in n.inputs[:1] if x is not None}
     drop = set()
+    for v in g.graph.inputs:   # a graph input only float operators read (ai.onnx.ml's Scaler before an MLP)
+        uses = g.uses(v)
+        if v.name in plan.activations and v.name not in keep and uses and all(_runs_float(u, g) for u, _ in uses):
+            drop.add(v.name)
     for n in g.nodes:
         if not _runs_float(n, g):
             continue
@@ -310,10 +314,10 @@ def _float_chains(g: _Graph, plan: Plan) -> None:
 
 
 def _runs_float(n: ir.Node, g: _Graph) -> bool:
-    """``n`` runs in float between Q/DQ on ONNX Runtime's CPU session: an operator it has no integer kernel for,
-    or an Add/Sub/Mul of a constant (target ort does not quantize constant operands, so ONNX Runtime cannot fuse
+    """``n`` runs in float between Q/DQ on ONNX Runtime's CPU session: an operator it has no integer kernel for (an
+    ``ai.onnx.ml`` operator: Scaler, TreeEnsemble...), or an Add/Sub/Mul of a constant (target ort does not quantize constant operands, so ONNX Runtime cannot fuse
     them)."""
-    if n.op_type in ops.FLOAT_ON_ORT:
+    if n.op_type in ops.FLOAT_ON_ORT or n.domain == "ai.onnx.ml":   # no ONNX Runtime QDQ fusion for ONNX-ML
         return True
     return n.op_type in ops.CONSTANT_OPERAND_OPS and any(x is not None and x.name in g.inits for x in n.inputs)
 
