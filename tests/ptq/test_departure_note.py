@@ -39,6 +39,14 @@ def test_an_output_that_departs_is_named_with_the_remedy():
     assert "--accuracy-target sqnr_db>=15" in notes[0] and "--activation-type uint16" in notes[0]
 
 
+def test_int4_weights_are_named_as_the_remedy():
+    """With 4-bit weights the likelier cause is the weights (mtcnn's box output: 0.9 dB at int4, 18 dB at int8):
+    the note names --weight-type int8, not 16-bit activations, which change nothing there."""
+    cfg = QuantizeConfig(weight_type="int4")
+    note = _departure_note({"a": "generic"}, {"a": {"cosine_mean": 0.5, "sqnr_db": 0.9}}, None, cfg)
+    assert "--weight-type int8" in note and "uint16" not in note
+
+
 def test_regression_output_departs_by_its_sqnr():
     """A regression output has no cosine (a few positive scores always point the same way): it is named when its
     SQNR is below 15 dB."""
