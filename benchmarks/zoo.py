@@ -464,7 +464,7 @@ def _pages(tag: str, n_cal: int, n_eval: int, lines_per_page: int,
     out = []
     for part, count in (("cal", n_cal), ("eval", n_eval)):
         r = _rng(tag + part)
-        pool = lines[:half] if part == "cal" else lines[half:]
+        pool = lines[:half] if part.endswith("cal") else lines[half:]   # "cal", "dnsmoscal", ...: the first half
         out.append([make([pool[int(j)] for j in r.integers(0, len(pool), lines_per_page)], r, i) for i in range(count)])
     return out[0], out[1]
 
@@ -613,7 +613,7 @@ def build_bytes(n_cal: int, n_eval: int) -> tuple[Samples, Samples]:
 def _sentences(n: int, part: str) -> list[str]:
     lines = text_lines()
     half = len(lines) // 2
-    pool = lines[:half] if part == "cal" else lines[half:]
+    pool = lines[:half] if part.endswith("cal") else lines[half:]   # "cal", "dnsmoscal", ...: the first half
     r = _rng("speech" + part)
     return [pool[int(i)] for i in r.integers(0, len(pool), n)]
 

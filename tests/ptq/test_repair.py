@@ -163,3 +163,22 @@ def test_weight_methods_from_the_cli(tmp_path, capsys):
     assert "SeqMSE" in capsys.readouterr().out
     es = E.load(tmp_path / "o" / "model.encodings")
     assert np.all(np.asarray(es["pw.weight"].scale) > 0)
+
+
+def test_accuracy_target_on_sequences_of_several_lengths(tmp_path):
+    """A tagger fed words padded per batch (slovorez): the repair's metrics on samples of several lengths had only
+    cosine and SQNR, so the target its own note names (sequence_agreement) was refused; now they are the output's
+    kind's."""
+    from onnx import TensorProto, helper
+    from tiny_models import make_model
+
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["z"]), helper.make_node("Softmax", ["z"], ["p"], axis=-1)]
+    m = make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", "T", 8])],
+                   [helper.make_tensor_value_info("p", TensorProto.FLOAT, ["N", "T", 5])],
+                   {"W": rng.normal(0, 1, (8, 5)).astype(np.float32)})
+    for i, t in enumerate((4, 6, 5, 7) * 6):   # one file per sample, its own length
+        np.savez(tmp_path / f"{i:04d}.npz", x=rng.normal(0, 1, (1, t, 8)).astype(np.float32))
+    qm = qlinear.quantize(m, tmp_path, dict(calibration_samples=16, evaluation_samples=8,
+                                            accuracy_target="sequence_agreement>=0.9"))
+    assert any(n.startswith("precision repair (sequence_agreement>=0.9") for n in qm.notes), qm.notes

@@ -357,11 +357,14 @@ def loaded_session(qm: Any, engine: str) -> Callable[[], Any] | None:
 def output_metrics(a: np.ndarray | list[np.ndarray], b: np.ndarray | list[np.ndarray], labels: list[int] | None,
                    name: str, source: str) -> dict[str, float]:
     """Agreement of a quantized output ``b`` with the float output ``a`` (and accuracy against ``labels``); ``a``
-    and ``b`` may be lists of per-batch outputs, samples first, of different shapes (then cosine and SQNR only)."""
+    and ``b`` may be lists of per-batch outputs, samples first, of different shapes (then the metrics of the output's
+    kind, :func:`kind_metrics`: slovorez's tagger, whose note names ``sequence_agreement``, had only cosine and SQNR
+    and its accuracy target was refused)."""
     if isinstance(a, list):
         shapes = {x.shape[1:] for x in a} | {x.shape[1:] for x in b}
-        if len(shapes) > 1:
-            return kind_metrics("generic", a, b, [len(x) for x in a], labels, name, source)
+        if len(shapes) > 1:   # judged by their kind sample by sample (a tagger's sequences of several lengths)
+            counts = [len(x) for x in a]
+            return kind_metrics(output_kind(name, a, counts), a, b, counts, labels, name, source)
         a, b = np.concatenate(a), np.concatenate(b)
     r: dict[str, float] = {}
     if a.shape == b.shape and sequence_axis(a, len(a)) == 0:
