@@ -89,3 +89,18 @@ def test_embedding_table_stored_quantized_on_target_ort(tmp_path):
     qf = qlinear.quantize(m, {"ids": ids}, dict(calibration_samples=16, evaluation_samples=0,
                                                 exclude_op_types=["Gather"]))
     assert "emb" not in qf.encodings.names() and any("emb (Gather lookup)" in n for n in qf.notes)
+
+
+def test_a_model_with_nothing_to_quantize_says_so():
+    """A lone tree ensemble (surfaces-onnx-files' validity model) or a softmax alone: no weight, no activation
+    inside; the run wrote "int8 weights per-channel" and nothing else. Now a note says it computes in float."""
+    g = helper.make_graph([helper.make_node("Softmax", ["x"], ["y"], axis=-1)], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 6])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 6])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    qm = qlinear.quantize(m, {"x": RNG.normal(0, 1, (16, 6)).astype(np.float32)},
+                          dict(calibration_samples=8, evaluation_samples=0))
+    assert any(n.startswith("nothing inside the model is quantized") for n in qm.notes), qm.notes
+    assert not any(n.startswith("nothing inside") for n in qlinear.quantize(
+        _embedding_model(), {"ids": RNG.integers(0, 10, (16, 5)).astype(np.int64)},
+        dict(calibration_samples=8, evaluation_samples=0)).notes)

@@ -443,9 +443,16 @@ def resolve_inherit(plan: Plan, name: str) -> str:
 
 
 
-def no_activation_note(plan: Plan) -> list[str]:
+def no_activation_note(plan: Plan, ends: Iterable[str] = ()) -> list[str]:
     """A note when the plan quantizes weights but no activation (asked for integer activations, the model would run
-    with float ones, silently): how many tensors each reason left float."""
+    with float ones, silently): how many tensors each reason left float; and one when it quantizes nothing but some
+    of ``ends`` (the graph's inputs and outputs: a lone tree ensemble)."""
+    if not plan.weights and set(plan.activations) <= set(ends):
+        ops_left = sorted({why.split(" ")[1] for why in plan.skipped.values() if why.startswith("node ")})
+        return ["nothing inside the model is quantized (no weight of a layer qlinear quantizes, no activation "
+                "between its inputs and outputs" + (f"; excluded: {', '.join(ops_left)}" if ops_left else "")
+                + "): it computes in float" + (f", only {', '.join(plan.activations)} on an integer grid"
+                                               if plan.activations else "")]
     if plan.activations or not plan.weights:
         return []
     reasons: dict[str, int] = {}

@@ -302,7 +302,8 @@ def _implicit_methods(cfg: QuantizeConfig, model: Any, plan: Any, placement: str
 def _weight_notes(cfg: QuantizeConfig, m: onnx.ModelProto, plan: Any) -> list[str]:
     """The weights the plan leaves float, and the embedding tables target ort stores quantized."""
     tables = lookup_tables(m, cfg) if cfg.target in TABLE_TARGETS else {}
-    out = float_weight_note(m, plan, tables) + no_activation_note(plan)
+    ends = [v.name for v in m.graph.input] + [v.name for v in m.graph.output]
+    out = float_weight_note(m, plan, tables) + (no_activation_note(plan, ends) if not tables else [])
     if tables:
         out.append(f"{len(tables)} embedding table(s) stored as {cfg.activation_type} (per-tensor, over the whole "
                    f"table; each Gather's output takes the same parameters, so ONNX Runtime gathers the integers): "
