@@ -400,13 +400,23 @@ def _sig(d: dict[str, np.ndarray], axes: Mapping[str, int | None]) -> tuple:
     return tuple((k, rest(k, v), v.dtype) for k, v in d.items())
 
 
+class Feed(dict):
+    """A feed of :meth:`Dataset.batches`: input name -> array, and ``samples``, how many samples it stacks (a
+    sample may hold several rows: a batch of 32 words per sample; progress counts samples)."""
+
+    samples = 1
+
+
 def _stack(items: list[dict[str, np.ndarray]], axes: Mapping[str, int | None],
            shared: frozenset[str]) -> dict[str, np.ndarray]:
     first = sorted(items[0], key=lambda k: axes.get(k, 0) != 0 or k in shared)
     if len(items) == 1:
-        return {k: items[0][k] for k in first}
-    return {k: items[0][k] if k in shared or axes.get(k, 0) is None
-            else np.concatenate([it[k] for it in items], axis=axes.get(k, 0)) for k in first}
+        out = Feed({k: items[0][k] for k in first})
+    else:
+        out = Feed({k: items[0][k] if k in shared or axes.get(k, 0) is None
+                    else np.concatenate([it[k] for it in items], axis=axes.get(k, 0)) for k in first})
+    out.samples = len(items)
+    return out
 
 
 # --------------------------------------------------------------------------------------------- .npz streaming

@@ -44,7 +44,7 @@ def accumulate(session: Any, ds: Dataset, start: int, stop: int, batch_size: int
             for a in accs:
                 a.update(vals[t])
         if progress:
-            progress(n)
+            progress(getattr(feed, "samples", n))   # samples, not rows (a sample may be a batch of words)
     return fetch
 
 
