@@ -125,6 +125,9 @@ CASES = {
                        "b": RNG.normal(0, 0.2, (16,)).astype(np.float32)}, {"SUM", "SQRT", "DIV"}, True),
     "layer_norm_chw_no_bias": ([_n("LayerNormalization", ["x", "g"], ["y"], axis=1)],
                                {"g": RNG.normal(1, 0.2, (4, 8, 8)).astype(np.float32)}, {"SUM", "SQRT"}, True),
+    # a learned slope per channel (MTCNN's P-Net, keras2onnx): PRELU in float
+    "prelu_channels": ([_n("PRelu", ["x", "a"], ["y"])], {"a": RNG.uniform(0.05, 0.5, (4, 1, 1)).astype(np.float32)},
+                       {"PRELU"}, True),
     # a mask inverted (khmersm's padding mask): LOGICAL_NOT of a comparison selects between the tensor and a constant
     "not_where": ([_n("Less", ["x", "c"], ["l"]), _n("Not", ["l"], ["n"]), _n("Where", ["n", "x", "c"], ["y"])],
                   {"c": np.array(0.25, np.float32)}, {"LOGICAL_NOT", "SELECT_V2"}, True),

@@ -507,6 +507,15 @@ def compare(ctx: Ctx, ins: list[Slot | None]) -> None:
     binary(ctx, ins)
 
 
+def prelu(ctx: Ctx, ins: list[Slot | None]) -> None:
+    """PRelu(x, slope) -> PRELU, the slope (a constant, ``[C, 1, 1]`` for NCHW) written in the tensor's layout."""
+    x, a = ins[0], ins[1]
+    nhwc = _elementwise_layout(ctx, ins)
+    like = Slot(x.index if x.const is None else a.index, (), nhwc)
+    o = ctx.out(0, nhwc)
+    ctx.op("PRELU", [ctx.index(x, like), ctx.index(a, like)], [o.index])
+
+
 def where(ctx: Ctx, ins: list[Slot | None]) -> None:
     """Where(cond, x, y) -> SELECT_V2 (broadcasting as ONNX does; constants written in the tensors' layout)."""
     nhwc = _elementwise_layout(ctx, ins)
@@ -645,7 +654,7 @@ ISLANDS: dict[str, Callable[[Ctx, list[Slot | None]], None]] = {
     **MOVEMENT, "unary": unary, "binary": binary, "hard_sigmoid": hard_sigmoid, "clip": clip,
     "reciprocal": reciprocal, "reshape": reshape, "concat": concat, "batch_norm": batch_norm, "erf": erf,
     "broadcast": broadcast, "compare": compare, "cast": cast, "reduce": reduce, "matmul": matmul,
-    "conv": conv, "where": where, "layer_norm": layer_norm, "pad": pad,
+    "conv": conv, "where": where, "layer_norm": layer_norm, "pad": pad, "prelu": prelu,
 }
 
 __all__ = ["ISLANDS", "MOVEMENT", "Ctx", "Slot", "pad_spec"]

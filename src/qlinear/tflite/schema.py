@@ -33,7 +33,7 @@ OP = {"ADD": 0, "AVERAGE_POOL_2D": 1, "CONCATENATION": 2, "CONV_2D": 3, "DEPTHWI
       "TRANSPOSE_CONV": 67, "EXPAND_DIMS": 70, "LOG": 73, "SUM": 74, "SQRT": 75, "RSQRT": 76, "POW": 78,
       "REDUCE_MAX": 82, "REDUCE_MIN": 89, "SQUARE": 92, "RESIZE_NEAREST_NEIGHBOR": 97, "LEAKY_RELU": 98,
       "ABS": 101, "SPLIT_V": 102, "BATCH_MATMUL": 126, "GELU": 150, "BROADCAST_TO": 130, "EQUAL": 71,
-      "NOT_EQUAL": 72, "LESS": 58, "GREATER": 61, "SELECT_V2": 123, "LOGICAL_NOT": 87, "MIRROR_PAD": 100, "SIGN": 158}
+      "NOT_EQUAL": 72, "LESS": 58, "GREATER": 61, "SELECT_V2": 123, "LOGICAL_NOT": 87, "PRELU": 54, "MIRROR_PAD": 100, "SIGN": 158}
 
 # union BuiltinOptions: 1-based position of each table in the union's declaration
 OPTIONS = {"Conv2DOptions": 1, "DepthwiseConv2DOptions": 2, "Pool2DOptions": 5, "FullyConnectedOptions": 8,

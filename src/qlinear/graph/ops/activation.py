@@ -27,6 +27,8 @@ REGISTRY.add(FAMILY, "Relu", _CLAMP, tflite_builtins=_RELUS, tflite_writer="clam
 REGISTRY.add(FAMILY, "Clip", _CLAMP, tflite_builtins=_RELUS, tflite_writer="clamp", kernel="clamp",
              tflite_island="clip")
 REGISTRY.add(FAMILY, "LeakyRelu", tflite_builtins=("LEAKY_RELU",), tflite_writer="unary", kernel="activation")
+# a learned slope per channel (MTCNN, keras2onnx): a TFLite float island (PRELU)
+REGISTRY.add(FAMILY, "PRelu", tflite_island="prelu")
 REGISTRY.add(FAMILY, "Softmax", ("mlp_boundary",), fixed_tflite=_FIXED8, fixed_tflite16=_FIXED16,
              output_range=(0.0, 1.0), tflite_builtins=("SOFTMAX",), tflite_writer="softmax", kernel="activation")
 REGISTRY.add(FAMILY, "Sigmoid", ("smooth_activation",), fixed_tflite=_FIXED8, fixed_tflite16=_FIXED16,
