@@ -588,8 +588,11 @@ def conv(ctx: Ctx, ins: list[Slot | None]) -> None:
     one_d = len(x.onnx_shape) == 3 and w.const is not None and np.ndim(w.const) == 3
     if w.const is None or (np.ndim(w.const) != 4 and not one_d) or (len(x.onnx_shape) != 4 and not one_d) \
             or (b is not None and b.const is None):
-        raise UnsupportedError(f"node {ctx.name} (Conv): a float island needs a 1-D or 2-D Conv with constant weights"
-                               + ("" if b is None or b.const is not None else " and bias"))
+        why = ("its weight is computed at run time" if w.const is None else
+               "its bias is computed at run time" if b is not None and b.const is None else
+               f"its input is {len(x.onnx_shape)}-D and its weight {np.ndim(w.const)}-D")
+        raise UnsupportedError(f"node {ctx.name} (Conv): a float island needs a 1-D or 2-D Conv with constant weights "
+                               f"and bias; {why}")
     wf = np.asarray(w.const, np.float32)
     lead = [1] if one_d else []
     strides = list(attr(n, "strides", [1] * (2 - len(lead))))
