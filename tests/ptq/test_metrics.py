@@ -126,6 +126,7 @@ def test_output_kind_from_values():
     assert output_kind("value", [rng.standard_normal(8).astype(np.float32)], [8]) == "generic"
     mos = [(1 + 4 * rng.random((8, 3))).astype(np.float32)]   # three quality scores in 1..5 (speechmos' DNSMOS)
     assert output_kind("Identity:0", mos, [8]) == "regression"
+    assert output_kind("plcmos", [np.float32(2.4).reshape(())], [1]) == "regression"   # one scalar MOS per sample
     assert output_kind("Identity:0", [mos[0] - 3], [8]) == "classifier"   # negative somewhere: logits
     assert output_kind("out", [rng.random((8, 5)).astype(np.float32) - 0.5], [8]) == "classifier"  # 5 logits
     # swift-f0's pitch in Hz and confidence per frame, [1, 125]: not logits (never negative): no top-1 over frames

@@ -14,8 +14,10 @@ def debug(
     first: Path = typer.Argument(..., help="FLOAT.onnx (with QUANT.onnx), or QUANT.onnx (with MODEL.tflite or "
                                  "--runtime)."),
     second: Optional[Path] = typer.Argument(None, help="QUANT.onnx: the Q/DQ model made from FLOAT.onnx (by qlinear: "
-                                            "OUTDIR/model.qdq.onnx against OUTDIR/model.float.onnx, or by another "
-                                            "tool); or MODEL.tflite exported from QUANT.onnx."),
+                                            "OUTDIR/model.qdq.onnx against the original model, whose SQNR the report "
+                                            "gives, or against OUTDIR/model.float.onnx, which carries the run's "
+                                            "corrected biases and equalized weights; or by another tool); or "
+                                            "MODEL.tflite exported from QUANT.onnx."),
     data: Optional[Path] = typer.Option(None, "--data", "-d", help="Input samples (as for `qlinear quantize`); "
                                         "the first --samples are used."),
     runtime: Optional[str] = typer.Option(None, "--runtime", help="Compare run_integer with a runtime: litert "
@@ -128,7 +130,10 @@ def _print_runtime(rr, as_json: bool) -> None:
     con.print(t)
     for n in rr.notes:
         con.print(n, highlight=False, markup=False)
-    if rr.first_difference is None:
+    if not rr.tensors:
+        con.print("nothing compared: no quantized tensor is read from both (with --runtime ort_fused only the graph "
+                  "outputs are, and a float output is not compared)", highlight=False)
+    elif rr.first_difference is None:
         con.print(f"every compared tensor is equal bit for bit ({len(rr.tensors)} tensors)", highlight=False)
     else:
         d = next(x for x in rr.tensors if x.tensor == rr.first_difference)

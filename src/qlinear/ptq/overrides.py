@@ -84,7 +84,7 @@ def validate(rules: tuple[Override, ...], *, weight_types: tuple[str, ...], acti
             ok = [r for r in roles if o.type in (weight_types if r == "weight" else activation_types)]
             if not ok:
                 allowed = sorted(set((weight_types if "weight" in roles else ()) +
-                                     (activation_types if "activation" in roles else ())))
+                                     (activation_types if "activation" in roles else ())) - {"float"})
                 raise ConfigError(f"{where}.type: {o.type!r} is not one of float, {', '.join(allowed)}")
         if o.granularity is not None and o.granularity not in granularities:
             raise ConfigError(f"{where}.granularity: {o.granularity!r} is not one of {', '.join(granularities)}")

@@ -506,8 +506,8 @@ def output_kind(name: str, xs: list[np.ndarray], counts: list[int], *, passthrou
         return "sequence"
     if unit and max(r.shape[1] for r in rows) <= FEW:
         return "probability"
-    if classes and classes <= FEW and lo >= 0:
-        return "regression"
+    if (classes and classes <= FEW or all(x.size == n for x, n in zip(xs, counts))) and lo >= 0:
+        return "regression"   # a few scores per sample, or one (PLCMOS's scalar MOS)
     if unit and producer == "Sigmoid":
         return "map"
     hint = any(h in name.lower() for h in EMBEDDING_HINTS) or producer in EMBEDDING_OPS

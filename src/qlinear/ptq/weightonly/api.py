@@ -345,7 +345,9 @@ def _hessians(m: onnx.ModelProto, base: Path | None, by_weight: dict[str, list[L
                           adv, workers=cfg.workers, ray_address=cfg.ray_address)
     timings["calibration"] = time.perf_counter() - t0
     notes.append(f"{cfg.weight_method} on {n_cal} calibration samples ({len(hess)} distinct linear inputs), damp "
-                 f"{cfg.gptq_damp}, act_order {cfg.gptq_act_order}")
+                 f"{cfg.gptq_damp}, act_order {cfg.gptq_act_order}; the integers it chose are in the written model "
+                 "only: model.encodings holds their scales, and applied to the original model it gives round to "
+                 "nearest on those scales")
     return hess
 
 
