@@ -32,7 +32,7 @@ def test_debug_float_quant_names_the_corrupted_tensor(tmp_path, capsys):
     bad = tmp_path / "bad.onnx"
     onnx.save(m, bad)
     assert main(["debug", f, str(bad), "--data", str(DATA), "--samples", "8"]) == EXIT_PROBLEMS
-    assert "first jump: pw_out (Conv pw)" in capsys.readouterr().out
+    assert "first jump: pw_out (activation of Conv pw)" in capsys.readouterr().out
     assert main(["debug", f, str(bad), "--data", str(DATA), "--json"]) == EXIT_PROBLEMS
     doc = json.loads(capsys.readouterr().out)
     assert doc["first_jump"] == "pw_out" and doc["samples"] == 16

@@ -105,8 +105,10 @@ def _print_models(res, first: Path, second: Path, as_json: bool) -> None:
                   f"{res.excess_db:g} dB noisier than a min-max grid", highlight=False)
     else:
         d = next(x for x in res.tensors if x.tensor == res.first_jump)
-        con.print(f"first jump: {d.tensor} ({d.op} {d.node}): {_fmt(d.sqnr_db)} dB, {_fmt(d.drop_db)} dB below its "
-                  f"inputs" + (f"; its own quantization alone {_fmt(d.local_db)} dB, {_fmt(d.excess_db)} dB noisier "
+        below = {"weight": "what weights of its bits typically reach", "input": "a min-max grid of its bits"}.get(
+            d.role, "its inputs")
+        con.print(f"first jump: {d.tensor} ({d.role} of {d.op} {d.node}): {_fmt(d.sqnr_db)} dB, {_fmt(d.drop_db)} dB "
+                  f"below {below}" + (f"; its own quantization alone {_fmt(d.local_db)} dB, {_fmt(d.excess_db)} dB noisier "
                                "than a min-max grid" if d.local_db is not None else ""),
                   highlight=False)
 
