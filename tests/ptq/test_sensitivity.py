@@ -100,3 +100,19 @@ def test_suffix_runs_equal_full_runs(qm):
         for mask, from_q in ((only, False), (~only, True)):
             want = full.run(["logits"], {**feeds[0], S.MASK: mask})[0]
             assert np.array_equal(r.run(i, mask, from_quantized=from_q)[0], want)
+
+
+def test_sensitivity_is_measured_on_the_worst_output():
+    """CenterFace's report ranked every tensor by its first output (the heatmap) while its offsets output was the
+    one departing from float (4 dB): the ranking now uses the output of lowest SQNR."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_departure_note import cancelling
+
+    x = np.random.default_rng(1).normal(0, 1, (48, 8)).astype(np.float32)
+    qm = qlinear.quantize(cancelling(), {"x": x}, dict(calibration_samples=32, evaluation_samples=16))
+    rep = qm.report(sensitivity=4)
+    worst = min(("y", "z"), key=lambda o: rep.outputs[o]["sqnr_db"])
+    assert worst == "y" and {r["metric"] for r in rep.sensitivity} == {"sqnr_db(y)"}

@@ -131,10 +131,12 @@ def _gate(dq: onnx.NodeProto, x: str, y: str, k: int, q: onnx.NodeProto | None,
 
 
 def sensitivity(qm: Any, *, samples: int = 8, start: int | None = None,
-                progress: Callable[[str, int], Callable[[int], None]] | None = None) -> list[TensorSensitivity]:
+                progress: Callable[[str, int], Callable[[int], None]] | None = None,
+                output: str | None = None) -> list[TensorSensitivity]:
     """The ranked sensitivity of ``qm`` (a :class:`~qlinear.ptq.result.QuantizedModel`) on ``samples`` held-out
-    samples (from ``start``, default the first held-out one), module docstring. ``progress(task, total)`` returns the
-    callback advanced after each run (as :func:`qlinear.quantize`'s)."""
+    samples (from ``start``, default the first held-out one), module docstring, measured on ``output`` (default:
+    the first float output; the report passes its worst). ``progress(task, total)`` returns the callback advanced
+    after each run (as :func:`qlinear.quantize`'s)."""
     ds = qm.dataset
     s0, s1 = qm.held_out()
     start = s0 if start is None else start
@@ -150,7 +152,7 @@ def sensitivity(qm: Any, *, samples: int = 8, start: int | None = None,
         return []
     outs = [o.name for o in qm.model.graph.output]
     feeds = list(ds.batches(start, stop, max(1, stop - start)))
-    out = next((o for o in outs if _is_float(gm, o)), outs[0])
+    out = output if output in outs and _is_float(gm, output) else next((o for o in outs if _is_float(gm, o)), outs[0])
     k = len(gates)
     advance = progress("sensitivity", 2 * k + 1) if progress else None
     runner = _Suffixes(gm, out, gates, feeds, f"{ds.source}, samples {start}..{stop - 1}")
