@@ -493,3 +493,24 @@ def test_weight_only_report_has_no_empty_section(tmp_path):
     for h, body in heads:
         assert re.search(r"<td>|<p>", body), h
     assert "perplexity_quantized" in page and "held-out samples (per-tensor" not in page
+
+
+def test_weight_only_report_judges_outputs_by_kind():
+    """The weight-only report took every [N, values] output for a classifier: MiniLM's int64 passthroughs got
+    top-1 agreement 1.0 and its pooled embedding 0.84. They are now judged as the Q/DQ report judges them."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "W"], ["pooled_embedding"]),
+                           helper.make_node("Identity", ["ids"], ["ids_out"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 32]),
+                           helper.make_tensor_value_info("ids", TensorProto.INT64, ["N", 5])],
+                          [helper.make_tensor_value_info("pooled_embedding", TensorProto.FLOAT, ["N", 32]),
+                           helper.make_tensor_value_info("ids_out", TensorProto.INT64, ["N", 5])],
+                          [numpy_helper.from_array(rng.normal(0, 1, (32, 32)).astype(np.float32), "W")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    data = {"x": rng.normal(0, 1, (24, 32)).astype(np.float32), "ids": rng.integers(0, 9, (24, 5))}
+    rep = qlinear.quantize(m, data, dict(activation_type="float", weight_type="int4", weight_method="minmax",
+                                         calibration_samples=8, evaluation_samples=16)).report()
+    assert rep.kinds == {"pooled_embedding": "embedding", "ids_out": "passthrough"}
+    assert "top1_agreement" not in rep.outputs["pooled_embedding"] and rep.outputs["ids_out"] == {}

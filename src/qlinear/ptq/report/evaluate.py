@@ -697,11 +697,30 @@ def evaluate_weight_only(qm: Any, model_path: Any, *, samples: int | None = None
                 progress(k)
     outputs = {n: a.result() for n, a in acc.items()}
     kinds = {n: a.kind for n, a in acc.items()}
+    _refine_kinds(qm.reference_model, acc, outputs, kinds)
     return Report(samples=stop - start, tensors=[], outputs=outputs, ranking=[],
                   timings={"evaluation": time.perf_counter() - t0}, engine="onnxruntime", kinds=kinds,
                   headlines={n: HEADLINE[k] for n, k in kinds.items()}, weights=sw.weight_stats(),
                   sizes=sw.sizes(model_path), coverage=dict(sw.coverage),
                   plots={n: r for n, r in ((n, p.result()) for n, p in plots.items()) if r is not None})
+
+
+def _refine_kinds(m: Any, acc: dict[str, "Agreement"], outputs: dict[str, dict], kinds: dict[str, str]) -> None:
+    """An output :class:`Agreement` took for a classifier (any ``[N, values]``) judged by :func:`output_kind` instead,
+    as the Q/DQ report judges it: MiniLM's int64 passthroughs and its pooled embedding were given top-1 agreement."""
+    prods = output_producers(m)
+    for n, a in acc.items():
+        if kinds[n] != "classifier" or a.first is None:
+            continue
+        k = output_kind(n, [a.first], [len(a.first)], producer=prods.get(n, ""))
+        if k == "classifier":
+            continue
+        if k in ("integer", "passthrough"):
+            kinds[n], outputs[n] = "passthrough", {}
+            continue
+        outputs[n] = {x: v for x, v in outputs[n].items() if x not in ("top1_agreement", "float_top1",
+                                                                         "quantized_top1")}
+        kinds[n] = k if HEADLINE.get(k) in outputs[n] else "generic"
 
 
 def _token_passes(qm: Any, sessions: tuple[Callable[[], Any], Callable[[], Any]], names: list[str],
@@ -790,6 +809,7 @@ class Agreement:
         self.sig = self.noise = 0.0
         self.n = self.agree = self.hit_f = self.hit_q = 0
         self.classifier, self.labelled, self.tokens = True, False, True
+        self.first: np.ndarray | None = None   # the first float batch: what kind of output this is
         self.nll_f = self.nll_q = 0.0
         self.predicted = self.next_agree = 0
 
@@ -825,6 +845,8 @@ class Agreement:
 
     def _decisions(self, a: np.ndarray, b: np.ndarray, labels: np.ndarray | None, ids: np.ndarray | None) -> None:
         """Top-1 (classifier) and next-token (token logits) metrics of one batch."""
+        if self.first is None:
+            self.first = a
         self.classifier = self.classifier and a.ndim == 2 and a.shape[1] > 1
         if self.classifier:
             fa, qa = a.argmax(1), b.argmax(1)
