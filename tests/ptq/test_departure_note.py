@@ -35,7 +35,7 @@ def test_an_output_that_departs_is_named_with_the_remedy():
     assert rep.outputs["y"]["cosine_mean"] < 0.9 and rep.kinds["z"] == "regression"   # four scores near 1000
     assert rep.outputs["z"]["sqnr_db"] > 30
     notes = [n for n in qm.notes if "depart from float" in n]
-    assert len(notes) == 1 and "'y' (cosine" in notes[0] and "'z'" not in notes[0]
+    assert len(notes) == 1 and "'y' (" in notes[0] and ", cosine 0." in notes[0] and "'z'" not in notes[0]
     assert "--accuracy-target sqnr_db>=15" in notes[0] and "--activation-type uint16" in notes[0]
 
 
@@ -45,6 +45,16 @@ def test_int4_weights_are_named_as_the_remedy():
     cfg = QuantizeConfig(weight_type="int4")
     note = _departure_note({"a": "generic"}, {"a": {"cosine_mean": 0.5, "sqnr_db": 0.9}}, None, cfg)
     assert "--weight-type int8" in note and "uint16" not in note
+
+
+def test_classifier_departs_by_its_agreement():
+    """A classifier whose top class changes on more than 5 % of the held-out samples is named, though its cosine is
+    high (ppocr-cls, --target qnn --weights lpbq: agreement 0.906, no note)."""
+    good = {"top1_agreement": 0.99, "cosine_mean": 0.999}
+    bad = {"top1_agreement": 0.906, "cosine_mean": 0.999, "sqnr_db": 20.0}
+    assert _departure_note({"c": "classifier"}, {"c": good}, None) is None
+    assert "'c' (top-1 agreement 0.906, cosine 1.00, SQNR 20.0 dB)" in _departure_note({"c": "classifier"},
+                                                                                       {"c": bad}, None)
 
 
 def test_regression_output_departs_by_its_sqnr():
