@@ -146,3 +146,14 @@ def test_a_profiled_run_still_writes_its_profile(tmp_path):
                          capture_output=True, text=True, env=env, check=False)
     assert out.returncode == 0 and out.stdout == f"qlinear {qlinear.__version__}\n"
     assert prof.is_file() and prof.stat().st_size > 0
+
+
+def test_result_title_names_the_granularity_used():
+    """--weights per-block on MiniLM: every weight went per-channel (a note says why) while the title said
+    "int8 weights per-block (block 32)"; the title now names what the encodings hold."""
+    from qlinear.cli.quantize import title_of
+    from qlinear.ptq import QuantizeConfig
+
+    cfg = QuantizeConfig(weights="per-block", block_size=32)
+    assert "weights per-block (block 32)," in title_of("m", cfg, {"per_block", "per_channel"})
+    assert "weights per-channel (per-block asked: see the notes)," in title_of("m", cfg, {"per_channel"})

@@ -199,14 +199,18 @@ def _run(model, data, cfg, folder, con, *, report, encodings_version, image_mean
     return qm, files
 
 
-def title_of(name: str, cfg) -> str:
-    """The result table's title: the settings actually used (the settled configuration)."""
+def title_of(name: str, cfg, used: set | None = None) -> str:
+    """The result table's title: the settings actually used (the settled configuration; ``used``: the weight
+    granularities the encodings hold, when none is the configured one: every blocked weight went per-channel)."""
     if cfg.weight_only:
         blk = f" (block {cfg.block_size})" if isinstance(cfg.weight_granularity, PerBlock) else ""
         return (f"{name}: weight-only {cfg.weight_type} {cfg.weights}{blk}, {cfg.w_method} weights, "
                 f"float activations, {cfg.output_format}, target {cfg.target}")
     blk = f" (block {cfg.block_size})" if isinstance(cfg.weight_granularity, PerBlock) else ""
-    return (f"{name}: {cfg.weight_type} weights {cfg.weights}{blk}, {cfg.activation_type} activations, "
+    grain = f"{cfg.weights}{blk}"
+    if used and cfg.weights.replace("-", "_") not in used and isinstance(cfg.weight_granularity, PerBlock):
+        grain = f"{'/'.join(sorted(g.replace('_', '-') for g in used))} ({cfg.weights} asked: see the notes)"
+    return (f"{name}: {cfg.weight_type} weights {grain}, {cfg.activation_type} activations, "
             f"{cfg.a_method} activations / {cfg.w_method} weights, target {cfg.target}")
 
 
@@ -216,7 +220,9 @@ def _print_result(qm, name: str, files: list, output: Path, report: bool) -> Non
 
     cfg = qm.config
     out = Console()
-    t = Table(title=title_of(name, cfg))
+    used = {e.granularity for e in qm.encodings if e.role == "param" and e.dtype not in ("int32", "int64")} \
+        if not cfg.weight_only and qm.encodings is not None else None
+    t = Table(title=title_of(name, cfg, used))
     t.add_column("output")
     t.add_column("metric")
     t.add_column("value", justify="right")
