@@ -343,8 +343,7 @@ class Dataset:
         once are fed once); samples of different shapes (a dynamic sequence length, say) go to different batches; a
         model with an input whose batch axis is static (or absent, with data per sample) gets one sample per call.
         The first input of a feed has its batch axis first when one does (older callers count samples by it)."""
-        specs = self.specs or {}
-        if self.stacks is False or any(not sp.stackable and k not in self.shared for k, sp in specs.items()):
+        if self.stacks is False or not self._stackable():
             batch_size = 1
         axes = self.axes()
         items: list[dict[str, np.ndarray]] = []
@@ -357,6 +356,10 @@ class Dataset:
         if items:
             yield _stack(items, axes, self.shared)
 
+    def _stackable(self) -> bool:
+        """Every input given per sample has a dynamic batch axis (else one sample per call)."""
+        return all(sp.stackable or k in self.shared for k, sp in (self.specs or {}).items())
+
     def check_stacking(self, run: Callable[[dict[str, np.ndarray]], Any], batch_size: int) -> None:
         """Once per dataset, before the first stacked call: ``run`` (a session of the model) on the first two
         consecutive samples :meth:`batches` would stack (among the first :data:`PROBE_SAMPLES`). A model whose batch
@@ -365,8 +368,8 @@ class Dataset:
         the stacking's and is left to the caller's own run."""
         if self.stacks is not None or batch_size < 2:
             return
-        specs, axes = self.specs or {}, self.axes()
-        if any(not sp.stackable and k not in self.shared for k, sp in specs.items()):
+        axes = self.axes()
+        if not self._stackable():
             return
         prev = None
         for i in range(min(len(self), PROBE_SAMPLES)):

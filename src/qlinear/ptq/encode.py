@@ -127,7 +127,6 @@ def lookup_tables(m: onnx.ModelProto, cfg: QuantizeConfig) -> dict[str, list[onn
     as their data (input 0), by integer indices, each with those nodes (none excluded by ``exclude_nodes`` /
     ``exclude_op_types``)."""
     inits = {t.name: t for t in m.graph.initializer}
-    floats = {onnx.TensorProto.FLOAT}
     readers: dict[str, list[onnx.NodeProto]] = {}
     for n in m.graph.node:
         for i, x in enumerate(n.input):
@@ -136,7 +135,7 @@ def lookup_tables(m: onnx.ModelProto, cfg: QuantizeConfig) -> dict[str, list[onn
     out = {}
     for name, rs in readers.items():
         t = inits[name]
-        if t.data_type in floats and len(t.dims) >= 2 and all(r is not None for r in rs) and \
+        if t.data_type == onnx.TensorProto.FLOAT and len(t.dims) >= 2 and all(r is not None for r in rs) and \
                 not any((r.name or "") in cfg.exclude_nodes or "Gather" in cfg.exclude_op_types for r in rs) and \
                 all(r.input[1] not in inits or inits[r.input[1]].data_type != t.data_type for r in rs):
             out[name] = rs

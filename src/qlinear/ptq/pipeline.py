@@ -444,12 +444,14 @@ def _collect(m, ds, n_cal, tensors, cfg, means_for, adv, label, keep=None, tcfg=
                                        means_for=means_for, percentile=cfg.percentile, progress=adv,
                                        minmax_for=outputs, label=label, keep=keep, workers=cfg.workers,
                                        ray_address=cfg.ray_address)
-    masks = set()
+    masks, inf = set(), None
     for t, o in obs.items():
         if o.min is None or (np.isfinite(o.min).all() and np.isfinite(o.max).all()):
             continue
         nan_only = bool(np.isnan(o.min).all())
-        if not nan_only and from_infinite_constant(m, t):
+        if inf is None:   # the constants holding an infinity: one pass over the weights, only when needed
+            inf = infinite_constants(m)
+        if not nan_only and from_infinite_constant(m, t, inf):
             masks.add(t)
             continue
         p = next((n for n in m.graph.node if t in n.output), None)
@@ -461,13 +463,17 @@ def _collect(m, ds, n_cal, tensors, cfg, means_for, adv, label, keep=None, tcfg=
     return obs, means, masks
 
 
-def from_infinite_constant(m: onnx.ModelProto, t: str) -> bool:
-    """Whether tensor ``t`` of ``m`` is computed from a constant holding an infinity (a mask, ``Where(c, x, -inf)``;
-    its infinities are meant, not an overflow)."""
+def infinite_constants(m: onnx.ModelProto) -> set[str]:
+    """The float initializers of ``m`` holding an infinity."""
     from onnx import numpy_helper
 
-    inf = {i.name for i in m.graph.initializer if i.data_type in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16,
-           onnx.TensorProto.DOUBLE) and np.isinf(numpy_helper.to_array(i)).any()}
+    return {i.name for i in m.graph.initializer if i.data_type in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16,
+            onnx.TensorProto.DOUBLE) and np.isinf(numpy_helper.to_array(i)).any()}
+
+
+def from_infinite_constant(m: onnx.ModelProto, t: str, inf: set[str]) -> bool:
+    """Whether tensor ``t`` of ``m`` is computed from a constant of ``inf`` (:func:`infinite_constants`: a mask,
+    ``Where(c, x, -inf)``; its infinities are meant, not an overflow)."""
     if not inf:
         return False
     prod = {o: n for n in m.graph.node for o in n.output}

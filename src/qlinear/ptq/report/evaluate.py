@@ -851,7 +851,7 @@ class Agreement:
 
     def _decisions(self, a: np.ndarray, b: np.ndarray, labels: np.ndarray | None, ids: np.ndarray | None) -> None:
         """Top-1 (classifier) and next-token (token logits) metrics of one batch."""
-        if self.first is None:
+        if self.first is None and a.ndim <= 2:   # a classifier candidate only: token logits are not kept
             self.first = a
         self.classifier = self.classifier and a.ndim == 2 and a.shape[1] > 1
         if self.classifier:
