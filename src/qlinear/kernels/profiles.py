@@ -23,6 +23,9 @@ class Profile:
     add: str = ""             # Add / Sub formula (default: ``elementwise``; "xnnpack")
     softmax: str = "table"    # 8-bit Softmax: "table" (TFLite's optimized float table), "reference" (TFLite's
     #                           gemmlowp reference kernel) or "ort" (ONNX Runtime's QLinearSoftmax)
+    fused_bits: int = 0       # only operators whose integer inputs (int32 biases aside) and output all have this
+    #                           width run as integer kernels; the others run as the runtime runs them unfused: in
+    #                           float between their DequantizeLinear and QuantizeLinear (0: every width)
 
     @property
     def mean_mode(self) -> str:
@@ -44,7 +47,7 @@ PROFILES["litert_xnnpack"] = Profile("litert_xnnpack", "f32_rne", "f32_rne", "f3
                                      "xnnpack")
 PROFILES["ort"] = Profile("ort", "f32_rne", "f32_rne", "f32_rne", "onnx", "even")
 PROFILES["ort_fused"] = Profile("ort_fused", "f32_rne", "f32_rne", "f32_rne", "onnx", "even", "float", "mlas",
-                                softmax="ort")
+                                softmax="ort", fused_bits=8)  # the CPU provider fuses 8-bit Q/DQ patterns only
 
 
 def profile(mode: str) -> Profile:

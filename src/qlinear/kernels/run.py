@@ -31,7 +31,9 @@ profile picks, operator by operator, what that runtime's kernels do (:data:`PROF
                     clamps half away
 ``ort``             ONNX Runtime on the Q/DQ model: ``f32_rne`` (same as that mode)
 ``ort_fused``       ONNX Runtime's fused int8 path on x86 (QLinearConv/QGemm ``f32_rne``, QLinearAdd's MLAS AVX2
-                    formula, ReduceMean left in float as ORT leaves it)
+                    formula, ReduceMean left in float as ORT leaves it); an operator with a 16-bit activation or
+                    a weight other than 8-bit is not fused by ORT's CPU provider and runs in float between its
+                    DequantizeLinear and QuantizeLinear, as there
 ==================  =====================================================================================
 
 Every mode checks the accumulators: one outside int32 raises :class:`~qlinear.errors.OverflowRiskError` (16x8 layers
@@ -143,12 +145,19 @@ class IntegerModel:
         """The integer kernel of ``op`` (the registry's kernel family, :data:`KERNELS`), or None: it runs in
         float."""
         kernel = KERNELS.get(ops.kernel_of(op.op) or "")
-        if kernel is None:
+        if kernel is None or not self._fusable(op):
             return None
         try:
             return kernel(op, self.profile, self.qg)
         except NotInteger:
             return None
+
+    def _fusable(self, op: QOp) -> bool:
+        """Whether the runtime fuses ``op`` by its integer widths (``Profile.fused_bits``; int32 biases aside)."""
+        bits = self.profile.fused_bits
+        vals = [v for v in [*op.inputs, op.output] if v is not None and not (v.const is not None
+                                                                              and v.params.dtype.bits == 32)]
+        return not bits or all(v.params.dtype.is_int and v.params.dtype.bits == bits for v in vals)
 
     # ------------------------------------------------------------------------------------------ run
     def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
