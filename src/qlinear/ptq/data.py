@@ -52,6 +52,7 @@ class InputSpec:
     shape: tuple[Any, ...] | None
     dtype: np.dtype
     batch_axis: int | None = 0  #: where samples stack (None: the input has no batch axis, it is fed whole)
+    fixed: bool = False  #: its dims were fixed by the user (``input_shapes``), not declared by the model
 
     @property
     def rank(self) -> int | None:
@@ -166,11 +167,8 @@ def check_header(shape: tuple[int, ...], dtype: np.dtype, spec: InputSpec, where
         off = [f"dimension {i} is {d}, not {w}" for i, (d, w) in enumerate(zip(shape, spec.shape))
                if isinstance(w, int) and w > 0 and d != w]
         if off:
-            given = ",".join(str(int(d)) for d in shape)
             raise DataError(f"{where}: input {name!r} has shape {list(shape)}, the model expects "
-                            f"{_dims(spec.shape)} ({'; '.join(off)}); resize the data, or, if the model's declared "
-                            f"size is stale and its layers take yours, --input-shape {name}={given} (config "
-                            "input_shapes)")
+                            f"{_dims(spec.shape)} ({'; '.join(off)}); {_shape_advice(spec, shape)}")
     want = spec.dtype
     if dtype != want:
         same_kind = (want.kind == "f" and dtype.kind == "f") or (want.kind in "iu" and dtype.kind in "iu") or \
@@ -180,6 +178,17 @@ def check_header(shape: tuple[int, ...], dtype: np.dtype, spec: InputSpec, where
             raise DataError(f"{where}: input {name!r} has dtype {dtype}, the model expects {want}; convert the data "
                             f"(e.g. array.astype(np.{want.name})){hint}")
     return add_batch
+
+
+def _shape_advice(spec: InputSpec, shape: tuple[int, ...]) -> str:
+    """What to do about a sample whose dims differ from the static ones of ``spec``."""
+    given = ",".join(str(int(d)) for d in shape)
+    if spec.fixed:
+        return ("that shape was fixed by --input-shape (config input_shapes), and every sample must have it: give "
+                "samples of that size (a .tflite takes one input size), or leave the input dynamic (target ort "
+                "takes samples of several sizes)")
+    return (f"resize the data, or, if the model's declared size is stale and its layers take yours, --input-shape "
+            f"{spec.name}={given} (config input_shapes)")
 
 
 def conform(a: Any, spec: InputSpec, where: str, *, check_values: bool = True) -> np.ndarray:

@@ -19,6 +19,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -149,7 +150,8 @@ def quantize(model: Any, data: Any, config: QuantizeConfig | dict | None = None,
     cfg, notes = settle(cfg, m)
     notes += check_excludes(cfg, m, label)
     float_model = load_model(model if norm_notes else m)  # as given (a copy)
-    ds = load_dataset(data, model_inputs(m), preprocess=preprocess, batch_axes=cfg.batch_axes, fixed=fixed)
+    specs = {k: dataclasses.replace(v, fixed=k in (cfg.input_shapes or {})) for k, v in model_inputs(m).items()}
+    ds = load_dataset(data, specs, preprocess=preprocess, batch_axes=cfg.batch_axes, fixed=fixed)
     n_cal = min(cfg.calibration_samples, len(ds))
     ds.validate(min(len(ds), cfg.calibration_samples + cfg.evaluation_samples))
     check_normalized(float_model, m, ds, n_cal, label, norm_notes, fixed=fixed)
