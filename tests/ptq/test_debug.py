@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from onnx import numpy_helper
+from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
 import qlinear
@@ -280,3 +280,23 @@ def test_the_model_as_shipped_compares_like_the_runs_rewritten_float():
     assert not rewritten.notes and shipped.first_jump == rewritten.first_jump
     by = {t.tensor: t.sqnr_db for t in shipped.tensors}
     assert by == pytest.approx({t.tensor: t.sqnr_db for t in rewritten.tensors}) and min(by.values()) > 30
+
+
+def test_runtime_comparison_covers_samples_of_several_lengths(tmp_path):
+    """Samples of different sequence lengths cannot share a call: every batch of the first --samples is compared
+    (only the first batch was: "on 1 samples" whatever --samples said)."""
+    rng = np.random.default_rng(0)
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Relu", ["h"], ["y"])],
+                          "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", "T", 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", "T", 4])],
+                          [numpy_helper.from_array(rng.normal(0, 0.5, (8, 4)).astype(np.float32), "w")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    data = tmp_path / "data"
+    data.mkdir()
+    for i in range(12):
+        np.savez(data / f"{i:02d}.npz", x=rng.normal(0, 1, (1, 3 + i % 4, 8)).astype(np.float32))
+    qlinear.quantize(m, data, dict(calibration_samples=8, evaluation_samples=4)).save(tmp_path / "o", report=False)
+    r = compare_runtime(onnx.load(tmp_path / "o" / "model.qdq.onnx"), data, runtime="ort_fused", samples=6)
+    assert r.samples == 6 and [d.size for d in r.tensors] == [4 * (3 + 4 + 5 + 6 + 3 + 4)]
+    if int8_kernels_exact():
+        assert r.first_difference is None

@@ -535,24 +535,49 @@ def compare_runtime(quant_model: Any, data: Any, *, runtime: str = "litert", tfl
     qm = load_model(quant_model)
     mode = mode or RUNTIMES[runtime]
     im = IntegerModel(qm, mode)
+    if runtime.startswith("litert") and tflite is None:
+        raise ConfigError(f"runtime {runtime}: give the .tflite exported from the Q/DQ model")
     ds = load_dataset(data, model_inputs(qm), batch_axes=batch_axes)
     n = min(samples, len(ds))
-    feed = next(iter(ds.batches(0, n, n)), None)
-    if feed is None:
-        raise DataError(f"{ds.source}: no samples")
-    env = integer_trace(im, feed)
-    res = RuntimeDiff(runtime, mode, ds.batch_len(feed))
-    if runtime.startswith("litert"):
-        if tflite is None:
-            raise ConfigError(f"runtime {runtime}: give the .tflite exported from the Q/DQ model")
-        got = _litert_tensors(tflite, im.qg, feed, reference=runtime == "litert")
-    else:
-        got = _as_ints(_ort_outputs(qm, feed), im.qg)
+    res = RuntimeDiff(runtime, mode, 0)
     if runtime in OUTPUTS_ONLY:
         res.notes.append(f"{OUTPUTS_ONLY[runtime]}, so only the graph outputs are compared")
+    diffs: dict[str, IntDiff] = {}
+    where: dict[str, tuple] = {}
+    sess = None if runtime.startswith("litert") else \
+        Session(qm, level="all", label="the quantized model (ONNX Runtime's default session)")
+    if sess is not None:
+        ds.check_stacking(sess.run_all, n)   # a batch axis only nominally dynamic: one sample per call
+    for feed in ds.batches(0, n, n):  # samples of several shapes (a sequence length) run batch by batch
+        res.samples += ds.batch_len(feed)
+        got = _litert_tensors(tflite, im.qg, feed, reference=runtime == "litert") if sess is None else \
+            _as_ints(_ort_outputs(sess, qm, feed), im.qg)
+        _compare_batch(im, feed, runtime, got, diffs, where)
+    if not res.samples:
+        raise DataError(f"{ds.source}: no samples")
+    res.tensors = list(diffs.values())
     unfused = _unfused(im)
+    for d in res.tensors:
+        if d.differing and d.max_diff <= 1 and d.tensor in unfused:
+            d.formula = FLOAT_ROUNDING.format(op=unfused[d.tensor], bits=im.profile.fused_bits)
+        elif d.differing and res.first_difference is None:
+            res.first_difference = d.tensor
+            d.formula = _formula(qm, where[d.tensor][0], im, d.tensor, where[d.tensor][1], d.op)
+    if runtime == "litert":  # every tensor is readable: say which the .tflite does not have
+        missing = [t for t, _, _ in _graph_order(im.qg) if t not in got]
+        if missing:
+            res.notes.append(f"not in the .tflite (fused or renamed): {', '.join(missing)}")
+    return res
+
+
+def _compare_batch(im: IntegerModel, feed: dict[str, np.ndarray], runtime: str,
+                   got: dict[str, np.ndarray], diffs: dict[str, IntDiff], where: dict[str, tuple]) -> None:
+    """One batch of :func:`compare_runtime`: ``got`` (the runtime's integer tensors) against ``run_integer``, each
+    tensor's differences added to ``diffs`` (graph order), the batch and runtime values where a tensor first differs
+    to ``where``."""
+    env = integer_trace(im, feed)
     for t, node, op in _graph_order(im.qg) + _output_ints(im.qg):
-        if t not in got or t not in env.ints or any(d.tensor == t for d in res.tensors):
+        if t not in got or t not in env.ints:
             continue
         a = env.ints[t]
         b = _onnx_layout(got[t], a.shape)
@@ -560,17 +585,12 @@ def compare_runtime(quant_model: Any, data: Any, *, runtime: str = "litert", tfl
             raise DataError(f"tensor {t}: run_integer gives shape {a.shape}, {runtime} {b.shape}")
         k, mx = _int_diff(a, b)
         v = im.qg.values[t]
-        res.tensors.append(IntDiff(t, v.float_name, node, op, v.params.dtype.name, int(a.size), k, mx))
-        if k and mx <= 1 and t in unfused:
-            res.tensors[-1].formula = FLOAT_ROUNDING.format(op=unfused[t], bits=im.profile.fused_bits)
-        elif k and res.first_difference is None:
-            res.first_difference = t
-            res.tensors[-1].formula = _formula(qm, feed, im, t, b, op)
-    if runtime == "litert":  # every tensor is readable: say which the .tflite does not have
-        missing = [t for t, _, _ in _graph_order(im.qg) if t not in got]
-        if missing:
-            res.notes.append(f"not in the .tflite (fused or renamed): {', '.join(missing)}")
-    return res
+        d = diffs.setdefault(t, IntDiff(t, v.float_name, node, op, v.params.dtype.name, 0, 0, 0))
+        if d.size and d.node != node:  # a tensor already compared under another entry (an output of the graph)
+            continue
+        d.size, d.differing, d.max_diff = d.size + int(a.size), d.differing + k, max(d.max_diff, mx)
+        if k and t not in where:
+            where[t] = (feed, b)
 
 
 FLOAT_ROUNDING = ("the runtime fuses {bits}-bit integers only, so this {op} runs in float32 between its "
@@ -636,10 +656,9 @@ def _onnx_layout(y: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     return y
 
 
-def _ort_outputs(qm: onnx.ModelProto, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The graph outputs of ONNX Runtime's default session (its fused int8 kernels)."""
+def _ort_outputs(sess: Session, qm: onnx.ModelProto, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The graph outputs of ``sess``, ONNX Runtime's default session of ``qm`` (its fused int8 kernels)."""
     outs = [o.name for o in qm.graph.output]
-    sess = Session(qm, level="all", label="the quantized model (ONNX Runtime's default session)")
     return dict(zip(outs, sess.run(outs, feed)))
 
 
