@@ -338,3 +338,23 @@ def test_model_whose_reshape_fixes_the_batch_runs_one_sample_per_call(tmp_path):
                     [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 2, 6])], {"W": W})
     qm = qlinear.quantize(ok, {"x": x}, CFG)   # a real batch axis: stacked, no note
     assert qm.dataset.stacks is True and not any("two samples" in n for n in qm.notes)
+
+
+def test_report_pass_checks_stacking_itself(tmp_path):
+    """The report's passes start while quantizing (``report_ahead``, the command line), possibly before
+    calibration tried two samples in one call: khmersm with --target qnn or --activation-type uint16 failed in the
+    report's float pass ("samples 33..34", Reshape node). A pass checks the stacking itself first."""
+    from qlinear.ptq.report.passes import float_session, model_outputs
+
+    rng = np.random.default_rng(6)
+    W = (rng.standard_normal((4, 6)) / 2).astype(np.float32)
+    m = make_model([helper.make_node("Reshape", ["x", "s"], ["r"]), helper.make_node("MatMul", ["r", "W"], ["y"])],
+                   [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 2, 4])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 6])],
+                   {"W": W, "s": np.array([1, 2, 4], np.int64)})
+    x = rng.standard_normal((6, 2, 4)).astype(np.float32)
+    ds = load_dataset({"x": x}, model_inputs(m))
+    assert ds.stacks is None
+    out, counts = model_outputs(float_session(m), ["y"], ds, [(0, 6, 4)])
+    assert ds.stacks is False and counts == [1] * 6
+    np.testing.assert_allclose(np.concatenate(out["y"]), x.reshape(6, 2, 4) @ W, rtol=1e-5, atol=1e-5)

@@ -263,6 +263,8 @@ def model_outputs(session: Callable[[], Any], outputs: list[str], ds: Any, parts
     if not any(a < z for a, z, _ in parts):
         return out, counts
     sess = session()
+    if hasattr(ds, "check_stacking") and hasattr(sess, "run_all"):  # this pass may start before calibration checked
+        ds.check_stacking(sess.run_all, max(b for _, _, b in parts))  # a batch axis only nominally dynamic
     for start, stop, batch in parts:
         done = start
         for feed in (read or SerialReader(ds)).batches(start, stop, batch):
