@@ -303,10 +303,11 @@ def _remedy(cfg: Any, target: str, them: str, *, all16: bool = True) -> str:
     activations are already 16-bit."""
     if getattr(cfg, "target", "ort") != "tflite":
         narrow = qtype(getattr(cfg, "weight_type", "int8")).bits <= 4   # the weights are the likelier cause
+        wide = qtype(getattr(cfg, "activation_type", "uint8")).bits >= 16  # (or not a 16-bit grid's to fix)
         return (f"; --accuracy-target {target} raises the precision of the tensors that change {them}"
                 + (" (judged on held-back calibration samples), --weight-type int8 keeps every weight at 8 bits"
                    if narrow else " (judged on held-back calibration samples), --activation-type uint16 keeps every "
-                   "activation at 16 bits" if all16 else ", judged on held-back calibration samples"))
+                   "activation at 16 bits" if all16 and not wide else ", judged on held-back calibration samples"))
     if qtype(getattr(cfg, "activation_type", "int8")).bits >= 16:
         return ("; with target tflite every activation is already 16-bit; precision repair (--accuracy-target "
                 f"{target}) needs target ort or qnn")
