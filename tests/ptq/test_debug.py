@@ -300,3 +300,21 @@ def test_runtime_comparison_covers_samples_of_several_lengths(tmp_path):
     assert r.samples == 6 and [d.size for d in r.tensors] == [4 * (3 + 4 + 5 + 6 + 3 + 4)]
     if int8_kernels_exact():
         assert r.first_difference is None
+
+
+def test_differences_named_float_rounding_only_where_both_compute_in_float(qlinear_pair):
+    """A QuantizeLinear of a float operator's output (basic-pitch's sigmoid, dnsmos's) 1 step apart is float32
+    rounding of two float kernels; 2 steps, or an integer kernel's tensor, is a difference."""
+    from qlinear.kernels import IntegerModel
+    from qlinear.ptq.report.debug import FLOAT_INPUT_ROUNDING, IntDiff, RuntimeDiff, name_differences
+
+    im = IntegerModel(qlinear_pair[1], "ort_fused")
+
+    def diff(t, op, k, mx):
+        return IntDiff(t, t, "n", op, "uint8", 100, k, mx)
+
+    res = RuntimeDiff("ort_fused", "ort_fused", 4, [diff("a", "QuantizeLinear", 3, 1), diff("b", "Conv", 0, 0),
+                                                    diff("c", "Gemm", 1, 1), diff("d", "QuantizeLinear", 2, 2)])
+    name_differences(res, im, lambda d: f"formula of {d.tensor}")
+    assert res.tensors[0].formula == FLOAT_INPUT_ROUNDING and res.first_difference == "c"
+    assert res.tensors[2].formula == "formula of c" and res.tensors[3].formula == ""

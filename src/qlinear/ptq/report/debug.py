@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import onnx
@@ -556,13 +556,7 @@ def compare_runtime(quant_model: Any, data: Any, *, runtime: str = "litert", tfl
     if not res.samples:
         raise DataError(f"{ds.source}: no samples")
     res.tensors = list(diffs.values())
-    unfused = _unfused(im)
-    for d in res.tensors:
-        if d.differing and d.max_diff <= 1 and d.tensor in unfused:
-            d.formula = FLOAT_ROUNDING.format(op=unfused[d.tensor], bits=im.profile.fused_bits)
-        elif d.differing and res.first_difference is None:
-            res.first_difference = d.tensor
-            d.formula = _formula(qm, where[d.tensor][0], im, d.tensor, where[d.tensor][1], d.op)
+    name_differences(res, im, lambda d: _formula(qm, where[d.tensor][0], im, d.tensor, where[d.tensor][1], d.op))
     if runtime == "litert":  # every tensor is readable: say which the .tflite does not have
         missing = [t for t, _, _ in _graph_order(im.qg) if t not in got]
         if missing:
@@ -596,6 +590,26 @@ def _compare_batch(im: IntegerModel, feed: dict[str, np.ndarray], runtime: str,
 FLOAT_ROUNDING = ("the runtime fuses {bits}-bit integers only, so this {op} runs in float32 between its "
                   "DequantizeLinear and QuantizeLinear: a value 1 step apart sits on a rounding boundary that float32 "
                   "summation order decides, not a formula difference")
+
+
+def name_differences(res: RuntimeDiff, im: IntegerModel, formula: Callable[[IntDiff], str]) -> None:
+    """Say what each differing tensor of ``res`` (graph order) is: float rounding where both compute the value in
+    float32 and it is at most 1 step apart (an operator of a width the runtime does not fuse; a QuantizeLinear of a
+    float operator's output), else a difference; the first one is ``res.first_difference``, with ``formula(d)``."""
+    unfused = _unfused(im)
+    for d in res.tensors:
+        if d.differing and d.max_diff <= 1 and d.tensor in unfused:
+            d.formula = FLOAT_ROUNDING.format(op=unfused[d.tensor], bits=im.profile.fused_bits)
+        elif d.differing and d.max_diff <= 1 and d.op == "QuantizeLinear":
+            d.formula = FLOAT_INPUT_ROUNDING
+        elif d.differing and res.first_difference is None:
+            res.first_difference = d.tensor
+            d.formula = formula(d)
+
+
+FLOAT_INPUT_ROUNDING = ("this QuantizeLinear reads a value that both compute in float32 (the runtime's float kernel, "
+                        "the ONNX reference's NumPy): a value 1 step apart sits on a rounding boundary that their "
+                        "last bits decide, not a formula difference")
 
 
 def _unfused(im: IntegerModel) -> dict[str, str]:
