@@ -53,6 +53,30 @@ def test_columns_reproduce_the_convolution(c, o, k, group, stride, pad, dil, hw)
         np.testing.assert_allclose(np.matmul(ly.to_matrix(w), cols), ref, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("kind,attrs,hw", [
+    ("1d", dict(group=1, strides=[2], pads=[1, 2], dilations=[1], kernel_shape=[3]), 37),
+    ("1d", dict(group=4, strides=[1], pads=[2, 2], dilations=[2], kernel_shape=[3]), 30),
+    ("1d", dict(group=1, strides=[3], auto_pad="SAME_UPPER", kernel_shape=[4]), 31),
+    ("2d", dict(group=1, strides=[2, 2], auto_pad="SAME_UPPER", kernel_shape=[4, 3]), 15),
+    ("2d", dict(group=4, strides=[2, 1], auto_pad="SAME_LOWER", kernel_shape=[4, 4]), 14),
+    ("2d", dict(group=1, strides=[2, 2], auto_pad="VALID", kernel_shape=[3, 3]), 13)])
+def test_columns_of_1d_and_auto_padded_convolutions(kind, attrs, hw):
+    """1-D convolutions (fw-silero's encoder, onnx-asr's STFT) and auto_pad (keras2onnx's MTCNN: VALID) are layers
+    too: W @ columns == ONNX Runtime's Conv output (AdaRound and SeqMSE skipped them, silently)."""
+    rng = np.random.default_rng(hw)
+    c, o, g = 4, 8, attrs["group"]
+    k = attrs["kernel_shape"]
+    w = rng.normal(size=(o, c // g, *k)).astype(np.float32)
+    x = rng.normal(size=(2, c, hw) if kind == "1d" else (2, c, hw, hw + 3)).astype(np.float32)
+    m = _conv_model(w, **attrs)
+    y = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    ly = Layer(WeightSpec("w", "Conv", "conv", 0, None), m.graph.node[0], "conv", w.shape, groups=g)
+    cols = ly.columns(x, max_positions=100_000)
+    ref = y.reshape(2, g, o // g, -1).transpose(1, 2, 0, 3).reshape(g, o // g, -1)
+    np.testing.assert_allclose(np.matmul(ly.to_matrix(w), cols), ref, rtol=1e-4, atol=1e-4)
+    assert ly.from_matrix(ly.to_matrix(w)).shape == w.shape
+
+
 def _fc_layer(K=12, n_out=5, transposed=False):
     node = helper.make_node("Gemm", ["x", "w"], ["y"], name="fc", transB=0 if transposed else 1)
     shape = (K, n_out) if transposed else (n_out, K)
@@ -310,3 +334,23 @@ def test_pipeline_adaround_holds_back_and_mirrors():
     w = {t.name: numpy_helper.to_array(t) for t in qm.encoded_model.graph.initializer}
     w0 = {t.name: numpy_helper.to_array(t) for t in plain.encoded_model.graph.initializer}
     assert not np.array_equal(w["pw.weight"], w0["pw.weight"])
+
+
+def test_weights_adaround_does_not_fit_are_named(tmp_path):
+    """A ConvTranspose weight (CenterFace's neck) keeps min-max with nearest rounding under --weight-method
+    adaround: a note names it (it was silent), and an unnamed model's layers are fitted (its nodes were looked up
+    by an empty name: CenterFace, torch 1.2, had AdaRound on none of its 60 convolutions, silently)."""
+    rng = np.random.default_rng(3)
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["h"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["h"], ["r"]),
+             helper.make_node("ConvTranspose", ["r", "w2"], ["y"], strides=[2, 2])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", 1, ["N", 3, 8, 8])],
+                          [helper.make_tensor_value_info("y", 1, ["N", 4, 16, 16]),
+                           helper.make_tensor_value_info("h", 1, ["N", 8, 8, 8])],   # renamed in the Q/DQ model
+                          [numpy_helper.from_array(rng.normal(0, 0.3, (8, 3, 3, 3)).astype(np.float32), "w1"),
+                           numpy_helper.from_array(rng.normal(0, 0.3, (8, 4, 2, 2)).astype(np.float32), "w2")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    x = rng.normal(0, 1, (24, 3, 8, 8)).astype(np.float32)
+    qm = qlinear.quantize(m, {"x": x}, dict(calibration_samples=16, evaluation_samples=8, weight_method="adaround"))
+    left = [n for n in qm.notes if n.startswith("AdaRound fits")]
+    assert len(left) == 1 and "1 weight(s) of ConvTranspose keep int8 min-max ranges" in left[0] and "w2" in left[0]
+    assert any("AdaRound rounding" in n and "for 1 layers" in n for n in qm.notes)

@@ -47,7 +47,7 @@ ACTIVATION_FNS = ops.ACTIVATION_FNS
 class WeightSpec:
     name: str
     op: str
-    node: str
+    node: str               # the node's name, or its first output's when it has none
     channel_axis: int
     block_axis: int | None
     input: str = ""          # the activation the weight multiplies
@@ -66,7 +66,7 @@ class ConcatSpec:
     """A Concat of the plan: its data inputs (the parts), output and axis; ``ranges`` (the largest ``|x|`` of each
     part on the calibration data) are filled in after calibration."""
 
-    node: str
+    node: str               # the node's name, or its first output's when it has none
     inputs: list[str]
     output: str
     axis: int
@@ -283,7 +283,8 @@ def _add_weight(g: _Graph, n: ir.Node, ins: list[str], plan: Plan) -> None:
     bi = ops.bias_input(n.op_type)
     b = ins[bi] if bi is not None and len(ins) > bi else ""
     b = b if b and b in g.inits else ""
-    plan.weights.append(WeightSpec(w, n.op_type, n.name or "", axes[0], axes[1], ins[0], b))
+    key = n.name or _names(n.outputs)[0]  # an unnamed node by its first output, as everywhere (torch 1.2 exports)
+    plan.weights.append(WeightSpec(w, n.op_type, key, axes[0], axes[1], ins[0], b))
     if b:
         plan.biases.append(BiasSpec(b, w, ins[0]))
 

@@ -105,12 +105,10 @@ class Layer:
         if self.kind == "fc":
             rows = x.reshape(-1, x.shape[-1])
             return np.ascontiguousarray(rows.T)[None]
+        if x.ndim == 3:  # a 1-D convolution: a 2-D one over [N, C, 1, L]
+            x = x[:, :, None, :]
         n, c, h, w = x.shape
-        _, cg, kh, kw = self.shape
-        node = self.node
-        pads = list(attr(node, "pads", [0, 0, 0, 0]))
-        st = tuple(attr(node, "strides", [1, 1]))
-        dl = tuple(attr(node, "dilations", [1, 1]))
+        cg, kh, kw, pads, st, dl = self.geometry(h, w)
         g = self.groups
         eh, ew = (kh - 1) * dl[0] + 1, (kw - 1) * dl[1] + 1
         oh = (h + pads[0] + pads[2] - eh) // st[0] + 1
@@ -134,6 +132,30 @@ class Layer:
                 out[:, :, i * kw + j] = xs[:, :, :, r:r + (ph - 1) * st[0] * step + 1:st[0] * step,
                                            c:c + (pw - 1) * st[1] * step + 1:st[1] * step]
         return out.reshape(g, cg * kh * kw, n * ph * pw)
+
+    def geometry(self, h: int, w: int) -> tuple[int, int, int, list[int], tuple[int, int], tuple[int, int]]:
+        """``(in channels per group, kh, kw, pads [top, left, bottom, right], strides, dilations)`` of the
+        convolution as a 2-D one over an ``h x w`` input (a 1-D one has ``h`` 1), ``auto_pad`` made explicit."""
+        one = len(self.shape) == 3
+        _, cg, *k = self.shape
+        kh, kw = (1, k[0]) if one else (k[0], k[1])
+        st = tuple(attr(self.node, "strides", [1] if one else [1, 1]))
+        dl = tuple(attr(self.node, "dilations", [1] if one else [1, 1]))
+        st, dl = ((1, st[0]), (1, dl[0])) if one else (st, dl)
+        auto = attr(self.node, "auto_pad", b"NOTSET")
+        auto = auto.decode() if isinstance(auto, bytes) else str(auto)
+        if auto in ("SAME_UPPER", "SAME_LOWER"):
+            pads = [0, 0, 0, 0]
+            for i, (size, kk) in enumerate(((h, kh), (w, kw))):
+                total = max((-(-size // st[i]) - 1) * st[i] + (kk - 1) * dl[i] + 1 - size, 0)
+                lo = total // 2 if auto == "SAME_UPPER" else total - total // 2
+                pads[i], pads[i + 2] = lo, total - lo
+        elif auto == "VALID":
+            pads = [0, 0, 0, 0]
+        else:
+            p = list(attr(self.node, "pads", [0, 0] if one else [0, 0, 0, 0]))
+            pads = [0, p[0], 0, p[1]] if one else p
+        return cg, kh, kw, pads, st, dl
 
     def accumulate(self, x_f: np.ndarray, x_q: np.ndarray) -> None:
         """Add a batch's float and quantized inputs to ``G``, ``M`` and ``F`` (float64 sums of float32 GEMMs)."""
@@ -189,7 +211,8 @@ def quad(w: np.ndarray, F: np.ndarray, _w: np.ndarray, w_new: np.ndarray, M: np.
 
 
 def layers_of(m: onnx.ModelProto, specs: list[WeightSpec]) -> list[Layer]:
-    """The :class:`Layer` of every weight spec whose node is a 2-D Conv, a Gemm or a MatMul with a 2-D weight."""
+    """The :class:`Layer` of every weight spec whose node is a 1-D or 2-D Conv (any padding), a Gemm or a MatMul with
+    a 2-D weight."""
     g = GraphIndex.build(m, infer_shapes=False)
     by_name = {n.name or n.output[0]: n for n in m.graph.node}
     out = []
@@ -198,7 +221,7 @@ def layers_of(m: onnx.ModelProto, specs: list[WeightSpec]) -> list[Layer]:
         if node is None or spec.name not in g.initializers:
             continue
         shape = tuple(g.initializers[spec.name].dims)
-        if node.op_type == "Conv" and len(shape) == 4 and attr(node, "auto_pad", b"NOTSET") in (b"NOTSET", "NOTSET"):
+        if node.op_type == "Conv" and len(shape) in (3, 4):
             out.append(Layer(spec, node, "conv", shape, groups=attr(node, "group", 1)))
         elif node.op_type == "Gemm" and len(shape) == 2 and not attr(node, "transA", 0):
             out.append(Layer(spec, node, "fc", shape, transposed=not attr(node, "transB", 0)))

@@ -78,6 +78,9 @@ def refine_weights(es: EncodingSet, m: onnx.ModelProto, plan: Plan, ds: Any, n_c
     specs = [s for s in plan.weights if s.name in encs and encs[s.name].qtype.is_int
              and methods.get(s.name) in ("seqmse", "adaround")]
     layers = layers_of(m, specs)
+    left = [s for s in specs if s.name not in {ly.spec.name for ly in layers}]
+    if left and notes is not None:
+        notes.append(_left_note(left, methods, encs))
     if not layers:
         return Refined(es)
     qdq = apply(es, m)
@@ -85,9 +88,9 @@ def refine_weights(es: EncodingSet, m: onnx.ModelProto, plan: Plan, ds: Any, n_c
     n_hold = held_back(n_cal, cfg.adaround_holdout) if n_ada else 0
     fit, hold, mirrored = _batches(ds, n_cal, n_hold, cfg, bool(n_ada))
     batches = fit + hold
-    cuts = [ly.spec.node for ly in layers]
-    fs = Staged(m, cuts, batches, label=f"the float {label}")
-    qs = Staged(qdq, cuts, batches, label=f"the quantized {label}", disable_qdq_fusion=True)
+    qkeys = quantized_keys(qdq, layers)
+    fs = Staged(m, [ly.spec.node for ly in layers], batches, label=f"the float {label}")
+    qs = Staged(qdq, qkeys, batches, label=f"the quantized {label}", disable_qdq_fusion=True)
     del batches
     qnodes = {n.name or n.output[0]: n for n in qdq.graph.node}
     inits = {t.name: t for t in m.graph.initializer}
@@ -98,7 +101,7 @@ def refine_weights(es: EncodingSet, m: onnx.ModelProto, plan: Plan, ds: Any, n_c
         fs.advance(i)
         qs.advance(i)
         name = ly.spec.name
-        q_in = qnodes[ly.spec.node].input[0]
+        q_in = qnodes[qkeys[i]].input[0]
         w = numpy_helper.to_array(inits[name])
         hd = Layer(ly.spec, ly.node, ly.kind, ly.shape, ly.groups, ly.transposed) if hold else None
         for j, (xf, xq) in enumerate(zip(fs.tensor(ly.node.input[0]), qs.tensor(q_in))):
@@ -138,6 +141,35 @@ def refine_weights(es: EncodingSet, m: onnx.ModelProto, plan: Plan, ds: Any, n_c
     out.encodings = es.with_encodings(encs.values())
     if notes is not None:
         notes.append(_note(out, cfg, n_ada, n_cal, n_hold, mirrored))
+    return out
+
+
+def _left_note(left: list[Any], methods: dict[str, str], encs: dict[str, Any]) -> str:
+    """The weights a data-driven method was asked for that it does not fit (another operator, a 3-D convolution)."""
+    how = sorted({methods[s.name] for s in left})
+    ops = sorted({s.op for s in left})
+    names = " and ".join(m.replace("adaround", "AdaRound").replace("seqmse", "SeqMSE") for m in how)
+    return (f"{names} fit{'s' if len(how) == 1 else ''} 1-D and 2-D Conv, Gemm and MatMul layers: {len(left)} "
+            f"weight(s) of {', '.join(ops)} keep "
+            f"{encs[left[0].name].qtype.name} min-max ranges with nearest rounding: "
+            + ", ".join(s.name for s in left[:6]) + (" ..." if len(left) > 6 else ""))
+
+
+def quantized_keys(qdq: onnx.ModelProto, layers: list[Layer]) -> list[str]:
+    """Each layer's node in the Q/DQ model (its name, or its first output's), found by the weight it reads: an
+    unnamed node is known by its output, which the Q/DQ model renames where it is a graph output (CenterFace's
+    heads: "no node named '538'")."""
+    readers: dict[tuple[str, str], list[str]] = {}
+    for n in qdq.graph.node:
+        if len(n.input) > 1:
+            readers.setdefault((n.op_type, n.input[1]), []).append(n.name or n.output[0])
+    seen: dict[tuple[str, str], int] = {}
+    out = []
+    for ly in layers:
+        k = (ly.node.op_type, ly.spec.name)
+        i = seen[k] = seen.get(k, -1) + 1
+        keys = readers.get(k, [])
+        out.append(ly.spec.node if ly.spec.node in keys or i >= len(keys) else keys[i])
     return out
 
 
