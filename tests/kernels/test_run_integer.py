@@ -59,10 +59,10 @@ def test_unknown_mode():
         run_integer(MODEL, {"input": np.zeros((1, 3, 24, 24), np.float32)}, mode="magic")
 
 
-def test_a_float_part_onnx_reference_cannot_run_is_one_named_error():
-    """A node run_integer evaluates in float with onnx.reference fails (an ``If`` whose branch reads an outer value,
-    left float in the Q/DQ model): one KernelError naming the node and the way out, not onnx.reference's traceback
-    (silero-vad and akiki-vad under ``qlinear debug --runtime ort_fused``)."""
+def test_a_float_if_reads_outer_values():
+    """An ``If`` left float in the Q/DQ model whose branches read an outer value (silero-vad's and akiki-vad's
+    decoders, under ``qlinear debug --runtime ort_fused``: "Unable to find input ... in known results"): the outer
+    values are given to the one-node model by name, and run_integer equals ONNX Runtime on both branches."""
     from onnx import TensorProto, helper
 
     then = helper.make_graph([helper.make_node("Identity", ["r"], ["t"])], "then", [],
@@ -78,6 +78,29 @@ def test_a_float_part_onnx_reference_cannot_run_is_one_named_error():
     rng = np.random.default_rng(0)
     data = {"x": rng.normal(0, 1, (20, 1, 4)).astype(np.float32), "c": np.ones(20, bool)}
     qm = qlinear.quantize(m, data, dict(calibration_samples=16, evaluation_samples=0, batch_axes={"c": None}))
-    with pytest.raises(KernelError, match=r"node branch \(If\) runs in float \(onnx.reference\) and failed: .*"
+    sess = ort.InferenceSession(qm.model.SerializeToString(), providers=["CPUExecutionProvider"])
+    x = data["x"][int(np.argmax(data["x"].max(axis=(1, 2))))]   # a sample with a positive value
+    got = {}
+    for c in (True, False):
+        feed = {"x": x, "c": np.array(c)}
+        got[c] = run_integer(qm.model, feed, mode="f32_rne")["y"]
+        np.testing.assert_array_equal(got[c], sess.run(None, feed)[0])
+    assert got[True].max() > 0 and np.array_equal(got[True], -got[False])
+
+
+def test_a_float_part_onnx_reference_cannot_run_is_one_named_error():
+    """A node run_integer evaluates in float with onnx.reference fails (an operator it does not know): one
+    KernelError naming the node and the way out, not onnx.reference's traceback."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"]),
+             helper.make_node("Mystery", ["xd"], ["y"], name="odd", domain="example.custom")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+                          [numpy_helper.from_array(np.array(0.05, np.float32), "s"),
+                           numpy_helper.from_array(np.array(128, np.uint8), "z")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("example.custom", 1)])
+    with pytest.raises(KernelError, match=r"node odd \(Mystery\) runs in float \(onnx.reference\) and failed: .*"
                                           r"compare the outputs with ONNX Runtime itself"):
-        run_integer(qm.model, {"x": data["x"][0], "c": np.array(True)}, mode="f32_rne")
+        run_integer(m, {"x": np.ones((1, 4), np.float32)}, mode="f32_rne")

@@ -127,7 +127,7 @@ class IntegerModel:
         def run(env: Env) -> None:
             vals = [env.float_of(i) if i else None for i in n.input]
             try:
-                res = ev(vals)
+                res = ev(vals, [env.ints[x] if x in env.ints else env.float_of(x) for x in ev.outer])
             except QlinearError:
                 raise
             except Exception as e:  # noqa: BLE001 - onnx.reference raises what its operator raises

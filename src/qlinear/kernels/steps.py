@@ -14,7 +14,7 @@ import onnx
 
 from qlinear.core import dequantize_linear
 from qlinear.errors import KernelError
-from qlinear.graph.model import attr
+from qlinear.graph.model import attr, node_inputs
 from qlinear.graph.qdq import QdqGraph, QOp, QValue, clip_bounds
 from qlinear.kernels import activation as A
 from qlinear.kernels import elementwise as EW
@@ -65,18 +65,30 @@ class FloatNode:
         self.node = node
         self.opsets = list(model.opset_import)
         self._ev: dict[tuple, Any] = {}
+        #: the outer-scope names its subgraphs read (an If's branches): graph inputs of the one-node model, by name
+        self.outer = list(dict.fromkeys(x for x in node_inputs(node)[sum(1 for i in node.input if i):]
+                                        if x not in node.input))
 
-    def __call__(self, values: list) -> list:
-        from onnx import helper
-        from onnx.reference import ReferenceEvaluator
+    def __call__(self, values: list, outer: list | None = None) -> list:
+        """The node's outputs on ``values`` (its inputs) and ``outer`` (the values of :attr:`outer`)."""
 
         node = self.node
+        if self.outer:
+            return self._run(values, dict(zip(self.outer, outer or [])))
         if node.op_type == "BatchNormalization" and len(node.output) == 1:
             return [_batch_norm(node, values)]
         if node.op_type == "GlobalMaxPool":  # onnx.reference reduces axes (ndim-2, ndim-1) of 3-D inputs: wrong
             x = np.asarray(values[0])
             return [x.max(axis=tuple(range(2, x.ndim)), keepdims=True)]
-        key = tuple((np.asarray(v).dtype.str, np.asarray(v).ndim) if v is not None else None for v in values)
+        return self._run(values, {})
+
+    def _run(self, values: list, outer: dict[str, Any]) -> list:
+        from onnx import helper
+        from onnx.reference import ReferenceEvaluator
+
+        node = self.node
+        feed = {f"i{k}": v for k, v in enumerate(values) if v is not None} | outer
+        key = tuple((k, np.asarray(v).dtype.str, np.asarray(v).ndim) for k, v in feed.items())
         ev = self._ev.get(key)
         names = [f"i{k}" if v is not None else "" for k, v in enumerate(values)]
         if ev is None:
@@ -85,12 +97,11 @@ class FloatNode:
             n2.attribute.extend(node.attribute)
             g = helper.make_graph(
                 [n2], "g", [helper.make_tensor_value_info(nm, helper.np_dtype_to_tensor_dtype(np.asarray(v).dtype),
-                                                          None) for nm, v in zip(names, values) if nm],
+                                                          None) for nm, v in feed.items()],
                 [helper.make_tensor_value_info(f"o{k}", 0, None) for k in range(len(node.output))])
             ev = ReferenceEvaluator(helper.make_model(g, opset_imports=self.opsets))
             self._ev[key] = ev
-        res = ev.run(None, {nm: np.asarray(v) for nm, v in zip(names, values) if nm})
-        return list(res)
+        return list(ev.run(None, {nm: np.asarray(v) for nm, v in feed.items()}))
 
 
 def _batch_norm(node: onnx.NodeProto, values: list) -> np.ndarray:
