@@ -104,3 +104,48 @@ def test_a_float_part_onnx_reference_cannot_run_is_one_named_error():
     with pytest.raises(KernelError, match=r"node odd \(Mystery\) runs in float \(onnx.reference\) and failed: .*"
                                           r"compare the outputs with ONNX Runtime itself"):
         run_integer(m, {"x": np.ones((1, 4), np.float32)}, mode="f32_rne")
+
+
+def _one_node(node, inputs: dict, opset: int = 18):
+    """ONNX Runtime's outputs and FloatNode's (run_integer's float parts) of one node on ``inputs``."""
+    from onnx import TensorProto, helper
+
+    from qlinear.kernels.steps import FloatNode
+
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype),
+                                                                      list(v.shape)) for k, v in inputs.items()],
+                          [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in node.output])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, inputs)
+    return want, FloatNode(node, m)([inputs.get(i) if i else None for i in node.input])
+
+
+@pytest.mark.parametrize("data_shape,idx_shape,axis", [((1, 3000), (1, 200), 1), ((2, 5), (1, 3), 1),
+                                                       ((4, 3, 6), (2, 3, 4), -1), ((5, 4), (7, 2), 0)])
+def test_gather_elements_as_onnx_runtime(data_shape, idx_shape, axis):
+    """GatherElements where onnx.reference fails ([1, N] data, [1, K] indices: onnx-asr's Kaldi framing, SwiftF0's
+    pitch pick) or where the indices are smaller than the data off the axis, negative indices included."""
+    from onnx import helper
+
+    rng = np.random.default_rng(len(data_shape) + idx_shape[0])
+    d = rng.normal(size=data_shape).astype(np.float32)
+    n = data_shape[axis]
+    i = rng.integers(-n, n, size=idx_shape).astype(np.int64)
+    want, got = _one_node(helper.make_node("GatherElements", ["d", "i"], ["o"], axis=axis), {"d": d, "i": i})
+    np.testing.assert_array_equal(got[0], want[0])
+
+
+@pytest.mark.parametrize("mode", ["constant", "edge", "reflect", "wrap"])
+@pytest.mark.parametrize("pads,axes", [([0, -3, 0, 5], None), ([-1, 2, 1, -2], None), ([4, -2], [1])])
+def test_pad_with_negative_pads_as_onnx_runtime(mode, pads, axes):
+    """Pad whose negative pads crop (onnx-asr's Kaldi preprocessor; onnx.reference refuses them)."""
+    from onnx import helper
+
+    x = np.random.default_rng(2).normal(size=(3, 10)).astype(np.float32)
+    ins = {"x": x, "p": np.array(pads, np.int64), "v": np.array(1.5, np.float32)}
+    names = ["x", "p", "v" if mode == "constant" else ""]
+    if axes is not None:
+        ins["a"] = np.array(axes, np.int64)
+        names.append("a")
+    want, got = _one_node(helper.make_node("Pad", names, ["o"], mode=mode), ins)
+    np.testing.assert_array_equal(got[0], want[0])

@@ -77,6 +77,10 @@ class FloatNode:
             return self._run(values, dict(zip(self.outer, outer or [])))
         if node.op_type == "BatchNormalization" and len(node.output) == 1:
             return [_batch_norm(node, values)]
+        if node.op_type == "GatherElements":  # onnx.reference fails on [1, N] data with [1, K] indices
+            return [_gather_elements(node, values)]
+        if node.op_type == "Pad" and len(values) > 1 and np.any(np.asarray(values[1]) < 0):
+            return [_pad_negative(node, values)]   # onnx.reference refuses negative pads (crops)
         if node.op_type == "GlobalMaxPool":  # onnx.reference reduces axes (ndim-2, ndim-1) of 3-D inputs: wrong
             x = np.asarray(values[0])
             return [x.max(axis=tuple(range(2, x.ndim)), keepdims=True)]
@@ -102,6 +106,37 @@ class FloatNode:
             ev = ReferenceEvaluator(helper.make_model(g, opset_imports=self.opsets))
             self._ev[key] = ev
         return list(ev.run(None, {nm: np.asarray(v) for nm, v in feed.items()}))
+
+
+def _gather_elements(node: onnx.NodeProto, values: list) -> np.ndarray:
+    """GatherElements as the ONNX definition: ``out[..., i_axis, ...] = data[..., index[..., i_axis, ...], ...]``,
+    the indices' shape (no larger than the data's off the axis) the output's, negative indices counted from the end.
+    onnx.reference 1.23 fails on ``[1, N]`` data with ``[1, K]`` indices (onnx-asr's Kaldi framing, SwiftF0)."""
+    data, idx = np.asarray(values[0]), np.asarray(values[1]).astype(np.int64)
+    axis = attr(node, "axis", 0) % data.ndim
+    idx = np.where(idx < 0, idx + data.shape[axis], idx)
+    part = data[tuple(slice(None) if a == axis else slice(0, n) for a, n in enumerate(idx.shape))]
+    return np.take_along_axis(part, idx, axis=axis)
+
+
+def _pad_negative(node: onnx.NodeProto, values: list) -> np.ndarray:
+    """Pad (opset 11+: pads, constant value and axes as inputs) with negative pads, which crop, as the ONNX
+    definition: the crops first, then the padding in ``mode`` (constant, reflect, edge, wrap)."""
+    x = np.asarray(values[0])
+    pads = np.asarray(values[1], np.int64).reshape(-1)
+    value = values[2] if len(values) > 2 and values[2] is not None else None
+    axes = list(range(x.ndim)) if len(values) < 4 or values[3] is None else \
+        [int(a) % x.ndim for a in np.asarray(values[3]).reshape(-1)]
+    lo, hi = [0] * x.ndim, [0] * x.ndim
+    for k, a in enumerate(axes):
+        lo[a], hi[a] = int(pads[k]), int(pads[k + len(axes)])
+    x = x[tuple(slice(max(-b, 0), n - max(-e, 0)) for b, e, n in zip(lo, hi, x.shape))]
+    widths = [(max(b, 0), max(e, 0)) for b, e in zip(lo, hi)]
+    mode = attr(node, "mode", b"constant")
+    mode = mode.decode() if isinstance(mode, bytes) else str(mode)
+    if mode == "constant":
+        return np.pad(x, widths, constant_values=0 if value is None else np.asarray(value).reshape(()).item())
+    return np.pad(x, widths, mode={"reflect": "reflect", "edge": "edge", "wrap": "wrap"}[mode])
 
 
 def _batch_norm(node: onnx.NodeProto, values: list) -> np.ndarray:
