@@ -387,6 +387,10 @@ def test_output_plot_accumulates_batches_of_any_shape():
     ints = OutputPlot()
     ints.add(np.arange(4), np.arange(4), 0, 4)   # integer outputs are not plotted
     assert ints.result() is None
+    scalar = OutputPlot()   # a 0-d output, one call per sample (PLCMOS's MOS with --target tflite: IndexError)
+    for i, (x, y) in enumerate([(3.0, 3.1), (2.5, 2.5), (4.0, 3.0)]):
+        scalar.add(np.array(x, np.float32), np.array(y, np.float32), 10 + i, 1)
+    assert [w["sample"] for w in scalar.result()["worst"]][:2] == [12, 10]
 
 
 def test_deployed_output_missing_from_the_tflite_is_not_compared(tfl, monkeypatch):

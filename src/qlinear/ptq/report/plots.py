@@ -36,7 +36,7 @@ class OutputPlot:
         self.f.append(fa[::step][:PER_BATCH].astype(np.float64))
         self.q.append(qa[::step][:PER_BATCH].astype(np.float64))
         self.values += fa.size
-        rows = count if a.shape[0] == count else 1
+        rows = count if a.ndim and a.shape[0] == count else 1   # a 0-d output: one value, one row (PLCMOS's MOS)
         af, bf = a.reshape(rows, -1), b.reshape(rows, -1)
         for i in range(rows):   # one sample at a time in float64 (an LLM's logits are large)
             x, d = af[i].astype(np.float64), bf[i].astype(np.float64)
