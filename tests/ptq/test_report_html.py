@@ -406,6 +406,22 @@ def test_deployed_output_missing_from_the_tflite_is_not_compared(tfl, monkeypatc
     assert d["not_in_tflite"] == ["logits"] and d["outputs"] == {}
 
 
+def test_deployed_run_over_its_time_is_cut_and_said(tfl, monkeypatch):
+    """LiteRT's 16x8 kernels took 10 s per sample of DNSMOS (32 held-out samples: over 5 minutes): past its time the
+    deployed file's run stops, its figures cover the samples it ran, and a note says how many and why."""
+    pytest.importorskip("ai_edge_litert", reason="ai-edge-litert is not installed: the .tflite cannot be run")
+    from qlinear.ptq.report import deployed
+
+    qm, out, _, _ = tfl
+    full = deployed.tflite_artifact(qm, qm.report(), out / "model.tflite")
+    notes = list(qm.notes)
+    monkeypatch.setattr(deployed, "DEPLOYED_SECONDS", 0.0)
+    monkeypatch.setattr(qm, "notes", notes)
+    d = deployed.tflite_artifact(qm, qm.report(), out / "model.tflite")
+    assert full["samples"] == qm.report().samples > 1 and d["samples"] == 1 and d["outputs"]["logits"]
+    assert notes[-1].startswith(f"the .tflite ran on 1 of {full['samples']} held-out samples in LiteRT: ")
+
+
 def test_sensitivity_chart_ticked_and_inf_as_text(tfl):
     qm, _, _, _ = tfl
     rep = qm.report()
