@@ -318,3 +318,13 @@ def test_differences_named_float_rounding_only_where_both_compute_in_float(qline
     name_differences(res, im, lambda d: f"formula of {d.tensor}")
     assert res.tensors[0].formula == FLOAT_INPUT_ROUNDING and res.first_difference == "c"
     assert res.tensors[2].formula == "formula of c" and res.tensors[3].formula == ""
+    # an operator whose input differs by float rounding carries the difference on: not its formula's (a 16x8
+    # PP-OCRv6 rec: a float-island Add 1 step apart, then a MUL equal to LiteRT's on LiteRT's own inputs)
+    op = next(o for o in im.qg.ops.values() if o.output is not None and any(
+        v is not None and v.const is None and v.name in {p.output.name for p in im.qg.ops.values() if p.output}
+        for v in o.inputs))
+    src = next(v.name for v in op.inputs if v is not None and v.const is None)
+    res = RuntimeDiff("litert", "litert_ref", 4, [diff(src, "QuantizeLinear", 2, 1), diff(op.output.name, op.op, 9, 3)])
+    name_differences(res, im, lambda d: "formula")
+    assert res.tensors[0].rounding and res.tensors[1].propagated and res.first_difference is None
+    assert res.tensors[1].formula.startswith(f"its input {src} differs already (float rounding)")

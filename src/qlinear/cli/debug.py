@@ -127,7 +127,8 @@ def _print_runtime(rr, as_json: bool) -> None:
     for d in rr.tensors:
         first = d.tensor == rr.first_difference
         t.add_row(d.tensor, d.op, d.node, d.dtype, f"{d.differing}/{d.size}", str(d.max_diff),
-                  "<- first difference" if first else ("float rounding" if d.differing else ""),
+                  "<- first difference" if first else ("float rounding" if d.rounding else
+                                                        "carried" if d.propagated else ""),
                   style="bold red" if first else "")
     con = _console()
     con.print(t)
@@ -137,11 +138,14 @@ def _print_runtime(rr, as_json: bool) -> None:
         con.print("nothing compared: no quantized tensor is read from both (with --runtime ort_fused only the graph "
                   "outputs are, and a float output is not compared)", highlight=False)
     elif rr.first_difference is None:
-        rounding = [d for d in rr.tensors if d.differing]
+        rounding = [d for d in rr.tensors if d.rounding]
         for d in rounding:
             con.print(f"{d.tensor}: {d.differing} of {d.size} values 1 step apart; {d.formula}", highlight=False,
                       markup=False)
-        con.print(f"no difference beyond float rounding ({len(rr.tensors)} tensors)" if rounding else
+        carried = sum(d.propagated for d in rr.tensors)
+        con.print((f"no difference beyond float rounding ({len(rr.tensors)} tensors"
+                   + (f"; {carried} carry it on, up to {max(d.max_diff for d in rr.tensors)} steps)" if carried
+                      else ")")) if rounding else
                   f"every compared tensor is equal bit for bit ({len(rr.tensors)} tensors)", highlight=False)
     else:
         d = next(x for x in rr.tensors if x.tensor == rr.first_difference)

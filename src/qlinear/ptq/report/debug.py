@@ -478,6 +478,8 @@ class IntDiff:
     differing: int
     max_diff: int         # largest |difference| in integer steps
     formula: str = ""     # what another formula of the kernel registry changes, when it reproduces the runtime
+    rounding: bool = False  # 1 step apart where both compute in float32 (``formula`` says why): not a difference
+    propagated: bool = False  # differs because an input differs by float rounding (or from it), not by its formula
 
 
 @dataclass
@@ -597,24 +599,36 @@ def name_differences(res: RuntimeDiff, im: IntegerModel, formula: Callable[[IntD
     float32 and it is at most 1 step apart (an operator of a width the runtime does not fuse; a QuantizeLinear of a
     float operator's output), else a difference; the first one is ``res.first_difference``, with ``formula(d)``."""
     unfused = _unfused(im)
+    floats = {op.output.name for op in im.qg.ops.values()   # no integer kernel, or not one for this node
+              if op.output is not None and getattr(op, "_step", None) is None and op.output.name not in unfused}
+    reads = {op.output.name: [v.name for v in op.inputs if v is not None and v.const is None]
+             for op in im.qg.ops.values() if op.output is not None}
+    differ = {d.tensor: d for d in res.tensors if d.differing}
     for d in res.tensors:
+        before = next((x for x in reads.get(d.tensor, []) if x in differ and differ[x] is not d), None)
         if d.differing and d.max_diff <= 1 and d.tensor in unfused:
-            d.formula = FLOAT_ROUNDING.format(op=unfused[d.tensor], bits=im.profile.fused_bits)
-        elif d.differing and d.max_diff <= 1 and d.op == "QuantizeLinear":
-            d.formula = FLOAT_INPUT_ROUNDING
+            d.formula, d.rounding = FLOAT_ROUNDING.format(op=unfused[d.tensor], bits=im.profile.fused_bits), True
+        elif d.differing and d.max_diff <= 1 and (d.op == "QuantizeLinear" or d.tensor in floats):
+            d.formula, d.rounding = FLOAT_INPUT_ROUNDING, True
+        elif d.differing and before is not None and (differ[before].rounding or differ[before].propagated):
+            d.propagated = True
+            why = "float rounding" if differ[before].rounding else "from float rounding before it"
+            d.formula = f"its input {before} differs already ({why}): carried here, not made by this operator"
         elif d.differing and res.first_difference is None:
             res.first_difference = d.tensor
             d.formula = formula(d)
 
 
-FLOAT_INPUT_ROUNDING = ("this QuantizeLinear reads a value that both compute in float32 (the runtime's float kernel, "
-                        "the ONNX reference's NumPy): a value 1 step apart sits on a rounding boundary that their "
-                        "last bits decide, not a formula difference")
+FLOAT_INPUT_ROUNDING = ("both compute this value in float32 before quantizing it (an operator run in float: the "
+                        "runtime's float kernel, the ONNX reference's NumPy): a value 1 step apart sits on a "
+                        "rounding boundary that their last bits decide, not a formula difference")
 
 
 def _unfused(im: IntegerModel) -> dict[str, str]:
     """Integer tensor -> op type, of the operators with a kernel that the profile runs in float (a width the
     runtime does not fuse, ``Profile.fused_bits``)."""
+    if not im.profile.fused_bits:
+        return {}
     return {op.output.name: op.op for op in im.qg.ops.values()
             if op.output is not None and ops.kernel_of(op.op) and getattr(op, "_step", None) is None}
 
