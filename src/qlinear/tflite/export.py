@@ -45,7 +45,7 @@ from qlinear.graph import ops
 from qlinear.graph.model import attr, load_model
 from qlinear.graph.qdq import QdqGraph, QOp, QValue, activation_name, clip_bounds, parse
 from qlinear.tflite import schema as S
-from qlinear.tflite.generic import ISLANDS, MOVEMENT, Ctx, Slot, pad_spec
+from qlinear.tflite.generic import ISLANDS, MOVEMENT, Ctx, Slot, pad_spec, reshape_target
 from qlinear.tflite.recurrent import RECURRENT
 
 #: operator versions LiteRT registers for int8 kernels (and for 16x8 where it differs)
@@ -462,9 +462,11 @@ class _Writer:
             x = tt
         out = self.output_of(op, len(shape) == 4)
         spatial = len(shape) == 4 and not all(d == 1 for d in shape[2:])
-        tshape = list(shape) if spatial else _nhwc(shape) if len(shape) == 4 else list(shape)
-        # the batch dimension stays free (-1) so that LiteRT can resize the input
-        target = [-1] + tshape[1:] if tshape and x.onnx_shape and tshape[0] == x.onnx_shape[0] else tshape
+        # the batch dimension stays free so that LiteRT can resize the input
+        const = self.qg.consts.get(op.node.input[1]) if op.op == "Reshape" and len(op.node.input) > 1 else None
+        target = reshape_target(tuple(shape), x.onnx_shape, const, int(attr(op.node, "allowzero", 0)))
+        if len(shape) == 4 and not spatial:   # stored NHWC
+            target = [target[i] for i in (0, 2, 3, 1)]
         si = self.tensor(f"{op.name}_shape", [len(target)], "int32", data=np.array(target, np.int32))
         if not spatial:
             self.op("RESHAPE", op.output, [x.index, si], [out.index], "ReshapeOptions", new_shape=target)

@@ -237,11 +237,25 @@ def _s(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
+def reshape_target(shape: tuple[int, ...], in_shape: tuple[int, ...], const: Any, allowzero: int = 0) -> list[int]:
+    """The RESHAPE target (ONNX order) of a Reshape whose output has the static ``shape`` (the batch fixed), that
+    leaves the batch free so that LiteRT can resize the input: the node's own shape constant where it infers one
+    dimension (-1, no 0): the batch flows into that dimension as in ONNX (``[-1, 150]`` after ``[N, 12, 150]`` is
+    ``[12 N, 150]``, not ``[12, 150]``); else ``shape`` with its leading dimension free when it is the input's."""
+    c = None if const is None else np.asarray(const).reshape(-1)
+    if c is not None and len(c) == len(shape) and int((c == -1).sum()) == 1 and (allowzero or not (c == 0).any()):
+        return [int(v) for v in c]
+    target = list(shape)
+    if target and in_shape and target[0] == in_shape[0]:
+        target[0] = -1
+    return target
+
+
 def reshape(ctx: Ctx, ins: list[Slot | None]) -> None:
     x = ctx.onnx_order(ins[0])
-    shape = list(ctx.shape())
-    if shape and x.onnx_shape and shape[0] == x.onnx_shape[0]:
-        shape[0] = -1  # the batch dimension stays free so that LiteRT can resize the input
+    const = ctx.w.qg.consts.get(ctx.node.input[1]) if ctx.node.op_type == "Reshape" and len(ctx.node.input) > 1 \
+        else None
+    shape = reshape_target(ctx.shape(), x.onnx_shape, const, int(attr(ctx.node, "allowzero", 0)))
     ctx.store(0, lambda o: ctx.op("RESHAPE", [x.index, ctx.param("shape", shape)], [o.index], "ReshapeOptions",
                                   new_shape=shape))
 
