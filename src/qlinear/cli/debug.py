@@ -99,7 +99,8 @@ def _print_models(res, first: Path, second: Path, as_json: bool) -> None:
     for note in res.notes:
         con.print(note, highlight=False)
     if res.unmatched:
-        con.print(f"not observable in the quantized model (fused away): {', '.join(res.unmatched)}", highlight=False)
+        con.print(f"not compared (not observable in the quantized model, fused away, unless a reason is given): "
+                  f"{', '.join(res.unmatched)}", highlight=False)
     if res.first_jump is None:
         con.print(f"no tensor loses more than {res.jump_db:g} dB against its inputs or is more than "
                   f"{res.excess_db:g} dB noisier than a min-max grid", highlight=False)

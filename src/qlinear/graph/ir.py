@@ -4,7 +4,8 @@ Graph rewrites run as ``onnx_ir`` passes (``qlinear.graph.passes``) on an :class
 only where a proto is needed (ONNX Runtime, ``onnx.checker``, files). ``to_ir(m)`` then ``to_proto`` gives back the
 same bytes: ``value_info`` keeps the entries of ``m`` that still name a value, in their order (``onnx_ir`` would
 write one per typed value, initializers included, in node order), new values get none, and sparse initializers
-(which ``onnx_ir`` 1.1 does not read) are carried over as they were.
+(which ``onnx_ir`` 1.1 does not read) are carried over as they were, and so are map types (``onnx_ir`` cannot read
+them: the ``ZipMap`` output of skl2onnx's and onnxmltools' classifiers, a sequence of maps), read untyped.
 """
 
 from __future__ import annotations
@@ -15,12 +16,29 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-_VALUE_INFO, _SPARSE = "qlinear.value_info", "qlinear.sparse_initializer"
+_VALUE_INFO, _SPARSE, _MAPS = "qlinear.value_info", "qlinear.sparse_initializer", "qlinear.map_types"
+
+
+def _has_map(t: onnx.TypeProto) -> bool:
+    kind = t.WhichOneof("value")
+    if kind in ("sequence_type", "optional_type"):
+        return _has_map(getattr(t, kind).elem_type)
+    return kind == "map_type"
 
 
 def to_ir(m: onnx.ModelProto) -> ir.Model:
     """The IR of ``m`` (tensors are shared with ``m``, not copied: do not change ``m`` afterwards)."""
-    model = ir.serde.deserialize_model(m)
+    g = m.graph
+    maps = [v for v in (*g.input, *g.output, *g.value_info) if _has_map(v.type)]
+    saved = {v.name: v.type.SerializeToString() for v in maps}
+    for v in maps:   # read untyped (the proto is left as it was), the type put back by to_proto
+        v.ClearField("type")
+    try:
+        model = ir.serde.deserialize_model(m)
+    finally:
+        for v in maps:
+            v.type.ParseFromString(saved[v.name])
+    model.meta[_MAPS] = saved
     model.meta[_VALUE_INFO] = [v.name for v in m.graph.value_info]
     model.meta[_SPARSE] = list(m.graph.sparse_initializer)  # onnx_ir 1.1 drops them: put back by to_proto
     return model
@@ -36,6 +54,10 @@ def to_proto(model: ir.Model) -> onnx.ModelProto:
         del m.graph.value_info[:]
         m.graph.value_info.extend(kept)
     m.graph.sparse_initializer.extend(model.meta.get(_SPARSE, ()))
+    maps = model.meta.get(_MAPS) or {}
+    for v in (*m.graph.input, *m.graph.output, *m.graph.value_info):
+        if v.name in maps and v.type.WhichOneof("value") is None:
+            v.type.ParseFromString(maps[v.name])
     return m
 
 

@@ -104,6 +104,13 @@ def opset(m: onnx.ModelProto, domain: str = "") -> int:
     return 0
 
 
+def tensor_outputs(m: onnx.ModelProto) -> list[str]:
+    """The names of the graph outputs that are tensors (or untyped): ONNX Runtime gives a sequence or a map (the
+    ``ZipMap`` output of skl2onnx's and onnxmltools' classifiers, a list of dicts) as Python objects, which no
+    output metric or comparison reads."""
+    return [o.name for o in m.graph.output if o.type.WhichOneof("value") in (None, "tensor_type")]
+
+
 _SHAPE_DATA_LIMIT = 4096  # bytes: larger initializers cannot be shapes, axes or pads, inference never reads them
 
 

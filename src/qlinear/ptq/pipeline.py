@@ -31,7 +31,7 @@ from qlinear.encodings import EncodingSet
 from qlinear.errors import CalibrationError, ConfigError, GraphError
 from qlinear.graph.ir import to_ir, to_proto
 from qlinear.graph.load import load_checked
-from qlinear.graph.model import load_model, opset
+from qlinear.graph.model import load_model, opset, tensor_outputs
 from qlinear.graph.passes.drop_identity import DropIdentity
 from qlinear.graph.passes.equalize import Equalize
 from qlinear.graph.passes.fix_inputs import fix_input_values, input_values
@@ -265,7 +265,7 @@ def _start_ahead(run: _Run, reference: onnx.ModelProto) -> Passes | None:
     start, stop = held_out_span(len(run.ds), run.cfg)
     if stop <= start or start < run.n_cal:
         return None
-    ahead = Passes(run.ds, (start, stop), run.cfg.batch_size, [o.name for o in reference.graph.output])
+    ahead = Passes(run.ds, (start, stop), run.cfg.batch_size, tensor_outputs(reference))
     ahead.start_float(reference)
     return ahead
 

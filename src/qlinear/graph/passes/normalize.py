@@ -46,7 +46,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from qlinear.errors import GraphError
-from qlinear.graph.model import declared_dims, opset, serialized
+from qlinear.graph.model import declared_dims, opset, serialized, tensor_outputs
 from qlinear.graph.ops import DATA_MOVEMENT, WEIGHTED
 
 TARGET_OPSET = 13
@@ -442,7 +442,7 @@ def check_upgrade(original: onnx.ModelProto, upgraded: onnx.ModelProto, samples:
     """Run ``original`` and ``upgraded`` in ONNX Runtime on ``samples`` (feed dicts) and raise a
     :class:`GraphError` naming the first tensor, in the upgraded graph's order, and its node, that differs beyond
     ``|a - b| <= atol * max(1, max|b|) + rtol * |b|``. Returns a note saying what was checked."""
-    outs = [o.name for o in upgraded.graph.output]
+    outs = tensor_outputs(upgraded)
     bad = _first_difference(original, upgraded, samples, outs, rtol, atol, level="all")
     if bad is None:
         return (f"the opset upgrade computes the original's outputs on the first {len(samples)} calibration "

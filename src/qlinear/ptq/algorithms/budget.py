@@ -40,7 +40,7 @@ import onnx
 from onnx import helper
 
 from qlinear.errors import ConfigError
-from qlinear.graph.model import GraphIndex
+from qlinear.graph.model import GraphIndex, tensor_outputs
 from qlinear.ptq.algorithms.repair import RepairInputs, _Builder, _measure
 from qlinear.ptq.config import DATA_WEIGHT_METHODS
 from qlinear.ptq.encode import apply_encodings, int32_biases, weight_encoding
@@ -298,7 +298,7 @@ def weight_noise(reference: onnx.ModelProto, weights: list[str], low: Callable[[
     m.graph.initializer.extend(keep)
     for t, a in floats.items():
         m.graph.input.append(helper.make_tensor_value_info(t, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape))
-    outs = [o.name for o in m.graph.output]
+    outs = tensor_outputs(m)
     sess = Session(m, outs, level="basic", label=f"the float {label}")
     batches = [{**b, **floats} for b in batches]
     ref = [sess.run(outs, b) for b in batches]
@@ -379,7 +379,7 @@ def run_budget(inp: RepairInputs, *, progress: Callable[[str, int], Callable[[in
     s, builder = plan_sizes(inp)
     calibrate(s, qdq_bytes(inp, builder.build({})), qdq_bytes(inp, builder.build({t: LOW for t in s.high})))
     budget.check_reachable(s, inp.label)
-    outputs = [o.name for o in inp.model.graph.output]
+    outputs = tensor_outputs(inp.model)
     fsess = inp.keep.get("session") or Session(inp.reference, outputs, level="all", label=f"the float {inp.label}")
     batches = list(inp.dataset.batches(inp.samples[0], inp.samples[1], cfg.batch_size))
     float_out = {o: [fsess.run([o], b)[0] for b in batches] for o in outputs}

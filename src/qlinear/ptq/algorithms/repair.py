@@ -26,7 +26,7 @@ import onnx
 
 from qlinear.core.types import int_type, qtype
 from qlinear.encodings import EncodingSet
-from qlinear.graph.model import GraphIndex
+from qlinear.graph.model import GraphIndex, tensor_outputs
 from qlinear.ptq.algorithms.bias import correct_biases
 from qlinear.ptq.config import DATA_WEIGHT_METHODS
 from qlinear.ptq.encode import apply_encodings, int32_biases, weight_encoding
@@ -155,7 +155,7 @@ def run_repair(inp: RepairInputs, *, progress: Callable[[str, int], Callable[[in
     float model they apply to, and the decisions."""
     cfg = inp.tcfg.cfg
     target = Target.parse(cfg.accuracy_target)
-    outputs = [o.name for o in inp.model.graph.output]
+    outputs = tensor_outputs(inp.model)
     fsess = inp.keep.get("session")
     if fsess is None:
         fsess = Session(inp.reference, outputs, level="all", label=f"the float {inp.label}")

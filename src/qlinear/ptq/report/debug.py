@@ -38,7 +38,7 @@ import onnx
 
 from qlinear.errors import ConfigError, DataError, QlinearError
 from qlinear.graph import ops
-from qlinear.graph.model import load_model
+from qlinear.graph.model import load_model, tensor_outputs
 from qlinear.graph.qdq import ACTIVATIONS, QdqGraph, clip_bounds
 from qlinear.kernels.profiles import PROFILES
 from qlinear.kernels.run import IntegerModel
@@ -360,7 +360,7 @@ def compare_models(float_model: Any, quant_model: Any, data: Any, *, samples: in
     fs = Session(fm, f_fetch, level="basic", label="the float model")
     qs = Session(qm, q_fetch, level="basic", label="the quantized model", disable_qdq_fusion=True)
     acc = {mt.tensor: _Acc() for mt in matches}
-    done, incomparable = 0, set()
+    done, incomparable = 0, {}
     ds.check_stacking(fs.run_all, batch_size)   # a batch axis only nominally dynamic: one sample per call
     for feed in ds.batches(0, n, batch_size):
         where = f"{ds.source}, samples {done}..{done + ds.batch_len(feed) - 1}"
@@ -369,11 +369,13 @@ def compare_models(float_model: Any, quant_model: Any, data: Any, *, samples: in
         for mt in matches:
             if (mt.role in _CONST and done) or mt.tensor in incomparable:
                 continue  # constants: once
-            shapes = (np.shape(finits[mt.tensor] if mt.role in _CONST else fv[mt.tensor]), np.shape(qv[mt.post]))
-            if np.prod(shapes[0], dtype=np.int64) != np.prod(shapes[1], dtype=np.int64):
-                incomparable.add(mt.tensor)  # another number of values: not compared
-                continue
             f = finits[mt.tensor] if mt.role in _CONST else fv[mt.tensor]
+            if not isinstance(f, np.ndarray) or not isinstance(qv[mt.post], np.ndarray):
+                incomparable[mt.tensor] = "not a tensor"  # a sequence or a map (a ZipMap's): not compared
+                continue
+            if f.size != qv[mt.post].size:
+                incomparable[mt.tensor] = "shapes differ"  # another number of values: not compared
+                continue
             try:
                 pre = qv[mt.pre] if mt.pre else None
                 if pre is not None and mt.clip is not None:
@@ -384,7 +386,7 @@ def compare_models(float_model: Any, quant_model: Any, data: Any, *, samples: in
         done += ds.batch_len(feed)
     if incomparable:
         matches = [mt for mt in matches if mt.tensor not in incomparable]
-        unmatched = unmatched + [f"{t} (shapes differ)" for t in sorted(incomparable)]
+        unmatched = unmatched + [f"{t} ({why})" for t, why in sorted(incomparable.items())]
     res = _diff(fm, matches, acc, done, (jump_db, excess_db), unmatched)
     res.notes = notes
     return res
@@ -686,7 +688,7 @@ def _onnx_layout(y: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
 
 def _ort_outputs(sess: Session, qm: onnx.ModelProto, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """The graph outputs of ``sess``, ONNX Runtime's default session of ``qm`` (its fused int8 kernels)."""
-    outs = [o.name for o in qm.graph.output]
+    outs = tensor_outputs(qm)
     return dict(zip(outs, sess.run(outs, feed)))
 
 

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 from onnx import numpy_helper
 
+from qlinear.graph.model import tensor_outputs
 from qlinear.ptq.report.evaluate import HEADLINE, Report, kind_metrics
 
 
@@ -95,7 +96,7 @@ def tflite_artifact(qm: Any, rep: Report, path: Path) -> dict[str, Any]:
     ds = qm.dataset
     start, stop = qm.held_out()
     stop = min(stop, start + rep.samples)
-    names = [o.name for o in qm.reference_model.graph.output]
+    names = tensor_outputs(qm.reference_model)
     fs = Session(qm.reference_model, (), level="all", label="the float model")
     it = Interpreter(model_content=path.read_bytes(), num_threads=1)
     out_f: dict[str, list[np.ndarray]] = {o: [] for o in names}

@@ -44,6 +44,7 @@ import onnx
 
 from qlinear.core.types import qtype
 from qlinear.errors import DataError
+from qlinear.graph.model import tensor_outputs
 from qlinear.graph.ops import EMBEDDING_PRODUCERS, LAYOUT_PASSTHROUGH, QUANTIZE_OPS, RECURRENT
 from qlinear.graph.plan import resolve_inherit
 from qlinear.ptq.mixed import MIXED_RATIO, REMEDY, mixed, part_slices
@@ -154,7 +155,8 @@ def evaluate(qm: Any, *, samples: int | None = None, progress: Callable[[int], N
     if n <= 0:
         raise DataError(f"{ds.source}: no samples to evaluate")
     ref = qm.reference_model  # float model after exact rewrites (BN folding, CLE): same outputs, same tensors
-    outputs = [o.name for o in ref.graph.output]
+    outputs = tensor_outputs(ref)
+    _untensored_note(qm, ref)
     engine = output_engine(qm)
     out_f, out_q, counts, encs, seen, n_stat = _passes(qm, engine, outputs, (start, stop), stat_samples, progress)
     stats = []
@@ -192,6 +194,17 @@ def evaluate(qm: Any, *, samples: int | None = None, progress: Callable[[int], N
     mixed = mixed_concats(qm, stats, res, cparts)
     return Report(n, stats, res, ranking, hists, stat_samples=n_stat, engine=engine, kinds=kinds, headlines=heads,
                   mixed=mixed, plots=output_plots(out_f, out_q, counts, start, kinds))
+
+
+def _untensored_note(qm: Any, ref: onnx.ModelProto) -> None:
+    """Name the outputs the report leaves out: not tensors (a ``ZipMap``'s sequence of maps)."""
+    kept = set(tensor_outputs(ref))
+    left = [f"{o.name} ({o.type.WhichOneof('value').removesuffix('_type')})" for o in ref.graph.output
+            if o.name not in kept]
+    note = (f"output(s) not scored: {', '.join(left)}: the report compares tensor outputs; such an output is "
+            "computed from the scored ones or from float operators it keeps") if left else ""
+    if note and note not in qm.notes:
+        qm.notes.append(note)
 
 
 def _passes(qm: Any, engine: str, outputs: list[str], span: tuple[int, int], stat_samples: int,
@@ -675,7 +688,7 @@ def evaluate_weight_only(qm: Any, model_path: Any, *, samples: int | None = None
     t0 = time.perf_counter()
     sw = qm.streamed
     base = sw.tensors.base
-    names = [o.name for o in sw.graph.graph.output]
+    names = tensor_outputs(sw.graph)
     tokens = token_input(sw.graph)
     acc = {n: Agreement() for n in names}
     plots = {n: OutputPlot() for n in names}

@@ -28,7 +28,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from qlinear.graph.model import node_inputs
+from qlinear.graph.model import node_inputs, tensor_outputs
 from qlinear.graph.ops import bias_input
 from qlinear.graph.plan import resolve_inherit
 from qlinear.ptq.stats.session import Session
@@ -150,7 +150,7 @@ def sensitivity(qm: Any, *, samples: int = 8, start: int | None = None,
     gm, gates = gated_model(qm.model, qm.encoded_model, names, inherit)
     if not gates:
         return []
-    outs = [o.name for o in qm.model.graph.output]
+    outs = tensor_outputs(qm.model)
     feeds = list(ds.batches(start, stop, max(1, stop - start)))
     out = output if output in outs and _is_float(gm, output) else next((o for o in outs if _is_float(gm, o)), outs[0])
     k = len(gates)
