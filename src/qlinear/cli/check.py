@@ -36,9 +36,23 @@ def check(model: Path = typer.Argument(..., help="Q/DQ ONNX model (e.g. OUTDIR/m
         con.print(t)
     if not any(lc.accumulator != "float" for lc in res.layers):
         con.print(f"{model}: no integer layer to check (no Conv/ConvTranspose/Gemm/MatMul with quantized activations "
-                  "and weights: a float or weight-only model); check the output of `qlinear quantize` with integer "
+                  f"and weights: {_what_model(model)}); check the output of `qlinear quantize` with integer "
                   "activations", highlight=False, markup=False)
         raise typer.Exit(1)
     con.print(str(res), highlight=False)
     if not res.ok:
         raise typer.Exit(1)
+
+
+def _what_model(model: Path) -> str:
+    """A float or weight-only model, or one of ONNX Runtime's integer operators (which ``check`` does not read)."""
+    import onnx
+
+    from qlinear.graph.ops import ORT_INTEGER_OPS
+
+    found = [n.op_type for n in onnx.load(str(model), load_external_data=False).graph.node
+             if n.op_type in ORT_INTEGER_OPS]
+    if not found:
+        return "a float or weight-only model"
+    kinds = ", ".join(f"{found.count(k)} {k}" for k in dict.fromkeys(found))
+    return f"its {kinds} are ONNX Runtime's integer operators, which check does not read: it reads Q/DQ models"

@@ -126,3 +126,19 @@ def extract(model: Path = typer.Argument(..., help="Q/DQ ONNX model."),
     es = G.extract(model)
     E.save(es, output, version=version)
     typer.echo(f"wrote {output} (version {version}, {len(es)} encodings)")
+    if not len(es):
+        _no_qdq_note(model)
+
+
+def _no_qdq_note(model: Path) -> None:
+    """Why a model gave no encodings: ONNX Runtime's integer operators (a dynamic or QOperator model) or nothing."""
+    import onnx
+
+    from qlinear.graph.ops import ORT_INTEGER_OPS
+
+    found = [n.op_type for n in onnx.load(str(model), load_external_data=False).graph.node
+             if n.op_type in ORT_INTEGER_OPS]
+    kinds = ", ".join(f"{found.count(k)} {k}" for k in dict.fromkeys(found))
+    typer.echo(f"no QuantizeLinear/DequantizeLinear pair in {model.name}: " + (
+        f"its {kinds} (ONNX Runtime's integer operators) keep their parameters as operator inputs, which encodings "
+        "do not describe" if found else "a float model has no encodings"), err=True)

@@ -48,9 +48,12 @@ def refuse_quantized(m: onnx.ModelProto, label: str) -> None:
         return
     kinds = ", ".join(f"{found.count(k)} {k}" for k in dict.fromkeys(found))
     producer = f" (producer {m.producer_name} {m.producer_version})".replace("  ", " ") if m.producer_name else ""
+    qdq = any(k in ("QuantizeLinear", "DequantizeLinear") for k in found)
     raise GraphError(f"{label}: the model is quantized already{producer}: {kinds}; qlinear quantizes float models: "
-                     "give the float model it was made from (qlinear debug FLOAT.onnx THIS.onnx compares the two, "
-                     "qlinear encodings extract reads its parameters)")
+                     "give the float model it was made from (qlinear debug FLOAT.onnx THIS.onnx compares the two"
+                     + (", qlinear encodings extract reads its parameters)" if qdq else
+                        "; ONNX Runtime's integer operators keep their parameters as inputs, not Q/DQ pairs: "
+                        "qlinear encodings extract finds none)"))
 
 
 _KEPT: dict[tuple, tuple[onnx.ModelProto, list[str], onnx.ModelProto | None]] = {}

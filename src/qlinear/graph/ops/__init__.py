@@ -82,9 +82,15 @@ RECURRENT = ("GRU", "LSTM", "RNN")
 LAYOUT_PASSTHROUGH = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Cast", "Transpose", "Concat")
 #: operators that quantize or dequantize
 QUANTIZE_OPS = ("QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear")
+#: operators of ONNX Runtime's integer kernels (its quantizers' QOperator and dynamic output: their parameters are
+#: operator inputs, no Q/DQ pair)
+ORT_INTEGER_OPS = ("QLinearConv", "QLinearMatMul", "MatMulInteger", "ConvInteger", "MatMulNBits", "QLinearAdd",
+                      "QLinearMul", "QGemm", "DynamicQuantizeMatMul", "DynamicQuantizeLSTM", "MatMulIntegerToFloat",
+                      "QAttention", "QEmbedLayerNormalization", "QLinearConcat", "QLinearSigmoid", "QLinearLeakyRelu",
+                      "QLinearSoftmax", "QLinearAveragePool", "QLinearGlobalAveragePool", "QLinearReduceMean",
+                      "QLinearWhere", "QLinearConvTranspose")
 #: operators only a model quantized already holds (Q/DQ, ONNX Runtime's integer kernels): such a model is refused
-QUANTIZED_MODEL_OPS = QUANTIZE_OPS + ("QLinearConv", "QLinearMatMul", "MatMulInteger", "ConvInteger", "MatMulNBits",
-                                      "QLinearAdd", "QLinearMul", "QGemm", "DynamicQuantizeMatMul")
+QUANTIZED_MODEL_OPS = QUANTIZE_OPS + ORT_INTEGER_OPS
 #: operators with a weight (input 1) that full-integer quantization would quantize (recurrent and attention too)
 WEIGHT_BEARING = ("Conv", "ConvTranspose", "MatMul", "Gemm", "LSTM", "GRU", "RNN", "Attention")
 
@@ -138,6 +144,7 @@ __all__ = [
     "LOOKUPS",
     "MLP_BOUNDARY",
     "NON_FLOAT_OPS",
+    "ORT_INTEGER_OPS",
     "SHAPE_COMPUTATIONS",
     "OUTPUT_RANGES",
     "QDQ_FUSED_ACTIVATIONS",
