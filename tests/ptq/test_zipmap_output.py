@@ -57,3 +57,16 @@ def test_debug_leaves_the_zipmap_output_out(tmp_path):
     res = compare_models(_zipmap_model(), tmp_path / "model.qdq.onnx", {"x": X}, samples=8)
     assert "probs (not a tensor)" in res.unmatched
     assert {d.tensor for d in res.tensors} >= {"l", "p"}
+
+
+def test_bias_correction_without_weights_does_not_read_the_model(monkeypatch):
+    """luscinia (a 194 MB tree ensemble, nothing to quantize): bias correction built the model's IR (10 s) to correct
+    no bias."""
+    from qlinear.graph.plan import Plan
+    from qlinear.ptq.algorithms import bias
+
+    def boom(m):
+        raise AssertionError("to_ir called")
+
+    monkeypatch.setattr(bias, "to_ir", boom)
+    assert bias.correct_biases(_zipmap_model(), Plan(), {}, {}) == 0

@@ -15,6 +15,8 @@ def correct_biases(m: onnx.ModelProto, plan: Plan, weights: dict[str, Encoding],
                    skip: set[str] = frozenset()) -> int:
     """Correct the biases of ``m`` in place for the weight encodings ``weights``, except the bias initializers in
     ``skip``; returns how many were corrected."""
+    if not weights or not plan.biases:   # nothing to correct: no IR of the model (luscinia's 194 MB of tree
+        return 0                         # attributes took 10 s to read)
     model = to_ir(m)
     p = CorrectBias(plan.biases, weights, means, skip=skip)
     p(model)
