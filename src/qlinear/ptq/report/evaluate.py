@@ -403,11 +403,19 @@ def output_metrics(a: np.ndarray | list[np.ndarray], b: np.ndarray | list[np.nda
             r["quantized_top1"] = float(np.mean(qa == lab))
     af = a.reshape(len(a), -1).astype(np.float64)
     bf = b.reshape(len(b), -1).astype(np.float64)
-    cos = np.sum(af * bf, 1) / np.maximum(np.linalg.norm(af, axis=1) * np.linalg.norm(bf, axis=1), 1e-30)
+    cos = row_cosines(af, bf)
     r["cosine_mean"] = float(np.mean(cos))
     r["cosine_min"] = float(np.min(cos))
     r["sqnr_db"] = _sqnr(float(np.sum(af ** 2)), float(np.sum((af - bf) ** 2)))
     return r
+
+
+def row_cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The cosine of each row of ``a`` [N, values] with ``b``'s; 1 where both rows are zero (the same values: a
+    sigmoid's 0.0, a ReLU map off everywhere), 0 where one only is."""
+    na, nb = np.linalg.norm(a, axis=1), np.linalg.norm(b, axis=1)
+    cos = np.sum(a * b, 1) / np.maximum(na * nb, 1e-30)
+    return np.where((na == 0) & (nb == 0), 1.0, cos)
 
 
 # --------------------------------------------------------------------------------------------- metrics by output kind
@@ -588,8 +596,7 @@ def kind_metrics(kind: str, fa: list[np.ndarray], qa: list[np.ndarray], counts: 
         err = np.concatenate([np.abs(a - b).reshape(-1) for a, b in zip(rows_f, rows_q)])
         r["max_abs_error"], r["mean_abs_error"] = float(err.max()), float(err.mean())
     if kind not in ("probability", "regression") and min(x.shape[1] for x in rows_f) > 1:
-        cos = np.concatenate([np.sum(a * b, 1) / np.maximum(np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1),
-                                                            1e-30) for a, b in zip(rows_f, rows_q)])
+        cos = np.concatenate([row_cosines(a, b) for a, b in zip(rows_f, rows_q)])
         r["cosine_mean"], r["cosine_min"] = float(np.mean(cos)), float(np.min(cos))
     r["sqnr_db"] = _sqnr(sum(float(np.sum(a ** 2)) for a in rows_f),
                          sum(float(np.sum((a - b) ** 2)) for a, b in zip(rows_f, rows_q)))
@@ -726,20 +733,26 @@ def evaluate_weight_only(qm: Any, model_path: Any, *, samples: int | None = None
 
 
 def _refine_kinds(m: Any, acc: dict[str, "Agreement"], outputs: dict[str, dict], kinds: dict[str, str]) -> None:
-    """An output :class:`Agreement` took for a classifier (any ``[N, values]``) judged by :func:`output_kind` instead,
-    as the Q/DQ report judges it: MiniLM's int64 passthroughs and its pooled embedding were given top-1 agreement."""
+    """An output :class:`Agreement` took for a classifier (any ``[N, values]``) or a generic one judged by
+    :func:`output_kind` instead, as the Q/DQ report judges it: MiniLM's int64 passthroughs and its pooled embedding
+    were given top-1 agreement, deepcut's word-end probability [N, 1] a cosine per value (0 where both are 0.0)
+    instead of the decision agreement. A cosine of one value per sample (its sign) is left out, as there."""
     prods = output_producers(m)
     for n, a in acc.items():
-        if kinds[n] != "classifier" or a.first is None:
+        if a.width == 1:
+            outputs[n] = {x: v for x, v in outputs[n].items() if x not in ("cosine_mean", "cosine_min")}
+        if kinds[n] not in ("classifier", "generic") or a.first is None:
             continue
         k = output_kind(n, [a.first], [len(a.first)], producer=prods.get(n, ""))
-        if k == "classifier":
+        if k == kinds[n]:
             continue
         if k in ("integer", "passthrough"):
             kinds[n], outputs[n] = "passthrough", {}
             continue
         outputs[n] = {x: v for x, v in outputs[n].items() if x not in ("top1_agreement", "float_top1",
                                                                          "quantized_top1")}
+        if k in ("probability", "map"):
+            outputs[n]["decision_agreement"] = a.decided / max(1, a.values)
         kinds[n] = k if HEADLINE.get(k) in outputs[n] else "generic"
 
 
@@ -830,6 +843,8 @@ class Agreement:
         self.n = self.agree = self.hit_f = self.hit_q = 0
         self.classifier, self.labelled, self.tokens = True, False, True
         self.first: np.ndarray | None = None   # the first float batch: what kind of output this is
+        self.decided = self.values = 0           # values on the same side of 0.5 (a probability's decision)
+        self.width = 0                           # values per sample (the smallest seen)
         self.nll_f = self.nll_q = 0.0
         self.predicted = self.next_agree = 0
 
@@ -842,10 +857,12 @@ class Agreement:
     def add(self, a: np.ndarray, b: np.ndarray, labels: np.ndarray | None, ids: np.ndarray | None) -> None:
         af = a.reshape(len(a), -1).astype(np.float64)
         bf = b.reshape(len(b), -1).astype(np.float64)
-        self.cos.append(np.sum(af * bf, 1) / np.maximum(np.linalg.norm(af, axis=1) * np.linalg.norm(bf, axis=1),
-                                                        1e-30))
+        self.cos.append(row_cosines(af, bf))
         self.sig += float(np.sum(af ** 2))
         self.noise += float(np.sum((af - bf) ** 2))
+        self.decided += int(np.sum((af >= 0.5) == (bf >= 0.5)))
+        self.values += af.size
+        self.width = min(self.width or af.shape[1], af.shape[1])
         self._decisions(a, b, labels, ids)
 
     def add_sample(self, a: np.ndarray, b: np.ndarray, labels: np.ndarray | None, ids: np.ndarray | None) -> None:
@@ -858,7 +875,7 @@ class Agreement:
             dot, ff, qq = dot + float(np.sum(x * y)), ff + float(np.sum(x * x)), qq + float(np.sum(y * y))
             y -= x
             noise += float(np.sum(y * y))
-        self.cos.append(np.array([dot / max(np.sqrt(ff) * np.sqrt(qq), 1e-30)]))
+        self.cos.append(np.array([dot / max(np.sqrt(ff) * np.sqrt(qq), 1e-30) if ff or qq else 1.0]))
         self.sig += ff
         self.noise += noise
         self._decisions(a, b, labels, ids)
