@@ -4,6 +4,8 @@ every exported operator run by LiteRT 2.3.0 and compared bit for bit with run_in
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import onnx
 import pytest
@@ -214,3 +216,35 @@ def test_reshape_that_folds_the_batch_into_a_dimension_resizes(embed):
         y = it.get_tensor(it.get_output_details()[0]["index"])
         z = IntegerModel(qm.model, "litert_ref").run({"x": x[32:32 + n]})["y"]
         assert y.shape == (n, 6, 5) and np.allclose(y, z, atol=1e-6), n
+
+
+
+def test_input_the_model_moves_from_nhwc_is_taken_as_it_is(tmp_path):
+    """A Keras / TensorFlow export takes NHWC images and transposes them to NCHW itself: the .tflite takes the
+    image as the ONNX model does ([N, H, W, C]), not that tensor moved once more ([N, W, C, H]), and the report's
+    LiteRT run and `qlinear debug` feed it so."""
+    from qlinear.ptq.report.debug import compare_runtime
+    from qlinear.tflite.export import input_layout
+
+    g = helper.make_graph([_node("Transpose", ["x"], ["t"], perm=[0, 3, 1, 2]),
+                           _node("Conv", ["t", "w", "b"], ["c"], pads=[1, 1, 1, 1]), _node("Relu", ["c"], ["y"])],
+                          "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 12, 3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 6, 16, 12])],
+                          [numpy_helper.from_array(_w(6, 3, 3, 3), "w"), numpy_helper.from_array(_w(6), "b")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    x = RNG.normal(0, 1, (24, 16, 12, 3)).astype(np.float32)
+    qm = qlinear.quantize(m, {"x": x}, dict(calibration_samples=16, evaluation_samples=8, target="tflite"))
+    assert input_layout(qm.model) == {"x": "same"}
+    it = litert.Interpreter(model_content=export(qm.model), experimental_op_resolver_type=RESOLVERS["ref"])
+    assert list(it.get_input_details()[0]["shape"]) == [1, 16, 12, 3]
+    it.allocate_tensors()
+    it.set_tensor(it.get_input_details()[0]["index"], x[16:17])
+    it.invoke()
+    y = it.get_tensor(it.get_output_details()[0]["index"]).transpose(0, 3, 1, 2)
+    assert np.array_equal(y, IntegerModel(qm.model, "litert_ref").run({"x": x[16:17]})["y"])
+    qm.save(tmp_path / "out")
+    deployed = json.loads((tmp_path / "out" / "report.json").read_text())["report"]["deployed"]
+    assert "error" not in deployed and deployed["outputs"]["y"]["cosine_min"] > 0.99
+    diff = compare_runtime(tmp_path / "out" / "model.qdq.onnx", {"x": x[16:20]},
+                           tflite=tmp_path / "out" / "model.tflite")
+    assert diff.first_difference is None and diff.tensors

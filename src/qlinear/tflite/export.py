@@ -6,7 +6,8 @@ at ``s_in * s_w``. Every weight, bias, scale and zero point is copied, not recom
 :func:`qlinear.kernels.run_integer` compute on the same numbers.
 
 * **Layout**: ONNX is NCHW, TFLite NHWC. Every 4-D activation becomes NHWC (the graph input too: a ``.tflite``
-  takes ``[N, H, W, C]``); Conv weights OIHW become OHWI, depthwise ``[C*m, 1, kh, kw]`` become ``[1, kh, kw, C*m]``
+  takes ``[N, H, W, C]``; an input the model moves from NHWC to NCHW itself, by a Transpose ``[0, 3, 1, 2]``, is
+  taken as it is: :func:`input_layout`); Conv weights OIHW become OHWI, depthwise ``[C*m, 1, kh, kw]`` become ``[1, kh, kw, C*m]``
   (quantized dimension 3); a Reshape/Flatten of a 4-D tensor with spatial extent goes through a TRANSPOSE back to
   NCHW first.
 * **Operators**: Conv (regular, grouped, depthwise) -> CONV_2D / DEPTHWISE_CONV_2D; Gemm and MatMul with a constant
@@ -786,7 +787,7 @@ def _inputs(w: _Writer) -> None:
         cons = g.consumers.get(v.name, [])
         qn = [n for n, _ in cons if n.op_type == "QuantizeLinear"]
         shape = w.shapes[v.name]
-        nhwc = len(shape) == 4
+        nhwc = len(shape) == 4 and not moved_to_nchw(m, v.name)
         if len(qn) != 1 or len(cons) != 1 or qn[0].output[0] not in qg.values:
             dtype = w.dtypes.get(v.name, "float32")
             if dtype == "float32" and not w.float_io:
@@ -827,12 +828,33 @@ def _outputs(w: _Writer) -> None:
             w.md.outputs.append(qt.index)
 
 
+def moved_to_nchw(m: onnx.ModelProto, name: str) -> bool:
+    """Whether the model itself moves graph input ``name`` from NHWC to NCHW: every node reading it, directly or
+    through its QuantizeLinear / DequantizeLinear pair, is a Transpose with ``perm [0, 3, 1, 2]`` (a Keras or
+    TensorFlow export fed images as they are). Such an input is already NHWC: the ``.tflite`` takes it as it is
+    (moving it again would make a ``[N, W, C, H]`` input the user has to build)."""
+    cons: dict[str, list[onnx.NodeProto]] = {}
+    for n in m.graph.node:
+        for i in n.input:
+            cons.setdefault(i, []).append(n)
+    todo, readers = [name], []
+    while todo:
+        for n in cons.get(todo.pop(), []):
+            if n.op_type in ops.QDQ_PAIR and len(todo) + len(readers) < 16:
+                todo.append(n.output[0])
+            else:
+                readers.append(n)
+    return bool(readers) and all(n.op_type == "Transpose" and list(attr(n, "perm", [])) == [0, 3, 1, 2]
+                                 for n in readers)
+
+
 def input_layout(model: Any) -> dict[str, str]:
-    """How each graph input is laid out in the exported ``.tflite`` (``NHWC`` for 4-D inputs)."""
+    """How each graph input is laid out in the exported ``.tflite``: ``NHWC`` for a 4-D input moved there from
+    ONNX's NCHW, ``same`` for any other (one the model moves to NCHW itself is NHWC already: :func:`moved_to_nchw`)."""
     m = load_model(model)
     inits = {t.name for t in m.graph.initializer}
-    return {v.name: "NHWC" if len(v.type.tensor_type.shape.dim) == 4 else "same"
+    return {v.name: "NHWC" if len(v.type.tensor_type.shape.dim) == 4 and not moved_to_nchw(m, v.name) else "same"
             for v in m.graph.input if v.name not in inits}
 
 
-__all__ = ["SUPPORTED", "Converted", "convert", "export", "input_layout", "island_note"]
+__all__ = ["SUPPORTED", "Converted", "convert", "export", "input_layout", "island_note", "moved_to_nchw"]

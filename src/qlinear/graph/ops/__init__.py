@@ -89,6 +89,8 @@ ORT_INTEGER_OPS = ("QLinearConv", "QLinearMatMul", "MatMulInteger", "ConvInteger
                       "QAttention", "QEmbedLayerNormalization", "QLinearConcat", "QLinearSigmoid", "QLinearLeakyRelu",
                       "QLinearSoftmax", "QLinearAveragePool", "QLinearGlobalAveragePool", "QLinearReduceMean",
                       "QLinearWhere", "QLinearConvTranspose")
+#: the pair a Q/DQ model puts on a tensor (looked through to the nodes that read its values)
+QDQ_PAIR = ("QuantizeLinear", "DequantizeLinear")
 #: operators only a model quantized already holds (Q/DQ, ONNX Runtime's integer kernels): such a model is refused
 QUANTIZED_MODEL_OPS = QUANTIZE_OPS + ORT_INTEGER_OPS
 #: operators with a weight (input 1) that full-integer quantization would quantize (recurrent and attention too)
@@ -148,6 +150,7 @@ __all__ = [
     "SHAPE_COMPUTATIONS",
     "OUTPUT_RANGES",
     "QDQ_FUSED_ACTIVATIONS",
+    "QDQ_PAIR",
     "QDQ_STRUCTURE",
     "REGISTRY",
     "ROLES",

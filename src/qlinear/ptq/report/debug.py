@@ -650,6 +650,7 @@ def _litert_tensors(tflite: Any, qg: QdqGraph, feed: dict[str, np.ndarray], *,
     """The integer tensors of the ``.tflite`` after one run by LiteRT, by the Q/DQ model's integer tensor each stands
     for (matched by the float name the exporter gives it), NCHW: every tensor under the reference kernels
     (``experimental_preserve_all_tensors``), the outputs under the default resolver (XNNPACK delegate)."""
+    from qlinear.tflite.export import input_layout
     try:
         from ai_edge_litert.interpreter import Interpreter, OpResolverType
     except ModuleNotFoundError:
@@ -658,13 +659,14 @@ def _litert_tensors(tflite: Any, qg: QdqGraph, feed: dict[str, np.ndarray], *,
     raw = tflite if isinstance(tflite, (bytes, bytearray)) else open(tflite, "rb").read()  # noqa: SIM115
     it = Interpreter(model_content=bytes(raw), num_threads=1, experimental_preserve_all_tensors=reference,
                      experimental_op_resolver_type=OpResolverType.BUILTIN_REF if reference else OpResolverType.AUTO)
+    nhwc = {k for k, v in input_layout(qg.model).items() if v == "NHWC"}   # the others as they are
+    xs = {d["name"]: np.asarray(feed[d["name"]]) for d in it.get_input_details()}
+    xs = {k: x.transpose(0, 2, 3, 1) if k in nhwc else x for k, x in xs.items()}
     for d in it.get_input_details():
-        x = np.asarray(feed[d["name"]])
-        it.resize_tensor_input(d["index"], list(x.transpose(0, 2, 3, 1).shape if x.ndim == 4 else x.shape))
+        it.resize_tensor_input(d["index"], list(xs[d["name"]].shape))
     it.allocate_tensors()
     for d in it.get_input_details():
-        x = np.asarray(feed[d["name"]])
-        it.set_tensor(d["index"], (x.transpose(0, 2, 3, 1) if x.ndim == 4 else x).astype(d["dtype"]))
+        it.set_tensor(d["index"], xs[d["name"]].astype(d["dtype"]))
     it.invoke()
 
     if not reference:

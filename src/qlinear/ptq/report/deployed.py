@@ -92,6 +92,7 @@ def tflite_artifact(qm: Any, rep: Report, path: Path) -> dict[str, Any]:
     from ai_edge_litert.interpreter import Interpreter
 
     from qlinear.ptq.stats.session import Session
+    from qlinear.tflite.export import input_layout
 
     ds = qm.dataset
     start, stop = qm.held_out()
@@ -99,6 +100,7 @@ def tflite_artifact(qm: Any, rep: Report, path: Path) -> dict[str, Any]:
     names = tensor_outputs(qm.reference_model)
     fs = Session(qm.reference_model, (), level="all", label="the float model")
     it = Interpreter(model_content=path.read_bytes(), num_threads=1)
+    as_is = frozenset(k for k, v in input_layout(qm.model).items() if v == "same")
     out_f: dict[str, list[np.ndarray]] = {o: [] for o in names}
     out_t: dict[str, list[np.ndarray]] = {o: [] for o in names}
     counts, at, t0 = [], start, time.perf_counter()
@@ -110,7 +112,7 @@ def tflite_artifact(qm: Any, rep: Report, path: Path) -> dict[str, Any]:
         for o, v in zip(names, fs.run(names, feed, where=where)):
             out_f[o].append(v)
         try:
-            got = _invoke(it, feed, names)
+            got = _invoke(it, feed, names, as_is)
         except Exception as e:  # noqa: BLE001 - LiteRT's RuntimeError / ValueError: said in the report, not raised
             return {"artifact": path.name, "runtime": f"LiteRT {_litert_version()} (default resolver)",
                     "error": f"LiteRT failed on {where}: {' '.join(str(e).split())[:300]}"}
@@ -138,12 +140,15 @@ def tflite_artifact(qm: Any, rep: Report, path: Path) -> dict[str, Any]:
             "headlines": {o: HEADLINE.get(rep.kinds.get(o, "generic")) for o in names}}
 
 
-def _invoke(it: Any, feed: dict[str, np.ndarray], names: list[str]) -> dict[str, np.ndarray]:
-    """One LiteRT run of a float-I/O ``.tflite`` (NHWC where the ONNX input is NCHW): outputs by ONNX name (by
-    position where the ``.tflite`` names them otherwise), NCHW."""
+def _invoke(it: Any, feed: dict[str, np.ndarray], names: list[str],
+            as_is: frozenset[str] = frozenset()) -> dict[str, np.ndarray]:
+    """One LiteRT run of a float-I/O ``.tflite`` (NHWC where the ONNX input is NCHW; the inputs named in ``as_is``,
+    NHWC already, as they are): outputs by ONNX name (by position where the ``.tflite`` names them otherwise),
+    NCHW."""
     ins = it.get_input_details()
-    xs = [np.asarray(feed[d["name"]] if d["name"] in feed else list(feed.values())[k]) for k, d in enumerate(ins)]
-    xs = [x.transpose(0, 2, 3, 1) if x.ndim == 4 else x for x in xs]
+    keys = [d["name"] if d["name"] in feed else list(feed)[k] for k, d in enumerate(ins)]
+    xs = [np.asarray(feed[k]) for k in keys]
+    xs = [x.transpose(0, 2, 3, 1) if x.ndim == 4 and k not in as_is else x for k, x in zip(keys, xs)]
     for d, x in zip(ins, xs):
         if list(d["shape"]) != list(x.shape):
             it.resize_tensor_input(d["index"], list(x.shape))
