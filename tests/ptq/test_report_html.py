@@ -400,8 +400,8 @@ def test_deployed_output_missing_from_the_tflite_is_not_compared(tfl, monkeypatc
 
     qm, out, _, _ = tfl
     real = deployed._invoke
-    monkeypatch.setattr(deployed, "_invoke", lambda it, feed, names: {k: v for k, v in real(it, feed, names).items()
-                                                                       if k != "logits"})
+    monkeypatch.setattr(deployed, "_invoke", lambda it, feed, names, *rest: {
+        k: v for k, v in real(it, feed, names, *rest).items() if k != "logits"})
     d = deployed.tflite_artifact(qm, qm.report(), out / "model.tflite")
     assert d["not_in_tflite"] == ["logits"] and d["outputs"] == {}
 
