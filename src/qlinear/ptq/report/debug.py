@@ -598,8 +598,9 @@ FLOAT_ROUNDING = ("the runtime fuses {bits}-bit integers only, so this {op} runs
 
 def name_differences(res: RuntimeDiff, im: IntegerModel, formula: Callable[[IntDiff], str]) -> None:
     """Say what each differing tensor of ``res`` (graph order) is: float rounding where both compute the value in
-    float32 and it is at most 1 step apart (an operator of a width the runtime does not fuse; a QuantizeLinear of a
-    float operator's output), else a difference; the first one is ``res.first_difference``, with ``formula(d)``."""
+    float32 and it is at most 1 step apart (an operator of a width the runtime does not fuse, or one run_integer runs
+    in float; a QuantizeLinear of a float operator's output); carried where an input already differs by float
+    rounding (or carries it); else a difference, the first one ``res.first_difference``, with ``formula(d)``."""
     unfused = _unfused(im)
     floats = {op.output.name for op in im.qg.ops.values()   # no integer kernel, or not one for this node
               if op.output is not None and getattr(op, "_step", None) is None and op.output.name not in unfused}
