@@ -63,3 +63,23 @@ def test_inspect_without_model_shows_unresolved_axes(g, capsys):
     assert "axis unresolved" in capsys.readouterr().out
     assert main(["encodings", "inspect", str(f), "-m", str(g / "tiny_model.onnx")]) == 0
     assert "axis unresolved" not in capsys.readouterr().out
+
+
+def test_validate_and_apply_against_the_original_point_to_model_float_onnx(tmp_path, capsys):
+    """The encodings `qlinear quantize` writes name the tensors of the float model it rewrote (here a BatchNorm
+    folded): given the original, validate and apply fail and say which model they fit."""
+    from qlinear.examples import MODEL
+
+    out = tmp_path / "o"
+    assert main(["quantize", "--no-report", "-o", str(out)]) == 0
+    assert (out / "model.float.onnx").is_file()
+    capsys.readouterr()
+    enc = str(out / "model.encodings")
+    assert main(["encodings", "validate", enc, "--model", str(MODEL)]) == 1
+    said = " ".join(capsys.readouterr().out.split())
+    assert "problem(s)" in said and f"these encodings fit {out / 'model.float.onnx'}" in said
+    assert main(["encodings", "apply", enc, str(MODEL), "-o", str(tmp_path / "q.onnx")]) == EXIT_ERROR
+    said = " ".join(capsys.readouterr().err.split())
+    assert f"these encodings fit {out / 'model.float.onnx'}" in said and not (tmp_path / "q.onnx").exists()
+    assert main(["encodings", "validate", enc, "--model", str(out / "model.float.onnx")]) == 0
+    assert "these encodings fit" not in capsys.readouterr().out

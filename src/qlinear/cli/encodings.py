@@ -99,7 +99,27 @@ def validate(file: Path = typer.Argument(..., help="Encodings file."),
     con.print(f"[red]{len(rep.problems)} problem(s)[/] in {rep.checked} encodings:")
     for p in rep.problems:
         con.print(f"  {escape(str(p))}", highlight=False)
+    hint = _float_model_hint(es, file, model)
+    if hint:
+        con.print(escape(hint), highlight=False)
     raise typer.Exit(EXIT_PROBLEMS)
+
+
+def _float_model_hint(es: EncodingSet, file: Path, model: Path) -> str | None:
+    """When ``file`` sits beside the ``model.float.onnx`` that ``qlinear quantize`` wrote (its float model after
+    rewrites: Constant weights made initializers, BatchNorm folded, opset upgraded) and the encodings fit that model
+    but not ``model``: a line saying to pass it."""
+    from qlinear import graph as G
+
+    cand = file.parent / "model.float.onnx"
+    try:
+        if not cand.is_file() or cand.resolve() == model.resolve() or not G.validate(es, cand).ok:
+            return None
+    except Exception:  # noqa: BLE001 - a hint only: a model that does not even load gives none
+        return None
+    return (f"these encodings fit {cand}, the float model `qlinear quantize` wrote beside them (the model as "
+            f"given, rewritten: weights stored as Constant nodes made initializers, BatchNorm folded into its "
+            f"convolution, an old opset upgraded); pass it as the model instead of {model}")
 
 
 @app.command("apply")
@@ -108,10 +128,19 @@ def apply_cmd(file: Path = typer.Argument(..., help="Encodings file."),
               output: Path = typer.Option(..., "--output", "-o", help="Q/DQ ONNX model to write (atomically).")) -> None:
     """Write a Q/DQ ONNX model carrying the encodings."""
     from qlinear import graph as G
+    from qlinear.errors import QlinearError
     from qlinear.graph.save import save_model
 
-    es = G.load_encodings(file, model)
-    save_model(G.apply(es, model), output)
+    try:
+        qdq = G.apply(G.load_encodings(file, model), model)
+    except QlinearError as e:
+        from qlinear import encodings as E
+
+        hint = _float_model_hint(E.load(file), file, model)
+        if hint is None:
+            raise
+        raise type(e)(f"{e}\n{hint}") from None
+    save_model(qdq, output)
     typer.echo(f"wrote {output}")
 
 
