@@ -313,3 +313,14 @@ def test_sequence_output_report_and_target_against_onnxruntime():
     tq = qlinear.quantize(m, {"x": x}, dict(calibration_samples=16, evaluation_samples=32,
                                             accuracy_target="ctc_agreement>=1.0"))
     assert any(n.startswith("precision repair (ctc_agreement>=1") for n in tq.notes)
+
+
+def test_sequence_note_leads_with_every_position_and_names_the_ctc_reading_as_one():
+    """An attention decoder's softmax rows (SLANet's table tokens) are sequences too: the note says how many samples
+    agree at every position and only then what a CTC reading gives, not that the output is CTC text."""
+    from qlinear.ptq.report.evaluate import _kind_note
+
+    note = _kind_note("structure_probs", "sequence", {"ctc_agreement": 0.5, "sequence_agreement": 0.25}, None)
+    assert "every position's top class agrees on 0.250" in note and "read as CTC text" in note
+    assert note.index("0.250") < note.index("0.500")
+    assert _kind_note("structure_probs", "sequence", {"ctc_agreement": 1.0, "sequence_agreement": 0.9}, None) is None

@@ -355,9 +355,9 @@ def _kind_note(o: str, kind: str, r: dict[str, float], target: str | None, cfg: 
         return (f"output {o!r} is an integer output that no quantizer reaches (it passes inputs or shapes through): "
                 "left out of the report's metrics")
     if kind == "sequence" and not target and r.get("ctc_agreement", 1.0) < 0.99:
-        return (f"output {o!r} (softmax rows [N, positions, classes]) reads as the same CTC text as float on "
-                f"{r['ctc_agreement']:.3f} of the held-out samples (every position's top class agrees on "
-                f"{r['sequence_agreement']:.3f})" + _remedy(cfg, "ctc_agreement>=1.0 (or sequence_agreement>=1.0 "
+        return (f"output {o!r} (softmax rows [N, positions, classes]) departs from float on held-out samples: "
+                f"every position's top class agrees on {r['sequence_agreement']:.3f} of them, and read as CTC text "
+                f"(repeats merged, blank dropped) {r['ctc_agreement']:.3f} give the same text" + _remedy(cfg, "ctc_agreement>=1.0 (or sequence_agreement>=1.0 "
                                                             "for a tagger)", "it", all16=False))
     return None
 
