@@ -336,3 +336,24 @@ def test_float_pad_island(mode, pads):
         y = _litert(out.data, x, resolver)
         z = IntegerModel(qm.model, rmode).run({"x": x})["y"]
         assert y.shape == z.shape and np.array_equal(y, z), f"{resolver}: {int((y != z).sum())} differ"
+
+
+@pytest.mark.parametrize("case", ["conv_transpose_k2s2", "conv_transpose_same_bias_relu",
+                                  "batchnorm_after_conv_transpose"])
+def test_transpose_conv_16x8_bit_exact_against_litert(case):
+    """16-bit activations, int8 weights, int64 bias: LiteRT's TRANSPOSE_CONV 16x8 kernel (its reference integer
+    TransposeConv, int64 accumulation); it was refused ("exported for int8 activations only")."""
+    nodes, inits, _, _ = CASES[case]
+    qm = qlinear.quantize(_model(nodes, inits), {"x": X}, dict(calibration_samples=N_CAL, evaluation_samples=0,
+                                                               target="tflite", activation_type="int16"))
+    out = convert(qm.model)
+    m = G.ModelT.InitFromPackedBuf(out.data, 0)
+    sg, names = m.subgraphs[0], {v: k for k, v in S.OP.items()}
+    tc = [o for o in sg.operators if names.get(m.operatorCodes[o.opcodeIndex].builtinCode) == "TRANSPOSE_CONV"]
+    assert len(tc) == 1 and [sg.tensors[i].type for i in tc[0].inputs] == [
+        S.TENSOR_TYPE["int32"], S.TENSOR_TYPE["int8"], S.TENSOR_TYPE["int16"], S.TENSOR_TYPE["int64"]][:len(tc[0].inputs)]
+    x = X[N_CAL:]
+    for resolver, mode in (("ref", "litert_ref"), ("auto", "litert_xnnpack")):
+        y, z = _litert(out.data, x, resolver), IntegerModel(qm.model, mode).run({"x": x})["y"]
+        assert y.shape == z.shape and np.array_equal(y, z), \
+            f"{resolver}: {int((y != z).sum())} of {y.size} differ from run_integer {mode}"

@@ -16,7 +16,6 @@ from qlinear.graph.qdq import QOp
 from qlinear.kernels import native as NK
 from qlinear.kernels.layer import NotInteger, fused_clamp
 from qlinear.kernels.profiles import Profile
-from qlinear.kernels.requant import FIXED_MODES
 
 
 class TransposeConvLayer:
@@ -48,7 +47,9 @@ class TransposeConvLayer:
         self.zx = x.params.z
         self.wide = x.params.dtype.bits > 8
         mode = prof.conv
-        self.mode = "int64_reduced" if self.wide and mode in FIXED_MODES else mode
+        # 16x8: LiteRT has one TRANSPOSE_CONV kernel for int16 (the reference's, int64 accumulator and reduced
+        # multiplier) under either resolver (XNNPACK and the optimized builtins have none)
+        self.mode = "int64_reduced" if self.wide else mode
         s_x, ws, s_o = np.float32(x.params.s), w.params.scale.astype(np.float32), np.float32(out.params.s)
         if mode in ("f32_rne", "onednn"):
             m = (s_x * ws / s_o).astype(np.float64)

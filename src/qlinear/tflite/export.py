@@ -287,8 +287,6 @@ class _Writer:
                 or any(d != 1 for d in attr(node, "dilations", [1, 1])) or any(attr(node, "output_padding", [0, 0])):
             raise UnsupportedError(f"node {op.name}: only 2-D ConvTranspose with constant quantized weights, group 1, "
                                    "no dilation and no output_padding exports as TRANSPOSE_CONV")
-        if op.inputs[0].params.dtype.bits != 8:
-            raise UnsupportedError(f"node {op.name}: TRANSPOSE_CONV is exported for int8 activations only")
         wq = np.asarray(w.const)
         _, o, kh, kw = wq.shape
         out = self.output_of(op, True)
