@@ -328,3 +328,23 @@ def test_differences_named_float_rounding_only_where_both_compute_in_float(qline
     name_differences(res, im, lambda d: "formula")
     assert res.tensors[0].rounding and res.tensors[1].propagated and res.first_difference is None
     assert res.tensors[1].formula.startswith(f"its input {src} differs already (float rounding)")
+
+
+def test_litert_later_tensors_carried_or_made_on_the_runtimes_own_inputs(tflite_pair, capsys):
+    """Under a wrong formula every later tensor differs too; each is computed again from LiteRT's own values of its
+    inputs: an Add, a pooling, a Flatten, the Gemm then equal LiteRT's (carried), the later Convs do not (made there
+    too: the same formula)."""
+    pytest.importorskip("ai_edge_litert")
+    from qlinear.cli.main import main
+
+    q, t = tflite_pair
+    r = compare_runtime(q, DATA, tflite=t, samples=8, mode="f32_rne")
+    after = r.tensors[[x.tensor for x in r.tensors].index(r.first_difference) + 1:]
+    assert after and all(d.differing and d.own_differing is not None for d in after)
+    carried = [d.op for d in after if d.propagated]
+    assert carried and "GlobalAveragePool" in carried and all(d.own_differing == 0 for d in after if d.propagated)
+    assert all(d.op == "Conv" and d.own_differing > 0 for d in after if not d.propagated)
+    assert all("computed from the runtime's own values of its inputs" in d.formula for d in after if d.propagated)
+    assert main(["debug", str(q), str(t), "--data", str(DATA), "--samples", "8", "--mode", "f32_rne"]) == 1
+    said = capsys.readouterr().out
+    assert "carried" in said and "made here too" in said

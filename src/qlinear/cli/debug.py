@@ -129,7 +129,9 @@ def _print_runtime(rr, as_json: bool) -> None:
         first = d.tensor == rr.first_difference
         t.add_row(d.tensor, d.op, d.node, d.dtype, f"{d.differing}/{d.size}", str(d.max_diff),
                   "<- first difference" if first else ("float rounding" if d.rounding else
-                                                        "carried" if d.propagated else ""),
+                                                        "carried" if d.propagated else
+                                                        f"made here too ({d.own_differing} on the runtime's inputs)"
+                                                        if d.differing and d.own_differing else ""),
                   style="bold red" if first else "")
     con = _console()
     con.print(t)

@@ -482,6 +482,9 @@ class IntDiff:
     formula: str = ""     # what another formula of the kernel registry changes, when it reproduces the runtime
     rounding: bool = False  # 1 step apart where both compute in float32 (``formula`` says why): not a difference
     propagated: bool = False  # differs because an input differs by float rounding (or from it), not by its formula
+    #: values that differ when run_integer computes this tensor from the runtime's own values of its inputs (every
+    #: runtime tensor it reads, a LiteRT reference run's): what the operator itself makes; None: not measured
+    own_differing: int | None = None
 
 
 @dataclass
@@ -568,12 +571,32 @@ def compare_runtime(quant_model: Any, data: Any, *, runtime: str = "litert", tfl
     return res
 
 
+def forced_trace(im: IntegerModel, feed: dict[str, np.ndarray], got: dict[str, np.ndarray]) -> dict[str, int]:
+    """Integer tensor -> values that differ from the runtime's ``got`` when run_integer computes it from the runtime's
+    own values of its inputs: a run in which every integer tensor the runtime has replaces run_integer's as soon as
+    it is computed. A tensor that differs in the free run but not here carries an earlier difference."""
+    env = Env(im.qg, {k: np.asarray(v) for k, v in feed.items()})
+    own: dict[str, int] = {}
+    for step in im.steps:
+        before = set(env.ints)
+        step(env)
+        for t in [t for t in env.ints if t not in before and t in got]:
+            a = env.ints[t]
+            b = _onnx_layout(got[t], a.shape)
+            if a.shape == b.shape:
+                own[t] = _int_diff(a, b)[0]
+                env.ints[t] = b.astype(a.dtype)
+    return own
+
+
 def _compare_batch(im: IntegerModel, feed: dict[str, np.ndarray], runtime: str,
                    got: dict[str, np.ndarray], diffs: dict[str, IntDiff], where: dict[str, tuple]) -> None:
     """One batch of :func:`compare_runtime`: ``got`` (the runtime's integer tensors) against ``run_integer``, each
     tensor's differences added to ``diffs`` (graph order), the batch and runtime values where a tensor first differs
-    to ``where``."""
+    to ``where``; with every tensor of the runtime (LiteRT's reference run), each one's own differences too
+    (:func:`forced_trace`)."""
     env = integer_trace(im, feed)
+    own = forced_trace(im, feed, got) if runtime == "litert" else {}
     for t, node, op in _graph_order(im.qg) + _output_ints(im.qg):
         if t not in got or t not in env.ints:
             continue
@@ -587,6 +610,8 @@ def _compare_batch(im: IntegerModel, feed: dict[str, np.ndarray], runtime: str,
         if d.size and d.node != node:  # a tensor already compared under another entry (an output of the graph)
             continue
         d.size, d.differing, d.max_diff = d.size + int(a.size), d.differing + k, max(d.max_diff, mx)
+        if t in own:
+            d.own_differing = (d.own_differing or 0) + own[t]
         if k and t not in where:
             where[t] = (feed, b)
 
@@ -599,8 +624,10 @@ FLOAT_ROUNDING = ("the runtime fuses {bits}-bit integers only, so this {op} runs
 def name_differences(res: RuntimeDiff, im: IntegerModel, formula: Callable[[IntDiff], str]) -> None:
     """Say what each differing tensor of ``res`` (graph order) is: float rounding where both compute the value in
     float32 and it is at most 1 step apart (an operator of a width the runtime does not fuse, or one run_integer runs
-    in float; a QuantizeLinear of a float operator's output); carried where an input already differs by float
-    rounding (or carries it); else a difference, the first one ``res.first_difference``, with ``formula(d)``."""
+    in float; a QuantizeLinear of a float operator's output); carried where computed from the runtime's own inputs it
+    equals the runtime's (``own_differing`` 0, measured on a LiteRT reference run), or where an input already differs
+    by float rounding (or carries it); else a difference, the first one ``res.first_difference``, with
+    ``formula(d)``."""
     unfused = _unfused(im)
     floats = {op.output.name for op in im.qg.ops.values()   # no integer kernel, or not one for this node
               if op.output is not None and getattr(op, "_step", None) is None and op.output.name not in unfused}
@@ -613,6 +640,10 @@ def name_differences(res: RuntimeDiff, im: IntegerModel, formula: Callable[[IntD
             d.formula, d.rounding = FLOAT_ROUNDING.format(op=unfused[d.tensor], bits=im.profile.fused_bits), True
         elif d.differing and d.max_diff <= 1 and (d.op == "QuantizeLinear" or d.tensor in floats):
             d.formula, d.rounding = FLOAT_INPUT_ROUNDING, True
+        elif d.differing and d.own_differing == 0:
+            d.propagated = True
+            d.formula = ("computed from the runtime's own values of its inputs it equals the runtime's: the "
+                         f"difference is carried from {before or 'before it'}, not made by this operator")
         elif d.differing and before is not None and (differ[before].rounding or differ[before].propagated):
             d.propagated = True
             why = "float rounding" if differ[before].rounding else "from float rounding before it"
