@@ -324,3 +324,27 @@ def test_sequence_note_leads_with_every_position_and_names_the_ctc_reading_as_on
     assert "every position's top class agrees on 0.250" in note and "read as CTC text" in note
     assert note.index("0.250") < note.index("0.500")
     assert _kind_note("structure_probs", "sequence", {"ctc_agreement": 1.0, "sequence_agreement": 0.9}, None) is None
+
+
+def test_output_kinds_override_how_the_report_reads_an_output(tmp_path):
+    """An embedding with negative values reads as classifier logits (top-1 agreement); ``output_kinds`` (CLI
+    ``--output-kind NAME=KIND``) says what it is, and a name or kind that is not one is refused before work."""
+    from qlinear.cli.main import EXIT_ERROR, main
+    from qlinear.errors import ConfigError
+    from qlinear.examples import DATA, MODEL
+
+    cfg = dict(calibration_samples=20, evaluation_samples=20)
+    guessed = qlinear.quantize(MODEL, DATA, cfg).report()
+    assert guessed.kinds["logits"] == "classifier" and "top1_agreement" in guessed.outputs["logits"]
+    told = qlinear.quantize(MODEL, DATA, dict(cfg, output_kinds={"logits": "embedding"})).report()
+    assert told.kinds["logits"] == "embedding" and told.headlines["logits"] == "cosine_mean"
+    assert "top1_agreement" not in told.outputs["logits"] and "cosine_mean" in told.outputs["logits"]
+    with pytest.raises(ConfigError, match="output_kinds: expected .* one of classifier"):
+        qlinear.quantize(MODEL, DATA, dict(cfg, output_kinds={"logits": "embeding"}))
+    with pytest.raises(ConfigError, match="'logitz' is not a graph output; the model's outputs are 'logits'"):
+        qlinear.quantize(MODEL, DATA, dict(cfg, output_kinds={"logitz": "embedding"}))
+    out = tmp_path / "o"
+    assert main(["quantize", "-o", str(out), "--output-kind", "logits=probability"]) == 0
+    rep = json.loads((out / "report.json").read_text())["report"]["outputs"]["logits"]
+    assert rep["kind"] == "probability" and rep["headline"] == "decision_agreement"
+    assert main(["quantize", "-o", str(tmp_path / "p"), "--output-kind", "logits"]) == EXIT_ERROR

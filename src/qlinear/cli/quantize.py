@@ -15,6 +15,9 @@ _HELP = {  # the help text of each option
     "fix_input": ("NAME=V or NAME=V1,V2,...: make model input NAME a constant of that value (e.g. sr=16000): the "
                   "written model no longer takes it, and an If it decides is replaced by the branch taken, whose "
                   "layers are then quantized; repeatable."),
+    "output_kind": ("NAME=KIND: how the report reads graph output NAME (classifier, sequence, probability, "
+                    "regression, map, embedding, state or generic), which it otherwise infers from the float values "
+                    "(an embedding with negative values reads as classifier logits); repeatable."),
     "full_integer": ("Target tflite: refuse operators outside the TFLite integer set instead of running them as float "
                       "islands (DEQUANTIZE -> float builtin -> QUANTIZE)."),
     "model": 'Float ONNX model. Omitted: the bundled example CNN.',
@@ -90,6 +93,7 @@ def quantize(
     batch_axis: Optional[list[str]] = typer.Option(None, '--batch-axis', help=_HELP["batch_axis"]),
     input_shape: Optional[list[str]] = typer.Option(None, '--input-shape', help=_HELP["input_shape"]),
     fix_input: Optional[list[str]] = typer.Option(None, '--fix-input', help=_HELP["fix_input"]),
+    output_kind: Optional[list[str]] = typer.Option(None, '--output-kind', help=_HELP["output_kind"]),
     full_integer: bool = typer.Option(False, '--full-integer', help=_HELP["full_integer"]),
     workers: Optional[int] = typer.Option(None, '--workers', help=_HELP["workers"]),
     ray_address: Optional[str] = typer.Option(None, '--ray-address', help=_HELP["ray_address"]),
@@ -116,7 +120,7 @@ def quantize(
             "accuracy_target": accuracy_target, "output_format": output_format, "lm_head_type": lm_head_type,
             "size_budget": size_budget, "average_bits": average_bits,
             "batch_axes": _batch_axes(batch_axis), "input_shapes": _input_shapes(input_shape),
-            "fix_inputs": _fixed_inputs(fix_input),
+            "fix_inputs": _fixed_inputs(fix_input), "output_kinds": _output_kinds(output_kind),
             "full_integer": full_integer or None, "workers": workers, "ray_address": ray_address}
     cfg = settled_config(model, config, over)
     if data is None and not (cfg.weight_only and cfg.w_method in ("minmax", "mse")):
@@ -277,6 +281,20 @@ def _fixed_inputs(items: Optional[list[str]]) -> Optional[dict[str, object]]:
         if not name:
             raise ConfigError(f"--fix-input {it!r}: expected NAME=VALUE or NAME=V1,V2,..., e.g. --fix-input sr=16000")
         out[name] = vals[0] if len(vals) == 1 else vals
+    return out or None
+
+
+def _output_kinds(items: Optional[list[str]]) -> Optional[dict[str, str]]:
+    """``--output-kind NAME=KIND`` options as ``{NAME: KIND}`` (None when not given; the kinds checked by the
+    config)."""
+    from qlinear.errors import ConfigError
+
+    out = {}
+    for it in items or ():
+        name, _, kind = it.rpartition("=")
+        if not name or not kind:
+            raise ConfigError(f"--output-kind {it!r}: expected NAME=KIND, e.g. --output-kind embedding=embedding")
+        out[name] = kind
     return out or None
 
 

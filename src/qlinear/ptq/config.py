@@ -39,6 +39,8 @@ WEIGHT_ONLY_DATA_METHODS = ("gptq", "awq", "aag", "awq+gptq", "aag+gptq", "awq+a
 WEIGHT_ONLY_METHODS += WEIGHT_ONLY_DATA_METHODS[1:]
 OUTPUT_FORMATS = ("qdq", "matmulnbits")
 LM_HEAD_TYPES = ("int8", "int4", "float")  #: weight-only lm_head: int8 per-channel, follow the weights, or float
+#: what ``output_kinds`` may say of a graph output (the report's reading of it, ``report.evaluate.HEADLINE``)
+OUTPUT_KINDS = ("classifier", "sequence", "probability", "regression", "map", "embedding", "state", "generic")
 TARGETS = ("ort", "tflite", "qnn")
 RAY_ADDRESS = re.compile(r"^(auto|local|rays?://[^\s:/]+(:\d+)?|[^\s:/]+:\d+)$")  # ray_address (ray.init's forms)
 
@@ -100,6 +102,10 @@ class QuantizeConfig:
             before any data is read: the written model no longer has them, and an ``If`` they decide is replaced
             by the branch taken, whose layers are then quantized (:mod:`qlinear.graph.passes.fix_inputs`; CLI
             ``--fix-input sr=16000``). Samples that still hold such an input must hold that value.
+        output_kinds: ``{output name: kind}`` overrides how the report reads a graph output (its metrics and
+            headline), which it otherwise infers from the float values (``classifier``: top-1 agreement,
+            ``sequence``, ``probability``, ``regression``, ``map``, ``embedding``: cosine, ``state``, ``generic``;
+            :func:`qlinear.ptq.report.evaluate.output_kind`; CLI ``--output-kind NAME=embedding``).
         full_integer: target tflite: refuse operators outside the TFLite integer set instead of running them as
             float islands (DEQUANTIZE -> float builtin -> QUANTIZE; CLI ``--full-integer``).
         workers / ray_address: the calibration statistics pass (observers, channel means, GPTQ's Hessians) on
@@ -155,6 +161,7 @@ class QuantizeConfig:
     batch_axes: Any = None
     input_shapes: Any = None
     fix_inputs: Any = None
+    output_kinds: Any = None
     full_integer: bool = False
     workers: int = 1
     ray_address: str | None = None
@@ -230,6 +237,7 @@ class QuantizeConfig:
         object.__setattr__(self, "batch_axes", dict(ba))
         self._check_input_shapes()
         self._check_fix_inputs()
+        self._check_output_kinds()
         if not isinstance(self.full_integer, bool):
             raise ConfigError(f"full_integer: expected true or false, got {self.full_integer!r}")
 
@@ -242,6 +250,16 @@ class QuantizeConfig:
             raise ConfigError(f"input_shapes: expected a mapping of input name to positive dimensions such as "
                               f"{{\"x\": [1, 3, 480, 480]}}, got {self.input_shapes!r}")
         object.__setattr__(self, "input_shapes", {k: tuple(v) for k, v in shapes.items()})
+
+    def _check_output_kinds(self) -> None:
+        kinds = {} if self.output_kinds is None else self.output_kinds
+        if not isinstance(kinds, dict) or not all(isinstance(k, str) and v in OUTPUT_KINDS for k, v in kinds.items()):
+            raise ConfigError(f"output_kinds: expected a mapping of output name to one of {', '.join(OUTPUT_KINDS)} "
+                              f"such as {{\"embedding\": \"embedding\"}}, got {self.output_kinds!r}")
+        if kinds and self.weight_only:
+            raise ConfigError("output_kinds: not available in weight-only mode (activation_type float), whose report "
+                              "reads token logits and embeddings itself")
+        object.__setattr__(self, "output_kinds", dict(kinds))
 
     def _check_fix_inputs(self) -> None:
         values = {} if self.fix_inputs is None else self.fix_inputs

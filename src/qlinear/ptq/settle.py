@@ -48,6 +48,12 @@ def settle(cfg: QuantizeConfig, model: Any = None) -> tuple[QuantizeConfig, list
         cfg = _qnn(cfg, notes)
     if model is not None and cfg.target == "tflite":
         _tflite_model(model, cfg)
+    if model is not None and cfg.output_kinds:
+        outs = [o.name for o in model.graph.output]
+        unknown = [k for k in cfg.output_kinds if k not in outs]
+        if unknown:
+            raise ConfigError(f"output_kinds: {unknown[0]!r} is not a graph output; the model's outputs are "
+                              f"{', '.join(map(repr, outs))}")
     if cfg.target == "ort" and not cfg.weight_only and cfg.activation_qtype.is_int \
             and cfg.activation_qtype.bits == 16:
         notes.append(f"activation_type {cfg.activation_type} on target ort: ONNX Runtime's CPU session has no 16-bit "

@@ -171,9 +171,11 @@ def evaluate(qm: Any, *, samples: int | None = None, progress: Callable[[int], N
     cparts = concat_parts(ref, outputs)
     res, kinds, heads = {}, {}, {}
     for o in outputs:
-        kinds[o] = output_kind(o, out_f[o], counts, passthrough=o in untouched, producer=producers.get(o, ""))
+        asked = qm.config.output_kinds.get(o)   # the user's reading of the output, else inferred
+        kinds[o] = asked or output_kind(o, out_f[o], counts, passthrough=o in untouched, producer=producers.get(o, ""))
         parts = cparts.get(o)
-        if kinds[o] in ("generic", "mixed") and parts is not None and part_ratio(out_f[o], parts) > MIXED_RATIO:
+        if not asked and kinds[o] in ("generic", "mixed") and parts is not None and \
+                part_ratio(out_f[o], parts) > MIXED_RATIO:
             kinds[o] = "mixed"
         else:
             parts = None
