@@ -51,7 +51,7 @@ class TransposeConvLayer:
         # multiplier) under either resolver (XNNPACK and the optimized builtins have none)
         self.mode = "int64_reduced" if self.wide else mode
         s_x, ws, s_o = np.float32(x.params.s), w.params.scale.astype(np.float32), np.float32(out.params.s)
-        if mode in ("f32_rne", "onednn"):
+        if self.mode in ("f32_rne", "onednn"):
             m = (s_x * ws / s_o).astype(np.float64)
         else:
             m = np.float64(s_x) * ws.astype(np.float64) / np.float64(s_o)
