@@ -331,3 +331,62 @@ def _det_model(nodes: list, inits: dict) -> onnx.ModelProto:
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
     m.ir_version = 10
     return m
+
+
+def concat_batchnorm(reader: str = "Mul") -> onnx.ModelProto:
+    """deepcut's head: a wide part (ReLU'd Conv, 0..~700) next to a narrow one (Conv, |x| ~3) joined on axis 1, then a
+    BatchNorm written out (``Mul`` and ``Add`` of per-channel constants that bring the wide channels down to the
+    narrow ones' range), then a 1x1 Conv. ``reader="Conv"``: the 1x1 Conv reads the Concat directly."""
+    rng = np.random.default_rng(6)
+    inits = {"wb": (rng.standard_normal((N_BOX, 8, 1)) * 60).astype(np.float32), "bb": np.full(N_BOX, 150, np.float32),
+             "ws": (rng.standard_normal((N_CLS, 8, 1)) * 0.5).astype(np.float32),
+             "g": np.r_[np.full(N_BOX, 1 / 200), np.full(N_CLS, 1.0)].astype(np.float32).reshape(1, -1, 1),
+             "b": np.r_[np.full(N_BOX, -0.75), np.zeros(N_CLS)].astype(np.float32).reshape(1, -1, 1),
+             "wm": (rng.standard_normal((3, N_BOX + N_CLS, 1)) * 0.3).astype(np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "wb", "bb"], ["braw"], name="wide_conv"),
+             helper.make_node("Relu", ["braw"], ["wide"], name="wide_relu"),
+             helper.make_node("Conv", ["x", "ws"], ["narrow"], name="narrow_conv"),
+             helper.make_node("Concat", ["wide", "narrow"], ["cat"], name="cat", axis=1)]
+    if reader == "Mul":
+        nodes += [helper.make_node("Mul", ["cat", "g"], ["bn_m"], name="bn_mul"),
+                  helper.make_node("Add", ["bn_m", "b"], ["bn"], name="bn_add"),
+                  helper.make_node("Conv", ["bn", "wm"], ["y"], name="mix_conv")]
+    else:
+        nodes.append(helper.make_node("Conv", ["cat", "wm"], ["y"], name="mix_conv"))
+    g = helper.make_graph(nodes, "cat_bn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8, 64])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3, 64])],
+                          [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
+    m.ir_version = 10
+    return m
+
+
+def test_plan_marks_a_concat_only_float_operators_read():
+    """``float_readers``: every reader of the Concat output runs in float on ONNX Runtime (a Mul of a constant), set
+    where float chains apply (target ort); a Conv reading it is an integer kernel."""
+    m = concat_batchnorm()
+    assert [c.float_readers for c in make_plan(m, target="ort").concats] == [True]
+    for target in ("qnn", "tflite"):
+        assert [c.float_readers for c in make_plan(m, target=target).concats] == [False]
+    assert [c.float_readers for c in make_plan(concat_batchnorm("Conv"), target="ort").concats] == [False]
+
+
+def test_ort_mixed_concat_read_by_float_operators_is_left_float():
+    """Target ort: the output of a mixed Concat that only operators ONNX Runtime runs in float read (a BatchNorm
+    written out) gets no quantizer, with a note; each part keeps its grid, the BatchNorm's output is quantized for the
+    Conv. On one 8-bit grid (kept by an overrides rule) the narrow part is a few steps wide and the output is far
+    from float (ONNX Runtime running the written models against onnx.reference running the float one)."""
+    m, x = concat_batchnorm(), _data()
+    qm = qlinear.quantize(m, {"x": x}, dict(CFG, target="ort"))
+    enc = {e.name for e in qm.encodings}
+    assert "cat" not in enc and {"wide", "narrow", "bn"} <= enc
+    note, = [n for n in qm.notes if n.startswith("Concat 'cat'")]
+    assert "the output cat is left in float" in note and "bn_mul" in note
+    assert not qm.report().mixed[0].get("output_grid")
+    q8 = qlinear.quantize(m, {"x": x}, dict(CFG, target="ort", overrides=[{"name": "cat", "type": "uint8"}]))
+    assert q8.encodings["cat"].dtype == "uint8"
+    assert not any("left in float" in n for n in q8.notes if n.startswith("Concat 'cat'"))
+    ev = x[32:]
+    f = run_reference(m, {"x": ev})[0]
+    new, old = _sqnr(f, _ort(qm.model, ev)), _sqnr(f, _ort(q8.model, ev))
+    assert new > 25 > old + 10

@@ -71,6 +71,10 @@ class ConcatSpec:
     output: str
     axis: int
     ranges: list[float] = field(default_factory=list)
+    #: target ort (where float chains apply, :func:`_float_chains`): every node reading the output, directly or
+    #: through data movement reusing its encoding, runs in float on ONNX Runtime's CPU session (an Add/Mul of a
+    #: constant, such as a BatchNorm written out): no integer kernel needs the output on one grid
+    float_readers: bool = False
 
     def ratio(self) -> float:
         """How many times the widest part's range is the narrowest's (1.0 before calibration; inf if a part is all
@@ -161,6 +165,7 @@ def make_plan(m: onnx.ModelProto | ir.Model, *, exclude_nodes: tuple[str, ...] =
                       target in FLOAT_STATS_TARGETS if float_stats is None else float_stats)
     if placement == "all" and ((target in FLOAT_CHAIN_TARGETS) if float_chains is None else float_chains):
         _float_chains(g, plan)   # (matmul placement leaves those tensors float already)
+        _concat_float_readers(g, plan)
     if placement == "matmul":
         feeds: set[str] = set()
         for n in g.nodes:
@@ -312,6 +317,26 @@ def _float_chains(g: _Graph, plan: Plan) -> None:
                 drop.add(t)
     if drop:
         plan.leave_float(drop, "ONNX Runtime runs its producer and every reader in float (target ort): left float")
+
+
+def _concat_float_readers(g: _Graph, plan: Plan) -> None:
+    """Set ``float_readers`` of each Concat whose output (or data movement reusing its encoding) is read, and only
+    by nodes that run in float on ONNX Runtime's CPU session (:func:`_runs_float`)."""
+    values = {v.name: v for n in g.nodes for v in n.outputs if v.name}
+    for c in plan.concats:
+        readers, todo, seen = [], [c.output], set()
+        while todo:
+            t = todo.pop()
+            if t in seen:
+                continue
+            seen.add(t)
+            for u, _ in g.uses(values.get(t)):
+                outs = [v.name for v in u.outputs if v.name]
+                if outs and all(resolve_inherit(plan, o) == c.output for o in outs):
+                    todo.extend(outs)   # data movement reusing the output's encoding
+                else:
+                    readers.append(u)
+        c.float_readers = bool(readers) and all(_runs_float(u, g) for u in readers)
 
 
 def _runs_float(n: ir.Node, g: _Graph) -> bool:
