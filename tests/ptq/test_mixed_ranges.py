@@ -390,3 +390,38 @@ def test_ort_mixed_concat_read_by_float_operators_is_left_float():
     f = run_reference(m, {"x": ev})[0]
     new, old = _sqnr(f, _ort(qm.model, ev)), _sqnr(f, _ort(q8.model, ev))
     assert new > 25 > old + 10
+
+
+def test_mixed_concat_on_one_grid_is_named_with_each_parts_sqnr_on_it():
+    """A mixed Concat whose output stays on one 8-bit grid (here kept by an overrides rule): a note names the output,
+    how many steps of that grid the narrow part is and the remedy; the report's row gives each part's SQNR on that
+    grid (the narrow part's as quantizing its float values with the output's encoding gives), in report.json and the
+    HTML page."""
+    m, x = concat_batchnorm(), _data()
+    q8 = qlinear.quantize(m, {"x": x}, dict(CFG, target="ort", overrides=[{"name": "cat", "type": "uint8"}]))
+    note, = [n for n in q8.notes if n.startswith("Concat 'cat'")]
+    assert "is quantized on one grid for the nodes reading it (bn_mul)" in note
+    assert '{"name": "cat", "type": "float"}' in note and "the largest |x| of narrow is about" in note
+    rep = q8.report()
+    row, = rep.mixed
+    assert row["output_grid"] and not row["tied"] and [p["tensor"] for p in row["parts"]] == ["wide", "narrow"]
+    xn = run_reference(_with_output(m, "narrow"), {"x": x[32:]})[1]
+    on_grid = _sqnr(xn, q8.encodings["cat"].fake_quantize(xn))
+    assert row["parts"][1]["sqnr_db"] == pytest.approx(on_grid, abs=1.0) and on_grid < 15
+    assert row["parts"][1]["sqnr_db"] < next(s.sqnr_db for s in rep.tensors if s.name == "narrow") - 20
+    doc = json.loads(to_json(q8, rep))
+    assert doc["report"]["mixed_ranges"][0]["output_grid"] is True
+    assert "quantized on one grid" in to_html(q8, rep)
+
+
+@pytest.mark.parametrize("target", ["ort", "qnn"])
+def test_mixed_concat_read_by_a_conv_is_named_with_the_remedy(target):
+    """A mixed Concat a Conv reads keeps its output grid (the Conv needs one) on targets ort and qnn; a note names
+    the output and the overrides rule that keeps the narrow part (float on ort, 16 bits on qnn)."""
+    m, x = concat_batchnorm("Conv"), _data()
+    qm = qlinear.quantize(m, {"x": x}, dict(CFG, target=target))
+    assert "cat" in {e.name for e in qm.encodings}
+    note, = [n for n in qm.notes if n.startswith("Concat 'cat'")]
+    wide = "float" if target == "ort" else "uint16"
+    assert "the output cat is quantized on one grid for the nodes reading it (mix_conv)" in note
+    assert f'{{"name": "cat", "type": "{wide}"}}' in note

@@ -13,7 +13,9 @@ scores in [0, 1]).
   calibration / 32 held-out Thai texts: the narrow parts at 0.9 and 3.0 dB on the output's uint8 grid, the word
   breaks of 0.656 of the texts as float's, 0.969 with the output in float; ONNX Runtime's ``quantize_static``
   0.719). A mixed Concat whose output an integer kernel reads keeps its output encoding (that kernel needs one input
-  grid).
+  grid): a note names the output, how many steps of its grid the narrowest part's largest ``|x|`` is, and the
+  ``overrides`` rule that keeps the narrow parts (float on ort, 16 bits on qnn); the report gives each part's SQNR
+  on that grid.
 * A part of such an output computed by a bounded function (``BOUNDED``: Sigmoid, Softmax, HardSigmoid in [0, 1], Tanh
   in [-1, 1]), seen through data movement and read by nothing else, is quantized over the function's whole range at
   16 bits on target qnn (:func:`bounded_parts`): its encoding is the output's, and the calibration maximum of a score
@@ -87,11 +89,13 @@ def output_of(plan: Plan, c: ConcatSpec, graph_outputs: set[str]) -> list[str]:
     return [o for o in graph_outputs if resolve_inherit(plan, o) == c.output]
 
 
-def keep_parts(plan: Plan, m: Any, target: str, notes: list[str], tcfg: Any = None) -> list[ConcatSpec]:
+def keep_parts(plan: Plan, m: Any, target: str, notes: list[str], obs: dict[str, Any] | None = None,
+               tcfg: Any = None) -> list[ConcatSpec]:
     """Settle the mixed Concats for ``target`` (call after :func:`fill_ranges`, before the encodings are built);
     returns the Concats whose graph output was left in float. An output that only operators ONNX Runtime runs in
     float read (``ConcatSpec.float_readers``, target ort) is left in float too, unless an ``overrides`` rule of
-    ``tcfg`` sets it."""
+    ``tcfg`` sets it; one that stays quantized is named in a note with its narrow parts' share of its grid
+    (``obs``: the calibration observers) and the remedy."""
     outs = {o.name for o in m.graph.output}
     floated = []
     for c in mixed(plan):
@@ -117,7 +121,31 @@ def keep_parts(plan: Plan, m: Any, target: str, notes: list[str], tcfg: Any = No
             notes.append(f"{what}: each input keeps its own parameters and the output {c.output} is left in float: "
                          f"only operators ONNX Runtime runs in float read it ({_readers(m, plan, c.output)}), so one "
                          "grid over all parts would only round the narrow ones")
+        else:
+            notes.append(_one_grid_note(what, c, m, plan, target, obs, tcfg))
     return floated
+
+
+def _one_grid_note(what: str, c: ConcatSpec, m: Any, plan: Plan, target: str, obs: dict[str, Any] | None,
+                   tcfg: Any) -> str:
+    """The note on a mixed Concat whose output stays on one grid (target ort/qnn): its readers, how many steps of
+    that grid the narrowest part's largest ``|x|`` is (when ``obs`` has the output's range) and the remedy."""
+    o = (obs or {}).get(c.output)
+    span, bits = "", 8
+    if tcfg is not None and getattr(o, "min", None) is not None and c.ranges:
+        a = tcfg.activation(c.output)
+        q, bits = a.activation_qtype, a.activation_qtype.bits
+        lo, hi = min(float(np.min(o.min)), 0.0), max(float(np.max(o.max)), 0.0)
+        width = (2 * max(-lo, hi) if a.activation_symmetric else hi - lo) if q.is_int else 0.0
+        if width > 0:
+            narrow = int(np.argmin(c.ranges))
+            steps = c.ranges[narrow] * (2 ** q.bits - 1) / width
+            span = f"; the largest |x| of {c.inputs[narrow]} is about {steps:.3g} steps of its {q.name} grid"
+    wide = "uint16" if target == "qnn" and bits < 16 else "float"
+    return (f"{what}: each input keeps its own parameters, but the output {c.output} is quantized on one grid for "
+            f"the nodes reading it ({_readers(m, plan, c.output)}){span}: the narrow parts lose precision (their SQNR "
+            f'on that grid in the report\'s mixed ranges); an overrides rule {{"name": "{c.output}", "type": '
+            f'"{wide}"}} keeps them (those nodes then read {"16-bit" if wide == "uint16" else "float"} input)')
 
 
 def _readers(m: Any, plan: Plan, t: str) -> str:

@@ -341,7 +341,7 @@ def _calibrate(run: _Run, reference: onnx.ModelProto, placement: str) -> Quantiz
     t0 = time.perf_counter()
     fill_ranges(plan, obs)
     float_log_cones(plan, list(model.graph), obs, cfg.target, tcfg.resolved, notes, cfg.full_integer)
-    floated = keep_parts(plan, m, cfg.target, notes, tcfg=tcfg)
+    floated = keep_parts(plan, m, cfg.target, notes, obs, tcfg)
     encs = bounded_parts(build_encodings(m, plan, obs, tcfg), floated, plan, m, tcfg, notes, obs)
     if cfg.target == "qnn":  # a full-integer .tflite has one activation type: its statistics stay 8-bit there
         encs = wide_statistics(encs, plan, m, tcfg, notes, obs)

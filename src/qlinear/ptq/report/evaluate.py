@@ -193,7 +193,7 @@ def evaluate(qm: Any, *, samples: int | None = None, progress: Callable[[int], N
         h = seen[name].histogram(by_name[name])
         if h is not None:
             hists[name] = h
-    mixed = mixed_concats(qm, stats, res, cparts)
+    mixed = mixed_concats(qm, stats, res, cparts, seen)
     return Report(n, stats, res, ranking, hists, stat_samples=n_stat, engine=engine, kinds=kinds, headlines=heads,
                   mixed=mixed, plots=output_plots(out_f, out_q, counts, start, kinds))
 
@@ -278,10 +278,13 @@ def part_ratio(xs: list[np.ndarray], parts: tuple[int, list[tuple[str, int, int]
 
 
 def mixed_concats(qm: Any, stats: list[TensorStat], res: dict[str, dict[str, float]],
-                  cparts: dict[str, tuple[int, list[tuple[str, int, int]]]]) -> list[dict[str, Any]]:
+                  cparts: dict[str, tuple[int, list[tuple[str, int, int]]]],
+                  seen: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Every Concat whose parts' ranges differ by more than ``MIXED_RATIO`` (:mod:`qlinear.ptq.mixed`), with each
-    part's SQNR: of the graph output's slice where the Concat computes an output, else of the part's own
-    quantization; ``tied``: the target made the parts share one scale (then the ``remedy`` applies)."""
+    part's SQNR: of the graph output's slice where the Concat computes an output, else on the output's grid where
+    the output is quantized (``output_grid``: what the nodes reading it see; estimated on the part's values the
+    statistics pass ``seen`` kept for its histogram), else of the part's own quantization; ``tied``: the target made
+    the parts share one scale (then the ``remedy`` applies)."""
     plan = getattr(qm, "plan", None)
     if plan is None:
         return []
@@ -294,12 +297,30 @@ def mixed_concats(qm: Any, stats: list[TensorStat], res: dict[str, dict[str, flo
         o = next((o for o in reach if o in res and o in cparts), None)
         keys = {t: f"sqnr_db[{a}:{b}]" for t, a, b in cparts[o][1]} if o else {}
         got = res[o] if o else {}
-        parts = [{"tensor": t, "range": r,
-                  "sqnr_db": got.get(keys.get(t, ""), by_name.get(resolve_inherit(plan, t)))}
-                 for t, r in zip(c.inputs, c.ranges)]
+        grid = c.output in by_name and c.output not in tied and not o
+        parts = []
+        for t, r in zip(c.inputs, c.ranges):
+            v = got.get(keys.get(t, "")) if o else _on_grid(qm, plan, t, c.output, seen) if grid else None
+            if v is None and not o:   # (a part the statistics did not keep: its own quantization's)
+                v = by_name.get(resolve_inherit(plan, t))
+            parts.append({"tensor": t, "range": r, "sqnr_db": v})
         rows.append({"concat": c.node, "output": c.output, "graph_outputs": sorted(reach), "ratio": c.ratio(),
-                     "tied": c.output in tied, "parts": parts, "remedy": REMEDY if c.output in tied else None})
+                     "tied": c.output in tied, "output_grid": grid, "parts": parts,
+                     "remedy": REMEDY if c.output in tied else None})
     return rows
+
+
+def _on_grid(qm: Any, plan: Any, part: str, output: str, seen: dict[str, Any] | None) -> float | None:
+    """The SQNR of ``part``'s float values (the statistics pass's histogram sample of them) quantized on the
+    encoding of the Concat ``output``; None when the sample is missing."""
+    s = (seen or {}).get(resolve_inherit(plan, part))
+    if s is None or output not in qm.encodings:
+        return None
+    x = s.hist.values().astype(np.float64)
+    if not x.size:
+        return None
+    d = x - qm.encodings[output].fake_quantize(x.astype(np.float32)).astype(np.float64)
+    return _sqnr(float(np.dot(x, x)), float(np.dot(d, d)))
 
 
 #: an output whose mean cosine with float on the held-out samples is below this departs from float (a note says so)

@@ -78,15 +78,17 @@ def _hist(name: str, h: dict, width: int = 420, height: int = 160) -> str:
 
 
 def _mixed_html(rows: list[dict]) -> str:
-    """The Concats whose parts' ranges differ by more than 16x, each part's SQNR; red with the remedy where the
-    target made the parts share one scale."""
+    """The Concats whose parts' ranges differ by more than 16x, each part's SQNR (on the output's grid where the
+    output is quantized); red with the remedy where the target made the parts share one scale."""
     if not rows:
         return ""
     body = []
     for r in rows:
         parts = "; ".join(f"{html.escape(p['tensor'])} |x|&le;{p['range']:.3g}: "
                           + ("n/a" if p["sqnr_db"] is None else f"{p['sqnr_db']:.1f} dB") for p in r["parts"])
-        how = f'one scale (target rule): {html.escape(r["remedy"])}' if r["tied"] else "each part keeps its parameters"
+        how = f'one scale (target rule): {html.escape(r["remedy"])}' if r["tied"] else \
+            "each part keeps its parameters; the output is quantized on one grid (each part's SQNR on it)" \
+            if r.get("output_grid") else "each part keeps its parameters"
         style = ' style="color:#c0392b"' if r["tied"] else ""
         body.append(f"<tr{style}><td>{html.escape(r['concat'])}</td><td>{html.escape(', '.join(r['graph_outputs']))}"
                     f"</td><td>{r['ratio']:.0f}x</td><td>{parts}</td><td>{how}</td></tr>")
