@@ -89,3 +89,20 @@ def test_graph_input_read_only_by_an_onnx_ml_operator_is_left_float():
     m.ir_version = 9
     assert "x" not in make_plan(m, target="ort").activations
     assert "x" in make_plan(m, target="qnn").activations and "y" in make_plan(m, target="ort").activations
+
+
+def test_a_max_of_two_activations_runs_in_float_on_onnx_runtime():
+    """deepcut's running maximum (tf2onnx: ``Maximum`` .. ``Maximum_10`` of eleven branches): ONNX Runtime's CPU
+    session has no Q/DQ fusion for Max/Min (its optimized graph keeps DequantizeLinear -> Max -> QuantizeLinear), so
+    the tensors between two of them get no quantizer on target ort; the last one, read by a Conv, keeps its own."""
+    w = {f"w{i}": RNG.normal(0, .5, (4, 3, 3, 3)).astype(np.float32) for i in range(3)}
+    nodes = [helper.make_node("Conv", ["x", f"w{i}"], [f"c{i}"], pads=[1, 1, 1, 1]) for i in range(3)]
+    nodes += [helper.make_node("Max", ["c0", "c1"], ["m1"]), helper.make_node("Max", ["m1", "c2"], ["m2"]),
+              helper.make_node("Min", ["m2", "c0"], ["m3"]), helper.make_node("Conv", ["m3", "wo"], ["y"])]
+    m = make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 8, 8])],
+                   dict(w, wo=RNG.normal(0, .5, (2, 4, 1, 1)).astype(np.float32)))
+    plan = make_plan(m, placement="all", target="ort")
+    assert {"m1", "m2"}.isdisjoint(plan.activations) and plan.skipped["m1"].startswith("ONNX Runtime runs")
+    assert {"c0", "c1", "c2", "m3"} <= set(plan.activations)
+    assert {"m1", "m2"} <= set(make_plan(m, placement="all", target="qnn").activations)
