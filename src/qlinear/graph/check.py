@@ -124,7 +124,7 @@ def _centered_weight(g: _Lookup, const: dict, dq: onnx.NodeProto) -> tuple[np.nd
 
 def check_integer(model: Any) -> IntegerCheck:
     """Check every weighted layer of a Q/DQ model (module docstring)."""
-    m = load_model(model)
+    m = model if isinstance(model, onnx.ModelProto) else load_model(model)  # read only: no copy
     g = _Lookup(m)
     const = {n.output[0]: n for n in m.graph.node if n.op_type == "Constant"}
     res = IntegerCheck()
