@@ -247,17 +247,21 @@ def fold_constant_chains(graph: onnx.GraphProto) -> int:
     inits = {t.name: t for t in graph.initializer}
     outputs = {o.name for o in graph.output}
     readers = _reader_counts(graph)
+    # the key of every node that may fold, once (its attributes serialized; no other node's key is ever read, and
+    # a tree ensemble's are hundreds of MB)
+    keys = [_fold_key(n) if n.op_type in FOLDABLE or n.op_type == "Identity" else None for n in graph.node]
     twins: dict[bytes, int] = {}  # nodes computing the same thing from the same inputs (two Casts of one weight)
-    for n in graph.node:
-        twins[_fold_key(n)] = twins.get(_fold_key(n), 0) + 1
+    for k in keys:
+        if k is not None:
+            twins[k] = twins.get(k, 0) + 1
     rename: dict[str, str] = {}
     seen: dict[bytes, str] = {}  # the same fold of the same constants: one initializer
     keep, folded = [], 0
-    for n in graph.node:
-        key0 = _fold_key(n)
-        for i, x in enumerate(n.input):
-            if x in rename:
-                n.input[i] = rename[x]
+    for n, key0 in zip(graph.node, keys):
+        _rename_inputs(n, rename)
+        if key0 is None:
+            keep.append(n)
+            continue
         ins = [x for x in n.input if x]
         pure = n.domain in ("", "ai.onnx") and len(n.output) == 1 and n.output[0] not in outputs \
             and ins and all(x in inits for x in ins)
@@ -269,7 +273,7 @@ def fold_constant_chains(graph: onnx.GraphProto) -> int:
         # a constant also read elsewhere (a tied embedding and its Transpose) would be stored twice: not folded
         pure = pure and all(readers.get(x, 0) <= max(1, twins[key0]) or _small(inits[x]) for x in ins) \
             and not any(inits[x].data_location == onnx.TensorProto.EXTERNAL for x in ins)
-        key = _fold_key(n)
+        key = _fold_key(n) if pure else b""
         if pure and n.op_type in FOLDABLE and key in seen:
             rename[n.output[0]] = seen[key]
             folded += 1
@@ -310,6 +314,12 @@ def prune_initializers(graph: onnx.GraphProto) -> None:
     inputs = [v for v in graph.input if v.name in used or v.name not in inits]
     del graph.input[:]
     graph.input.extend(inputs)
+
+
+def _rename_inputs(n: onnx.NodeProto, rename: dict[str, str]) -> None:
+    for i, x in enumerate(n.input):
+        if x in rename:
+            n.input[i] = rename[x]
 
 
 def _fold_key(n: onnx.NodeProto) -> bytes:
