@@ -1,7 +1,7 @@
 """Small synthetic transformer graphs built with onnx.helper (no torch): a tied-embedding LM and a BERT-like
 encoder block, with the shapes and operator patterns of the exported models (MatMul weights [K, N], a lm_head
 through Transpose of the embedding, LayerNormalization or its decomposed form, Gelu via Erf, attention with a
-mask added before Softmax, int64 shape subgraphs)."""
+mask added before Softmax, int64 shape subgraphs); and luscinia in small (:func:`lgbm_classifier`)."""
 
 from __future__ import annotations
 
@@ -170,3 +170,30 @@ def encoder_data(n: int = 64, seq: int = 16, vocab: int = 50, seed: int = 3) -> 
     lens = rng.integers(4, seq + 1, n)
     mask = (np.arange(seq)[None, :] < lens[:, None]).astype(np.int64)
     return {"input_ids": ids * mask, "attention_mask": mask}
+
+
+def lgbm_classifier() -> onnx.ModelProto:
+    """luscinia in small: onnxmltools' LightGBM classifier at opset 9 + ai.onnx.ml 1 (qlinear upgrades it to 13), a
+    ``TreeEnsembleClassifier`` of two trees over ``x [N, 3]`` whose label goes through Identity and Cast and whose
+    probabilities through Identity and ZipMap (a sequence of maps): nothing in it that qlinear quantizes."""
+    trees = dict(nodes_treeids=[0, 0, 0, 1, 1, 1], nodes_nodeids=[0, 1, 2, 0, 1, 2],
+                 nodes_featureids=[0, 0, 0, 1, 0, 0], nodes_values=[0.0, 0.0, 0.0, 0.5, 0.0, 0.0],
+                 nodes_modes=["BRANCH_LEQ", "LEAF", "LEAF"] * 2, nodes_truenodeids=[1, 0, 0, 1, 0, 0],
+                 nodes_falsenodeids=[2, 0, 0, 2, 0, 0], nodes_hitrates=[1.0] * 6,
+                 nodes_missing_value_tracks_true=[0] * 6,
+                 class_treeids=[0, 0, 0, 1, 1, 1], class_nodeids=[1, 2, 2, 1, 1, 2], class_ids=[0, 1, 2, 1, 2, 0],
+                 class_weights=[0.7, 0.4, 0.2, 0.5, 0.3, 0.6])
+    nodes = [helper.make_node("TreeEnsembleClassifier", ["x"], ["label_tensor", "probability_tensor"],
+                              domain="ai.onnx.ml", classlabels_int64s=[0, 1, 2], post_transform="NONE", **trees),
+             helper.make_node("Identity", ["label_tensor"], ["lab"]),
+             helper.make_node("Identity", ["probability_tensor"], ["prob"]),
+             helper.make_node("Cast", ["lab"], ["label"], to=TensorProto.INT64),
+             helper.make_node("ZipMap", ["prob"], ["probabilities"], domain="ai.onnx.ml", classlabels_int64s=[0, 1, 2])]
+    seq = helper.make_sequence_type_proto(helper.make_map_type_proto(
+        TensorProto.INT64, helper.make_tensor_type_proto(TensorProto.FLOAT, [])))
+    g = helper.make_graph(nodes, "lgbm", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 3])],
+                          [helper.make_tensor_value_info("label", TensorProto.INT64, [None]),
+                           helper.make_value_info("probabilities", seq)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 9), helper.make_opsetid("ai.onnx.ml", 1)])
+    m.ir_version = 4
+    return m

@@ -5,7 +5,11 @@ only where a proto is needed (ONNX Runtime, ``onnx.checker``, files). ``to_ir(m)
 same bytes: ``value_info`` keeps the entries of ``m`` that still name a value, in their order (``onnx_ir`` would
 write one per typed value, initializers included, in node order), new values get none, and sparse initializers
 (which ``onnx_ir`` 1.1 does not read) are carried over as they were, and so are map types (``onnx_ir`` cannot read
-them: the ``ZipMap`` output of skl2onnx's and onnxmltools' classifiers, a sequence of maps), read untyped.
+them: the ``ZipMap`` output of skl2onnx's and onnxmltools' classifiers, a sequence of maps), read untyped. The list
+attributes of a main-graph node longer than :data:`LONG_ATTRIBUTE` values (a tree ensemble's node tables: luscinia's
+LightGBM model holds 194 MB of them, which ``onnx_ir`` reads into Python tuples in seconds) are kept aside as
+protos too: the IR node holds them empty (no pass reads or rewrites such an operator) and :func:`to_proto` fills
+them again.
 """
 
 from __future__ import annotations
@@ -17,6 +21,9 @@ import onnx
 import onnx_ir as ir
 
 _VALUE_INFO, _SPARSE, _MAPS = "qlinear.value_info", "qlinear.sparse_initializer", "qlinear.map_types"
+_LONG = "qlinear.long_attributes"
+#: values in a list attribute beyond which :func:`to_ir` keeps it aside (module docstring)
+LONG_ATTRIBUTE = 1 << 16
 
 
 def _has_map(t: onnx.TypeProto) -> bool:
@@ -33,11 +40,15 @@ def to_ir(m: onnx.ModelProto) -> ir.Model:
     saved = {v.name: v.type.SerializeToString() for v in maps}
     for v in maps:   # read untyped (the proto is left as it was), the type put back by to_proto
         v.ClearField("type")
+    aside = _set_aside(g)
     try:
         model = ir.serde.deserialize_model(m)
     finally:
         for v in maps:
             v.type.ParseFromString(saved[v.name])
+        _restore(g, aside)
+    nodes = list(model.graph) if aside else []
+    model.meta[_LONG] = {nodes[i]: kept for i, kept in aside.items()}
     model.meta[_MAPS] = saved
     model.meta[_VALUE_INFO] = [v.name for v in m.graph.value_info]
     model.meta[_SPARSE] = list(m.graph.sparse_initializer)  # onnx_ir 1.1 drops them: put back by to_proto
@@ -54,11 +65,60 @@ def to_proto(model: ir.Model) -> onnx.ModelProto:
         del m.graph.value_info[:]
         m.graph.value_info.extend(kept)
     m.graph.sparse_initializer.extend(model.meta.get(_SPARSE, ()))
+    _put_back(model, m.graph)
     maps = model.meta.get(_MAPS) or {}
     for v in (*m.graph.input, *m.graph.output, *m.graph.value_info):
         if v.name in maps and v.type.WhichOneof("value") is None:
             v.type.ParseFromString(maps[v.name])
     return m
+
+
+def _long(a: onnx.AttributeProto) -> bool:
+    return max(len(a.ints), len(a.floats), len(a.strings)) > LONG_ATTRIBUTE
+
+
+def _set_aside(g: onnx.GraphProto) -> dict[int, list[onnx.AttributeProto]]:
+    """The long list attributes (:data:`LONG_ATTRIBUTE`) of the main-graph nodes of ``g``, by node index: a copy of
+    each, its values cleared in ``g`` (the attribute itself stays, empty: no message the IR may hold is replaced)
+    until :func:`to_ir` restores them."""
+    aside: dict[int, list[onnx.AttributeProto]] = {}
+    for i, n in enumerate(g.node):
+        for a in n.attribute:
+            if _long(a):
+                kept = onnx.AttributeProto()
+                if len(a.strings):  # protobuf copies strings faster with their message, numbers by the field
+                    kept.CopyFrom(a)
+                else:
+                    kept.name, kept.type = a.name, a.type
+                    kept.ints.MergeFrom(a.ints)
+                    kept.floats.MergeFrom(a.floats)
+                aside.setdefault(i, []).append(kept)
+                for f in ("ints", "floats", "strings"):
+                    a.ClearField(f)
+    return aside
+
+
+def _restore(g: onnx.GraphProto, aside: dict[int, list[onnx.AttributeProto]]) -> None:
+    """Fill the attributes :func:`_set_aside` emptied (in nodes of ``g``, by index and name)."""
+    for i, kept in aside.items():
+        by_name = {a.name: a for a in g.node[i].attribute}
+        for k in kept:
+            a = by_name.get(k.name)
+            if a is None:
+                continue
+            if len(k.strings):
+                a.CopyFrom(k)
+            else:
+                a.ints.MergeFrom(k.ints)
+                a.floats.MergeFrom(k.floats)
+
+
+def _put_back(model: ir.Model, g: onnx.GraphProto) -> None:
+    """The long attributes :func:`to_ir` kept aside, into the nodes of ``g`` (``model`` serialized), where the IR
+    node holds them empty."""
+    aside = model.meta.get(_LONG)
+    if aside:
+        _restore(g, {i: aside[node] for i, node in enumerate(model.graph) if node in aside})
 
 
 _LIGHT_LIMIT = 4096  # bytes: larger initializers cannot be shapes, axes or pads, shape inference never reads them
