@@ -159,8 +159,9 @@ def settled_config(model: Path, config: Optional[Path], over: dict):
     cfg = QuantizeConfig.from_dict(base, source=str(config) if config else "command line")
     if cfg.weight_only:
         return cfg
-    # refuses now; quantize settles again and records the notes (on the checked model kept here: not read twice)
-    settle(cfg, fixed_model(load_checked(model, keep=True)[0], cfg, str(model), [])[0])
+    # refuses now; quantize settles again and records the notes (on the checked model kept here: not read twice, and
+    # left as it is for quantize)
+    settle(cfg, fixed_model(load_checked(model, keep=True)[0], cfg, str(model), [], in_place=False)[0])
     return cfg
 
 

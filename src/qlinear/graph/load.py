@@ -9,30 +9,35 @@ import onnx
 
 from qlinear.errors import GraphError
 from qlinear.graph.model import check_model, load_model, opset
-from qlinear.graph.passes.normalize import normalize
+from qlinear.graph.passes.normalize import normalize, text_notes
 
 
 def load_checked(model: Any, notes: list[str] | None = None, *, load_external: bool = True,
-                 given: list[onnx.ModelProto] | None = None, keep: bool = False) -> tuple[onnx.ModelProto, str]:
+                 given: list[onnx.ModelProto] | None = None, keep: bool = False,
+                 read: list[onnx.ModelProto] | None = None) -> tuple[onnx.ModelProto, str]:
     """The model and a label naming it, after :func:`~qlinear.graph.model.check_model` and the opset check (7..25),
     normalized (:func:`qlinear.graph.passes.normalize.normalize`: opset below 13 upgraded, Constant weights made
     initializers...); what normalizing changed is appended to ``notes``. ``load_external=False`` reads a model file
     without its external data (weight-only quantization reads the weights one at a time); ``given`` receives the
-    model as read when normalizing upgraded its opset. ``keep``: a model file's result is also kept (a copy) for
-    the next call on the same unchanged file, which takes it instead of reading and checking again (the command
-    line settles its options on the model, then quantizes it)."""
+    model as read when normalizing upgraded its opset, ``read`` too when its text needed no repair (then it is the
+    model exactly as read: no second read or copy of it). ``keep``: a model file's result is also kept for the next
+    call on the same unchanged file, which takes it instead of reading and checking again (the command line settles
+    its options on the model, then quantizes it): the same model, not a copy (194 MB of tree ensemble copied in
+    0.7 s), so the caller keeping it must not change it."""
     key = _file_key(model, load_external)
     hit = _KEPT.pop(key, None) if key is not None else None
     if hit is None:
         hit = _load_checked(model, load_external)
-    m, changed, original = hit
+    m, changed, original, repaired = hit
     label = str(model) if isinstance(model, (str, Path)) else "model"
     refuse_quantized(m, label)
     if keep and key is not None:
         _KEPT.clear()  # one model at a time
-        _KEPT[key] = (_copy(m), list(changed), original)
+        _KEPT[key] = (m, list(changed), original, repaired)
     if given is not None and original is not None:
         given.append(original)
+    if read is not None and original is not None and not repaired:
+        read.append(original)
     if notes is not None:
         notes += changed
     return m, label
@@ -56,7 +61,7 @@ def refuse_quantized(m: onnx.ModelProto, label: str) -> None:
                         "qlinear encodings extract finds none)"))
 
 
-_KEPT: dict[tuple, tuple[onnx.ModelProto, list[str], onnx.ModelProto | None]] = {}
+_KEPT: dict[tuple, tuple[onnx.ModelProto, list[str], onnx.ModelProto | None, bool]] = {}
 
 
 def _file_key(model: Any, load_external: bool) -> tuple | None:
@@ -70,15 +75,10 @@ def _file_key(model: Any, load_external: bool) -> tuple | None:
     return str(Path(model).resolve()), st.st_mtime_ns, st.st_size, load_external
 
 
-def _copy(m: onnx.ModelProto) -> onnx.ModelProto:
-    c = onnx.ModelProto()
-    c.CopyFrom(m)
-    return c
-
-
-def _load_checked(model: Any, load_external: bool) -> tuple[onnx.ModelProto, list[str], onnx.ModelProto | None]:
-    """Read, check and normalize ``model``: the model, the notes of what normalizing changed, and the model as read
-    when normalizing upgraded its opset (else None)."""
+def _load_checked(model: Any, load_external: bool) -> tuple[onnx.ModelProto, list[str], onnx.ModelProto | None,
+                                                           bool]:
+    """Read, check and normalize ``model``: the model, the notes of what normalizing changed, the model as read
+    when normalizing upgraded its opset (else None) and whether text in it was repaired (then in place)."""
     label = str(model) if isinstance(model, (str, Path)) else "model"
     m = load_model(model, load_external=load_external)
     ops = opset(m)
@@ -90,8 +90,9 @@ def _load_checked(model: Any, load_external: bool) -> tuple[onnx.ModelProto, lis
     else:
         check_model(m, label)
     original = m if ops < 13 else None
+    text = text_notes(m, label)  # before normalizing (which then finds nothing to repair): in place, in ``original``
     m, changed = normalize(m, label, copy=False)  # an upgrade makes a new model: ``original`` keeps the one read
-    return m, changed, original
+    return m, text + changed, original, bool(text)
 
 
 def _check_file(p: Path, label: str) -> None:

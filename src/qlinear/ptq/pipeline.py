@@ -65,16 +65,19 @@ from qlinear.ptq.weightonly import quantize_weights
 Progress = Callable[[str, int], Callable[[int], None]]
 
 
-def fixed_model(m: onnx.ModelProto, cfg: QuantizeConfig, label: str,
-                notes: list[str]) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+def fixed_model(m: onnx.ModelProto, cfg: QuantizeConfig, label: str, notes: list[str], *,
+                in_place: bool = True) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
     """``m`` (normalized) with the inputs ``cfg.fix_inputs`` names made constants and the dimensions
     ``cfg.input_shapes`` gives fixed, what they decide folded (:mod:`qlinear.graph.passes.fix_inputs`,
     :mod:`qlinear.graph.passes.shapes`), and the fixed inputs' values; ``notes`` gets theirs, its notes about
     subgraphs brought up to date. Target tflite folds what static shapes decide in any case (a ``.tflite`` is
-    static: a ``Shape`` of a static tensor, and the ``If`` on it, as the TFLite converter folds them)."""
+    static: a ``Shape`` of a static tensor, and the ``If`` on it, as the TFLite converter folds them).
+    ``in_place=False``: ``m`` itself is left as it is (a copy is rewritten, only when something is to be fixed)."""
     tflite = cfg.target == "tflite" and not cfg.input_shapes
     if not cfg.fix_inputs and not cfg.input_shapes and not tflite:
         return m, {}
+    if not in_place:
+        m = load_model(m)
     before = subgraph_notes(m)
     values = input_values(m, cfg.fix_inputs, label)
     m, by_value = fix_input_values(m, values, label)
@@ -145,11 +148,12 @@ def quantize(model: Any, data: Any, config: QuantizeConfig | dict | None = None,
         raise ConfigError("data: calibration data is required (activation ranges come from it); only weight-only "
                           "quantization (activation_type float) with minmax or mse weights runs without it")
     norm_notes: list[str] = []
-    m, label = load_checked(model, norm_notes)
+    read: list[onnx.ModelProto] = []  # the model exactly as read, when normalizing upgraded its opset
+    m, label = load_checked(model, norm_notes, read=read)
     m, fixed = fixed_model(m, cfg, label, norm_notes)  # --fix-input, --input-shape: before settling, reading data
     cfg, notes = settle(cfg, m)
     notes += check_excludes(cfg, m, label)
-    float_model = load_model(model if norm_notes else m)  # as given (a copy)
+    float_model = read[0] if read else load_model(model if norm_notes else m)  # as given (a copy), read once
     specs = {k: dataclasses.replace(v, fixed=k in (cfg.input_shapes or {})) for k, v in model_inputs(m).items()}
     ds = load_dataset(data, specs, preprocess=preprocess, batch_axes=cfg.batch_axes, fixed=fixed)
     n_cal = min(cfg.calibration_samples, len(ds))
