@@ -240,6 +240,8 @@ def _print_result(qm, name: str, files: list, output: Path, report: bool) -> Non
             t.add_row(s.name, "SQNR dB (worst)", f"{s.sqnr_db:.2f}")
     if "calibration" in qm.timings:
         t.add_row("", "calibration time s", f"{qm.timings['calibration']:.2f}")
+    if qm.unquantized:
+        t.add_row("", "tensors quantized", "none (see the notes)")
     if cfg.weight_only:
         t.add_row("", "quantize + write time s", f"{qm.timings.get('total', 0) + qm.timings.get('write', 0):.2f}")
     for d in qm.decisions:

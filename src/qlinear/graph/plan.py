@@ -112,6 +112,11 @@ class Plan:
     skipped: dict[str, str] = field(default_factory=dict)        # tensor -> reason
     norm_stats: list[str] = field(default_factory=list)          # quantized normalization statistics (norm_stats)
 
+    @property
+    def empty(self) -> bool:
+        """Whether the plan quantizes nothing: no weight, no activation (:func:`nothing_quantized_note` says why)."""
+        return not self.weights and not self.activations
+
     def followers(self) -> dict[str, list[str]]:
         """Each tensor whose encoding others reuse (through data-movement chains) -> those tensors."""
         out: dict[str, list[str]] = {}
@@ -475,7 +480,10 @@ def resolve_inherit(plan: Plan, name: str) -> str:
 def no_activation_note(plan: Plan, ends: Iterable[str] = ()) -> list[str]:
     """A note when the plan quantizes weights but no activation (asked for integer activations, the model would run
     with float ones, silently): how many tensors each reason left float; and one when it quantizes nothing but some
-    of ``ends`` (the graph's inputs and outputs: a lone tree ensemble)."""
+    of ``ends`` (the graph's inputs and outputs: a lone tree ensemble on target qnn). A plan that quantizes nothing
+    at all has its own note (:func:`nothing_quantized_note`)."""
+    if plan.empty:
+        return []
     if not plan.weights and set(plan.activations) <= set(ends):
         ops_left = sorted({why.split(" ")[1] for why in plan.skipped.values() if why.startswith("node ")})
         return ["nothing inside the model is quantized (no weight of a layer qlinear quantizes, no activation "
@@ -491,6 +499,31 @@ def no_activation_note(plan: Plan, ends: Iterable[str] = ()) -> list[str]:
     top = sorted(reasons.items(), key=lambda kv: -kv[1])[:3]
     return ["no activation is quantized, so the model runs its layers with float activations (weights only in "
             "integers): " + "; ".join(f"{n} tensor(s) {why}" for why, n in top)]
+
+
+def nothing_quantized_note(m: onnx.ModelProto, plan: Plan, limit: int = 4) -> str:
+    """What a model whose plan quantizes nothing (:attr:`Plan.empty`, luscinia's LightGBM ensemble) is told: its
+    operators, which of them lie outside the set qlinear quantizes (layers with a constant weight, ``WEIGHTED``, and
+    the float tensors between the operators an integer runtime computes) and, tensor by tensor, why each was left
+    float."""
+    kinds = dict.fromkeys((n.op_type if n.domain in ("", "ai.onnx") else f"{n.op_type} ({n.domain})")
+                          + (" (its subgraphs left float)" if _holds_graph(n) else "") for n in m.graph.node)
+    layers = [k for k in kinds if k in WEIGHTED]
+    outside = [k for k in kinds if k not in WEIGHTED]
+    why: dict[str, list[str]] = {}
+    for t, reason in plan.skipped.items():  # (shape inference types no output of some ai.onnx.ml operators)
+        why.setdefault("not known to be a float tensor" if reason == "not a float tensor" else reason, []).append(t)
+    left = "; ".join(f"{', '.join(ts[:limit])}{' ...' if len(ts) > limit else ''} ({r})" for r, ts in why.items())
+    return ("nothing is quantized: "
+            + (f"the model's operators, {', '.join(outside)}, are outside the set qlinear quantizes (layers with a "
+               f"constant weight: {', '.join(WEIGHTED)}; float tensors an integer runtime computes)" if outside
+               else "the model has no operator qlinear quantizes")
+            + (f"; its {', '.join(layers)} layer(s) are excluded or have no constant weight" if layers else "")
+            + (f"; tensors left float: {left}" if left else ""))
+
+
+def _holds_graph(n: onnx.NodeProto) -> bool:
+    return any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in n.attribute)
 
 
 def float_weight_note(m: onnx.ModelProto, plan: Plan, quantized: Iterable[str] = ()) -> list[str]:

@@ -39,7 +39,7 @@ from qlinear.graph.passes.fold_batchnorm import FoldBatchNorm
 from qlinear.graph.passes.fold_conv_affine import FoldConvAffine
 from qlinear.graph.passes.normalize import check_upgrade, subgraph_notes
 from qlinear.graph.passes.shapes import fix_input_shapes, fold_static_shapes
-from qlinear.graph.plan import float_weight_note, make_plan, no_activation_note
+from qlinear.graph.plan import float_weight_note, make_plan, no_activation_note, nothing_quantized_note
 from qlinear.ptq import targets
 from qlinear.ptq.algorithms.smooth import smooth_model
 from qlinear.ptq.config import DATA_WEIGHT_METHODS, QuantizeConfig
@@ -111,15 +111,47 @@ def _declared_like(given: onnx.ModelProto, m: onnx.ModelProto) -> onnx.ModelProt
 
 
 def check_normalized(given: onnx.ModelProto, m: onnx.ModelProto, ds: Dataset, n_cal: int, label: str,
-                     notes: list[str], count: int = 4, fixed: dict[str, np.ndarray] | None = None) -> None:
+                     notes: list[str], count: int = 4, fixed: dict[str, np.ndarray] | None = None,
+                     session: Any = None) -> None:
     """When normalizing upgraded the opset of the model as ``given``: the upgraded ``m`` computes what it does on the
     first ``count`` calibration samples (:func:`~qlinear.graph.passes.normalize.check_upgrade`; ``given`` fed the
-    ``fixed`` inputs ``m`` no longer takes)."""
+    ``fixed`` inputs ``m`` no longer takes; ``session``: one of ``m`` at ONNX Runtime's full level the caller holds,
+    else one is built)."""
     if opset(given) >= 13 or n_cal < 1:
         return
     given = _declared_like(given, m)
     feeds = [dict(ds.sample(i), **(fixed or {})) for i in range(min(count, n_cal))]
-    notes.append(check_upgrade(given, m, feeds, label))
+    notes.append(check_upgrade(given, m, feeds, label,
+                               upgraded_outputs=None if session is None else _outputs_of(session)))
+
+
+def _outputs_of(session: Any) -> Callable[[Any, list[str]], dict[str, list]]:
+    """``check_upgrade``'s ``upgraded_outputs`` from a :class:`~qlinear.ptq.stats.session.Session`."""
+    def run(samples: Any, names: list[str]) -> dict[str, list]:
+        res: dict[str, list] = {x: [] for x in names}
+        for i, feed in enumerate(samples):
+            for x, v in zip(names, session.run(names, dict(feed), where=f"calibration sample {i}")):
+                res[x].append(np.asarray(v) if isinstance(v, np.ndarray) else None)
+        return res
+    return run
+
+
+@dataclass
+class _Upgrade:
+    """The opset upgrade's check (:func:`check_normalized`), run once the plan is made: the model as given against
+    the normalized one, or, when the plan quantizes nothing, against the model written (its load check's session:
+    one ONNX Runtime session less). Its note goes where it always went, after normalizing's (``at``)."""
+
+    given: onnx.ModelProto
+    m: onnx.ModelProto
+    fixed: dict[str, np.ndarray]
+    at: int
+
+    def check(self, run: _Run, upgraded: onnx.ModelProto | None = None, session: Any = None) -> None:
+        notes: list[str] = []
+        check_normalized(self.given, self.m if upgraded is None else upgraded, run.ds, run.n_cal, run.label, notes,
+                         fixed=self.fixed, session=session)
+        run.notes[self.at:self.at] = notes
 
 
 def quantize(model: Any, data: Any, config: QuantizeConfig | dict | None = None, *,
@@ -158,7 +190,7 @@ def quantize(model: Any, data: Any, config: QuantizeConfig | dict | None = None,
     ds = load_dataset(data, specs, preprocess=preprocess, batch_axes=cfg.batch_axes, fixed=fixed)
     n_cal = min(cfg.calibration_samples, len(ds))
     ds.validate(min(len(ds), cfg.calibration_samples + cfg.evaluation_samples))
-    check_normalized(float_model, m, ds, n_cal, label, norm_notes, fixed=fixed)
+    upgrade = _Upgrade(float_model, m, fixed, len(norm_notes))  # checked once the plan is made (its note here)
     notes = norm_notes + notes + list(ds.notes)
     if n_cal < cfg.calibration_samples:
         notes.append(f"only {len(ds)} samples: calibrating on {n_cal}")
@@ -171,11 +203,10 @@ def quantize(model: Any, data: Any, config: QuantizeConfig | dict | None = None,
     run = _Run(cfg, m, ds, label, notes, {}, progress, n_fit, n_cal)
     if cfg.size_budget is not None:  # a fraction of the float model's file: its serialized bytes as given
         run.float_bytes = float_model.ByteSize()
-    reference, placement = _rewrite(run)
-    if report_ahead:
-        run.ahead = _start_ahead(run, reference)
+    run.report_ahead, run.upgrade = report_ahead, upgrade
+    placement = _rewrite(run)
     try:
-        out = _calibrate(run, reference, placement)
+        out = _calibrate(run, placement)
     except BaseException:
         if run.ahead is not None:
             run.ahead.cancel()
@@ -208,6 +239,8 @@ class _Run:
     model: Any = None  # the onnx_ir.Model of ``m`` after the rewrites (planned without a new proto or index)
     float_bytes: int = 0  # the float model's serialized bytes (size_budget's denominator)
     ahead: Any = None  # the report's passes started early (qlinear.ptq.report.passes.Passes), with report_ahead
+    report_ahead: bool = False  # the report will be asked for: its passes start once the plan quantizes something
+    upgrade: Any = None  # the opset upgrade's check (_Upgrade), run after planning
 
 
 def _matmul_placement_note(m: onnx.ModelProto) -> str:
@@ -220,10 +253,10 @@ def _matmul_placement_note(m: onnx.ModelProto) -> str:
                             "\"all\" in --config quantizes those activations too" if convs else "") + ")")
 
 
-def _rewrite(run: _Run) -> tuple[onnx.ModelProto, str]:
+def _rewrite(run: _Run) -> str:
     """Exact float rewrites before calibration, as ``onnx_ir`` passes on one :class:`onnx_ir.Model` (BatchNorm
     folding, equalization, smoothing; :mod:`qlinear.graph.passes`): ``run.m`` becomes the rewritten model (one proto,
-    made only when a pass changed something) and a copy of it is returned as the reference, with the placement."""
+    made only when a pass changed something); returns the placement."""
     cfg, notes = run.cfg, run.notes
     placement = placement_for(cfg, run.m)  # the op types it reads (Softmax, norms, MatMul) are not rewritten
     model = to_ir(run.m)
@@ -259,9 +292,7 @@ def _rewrite(run: _Run) -> tuple[onnx.ModelProto, str]:
     if modified:
         run.m = to_proto(model)
     run.model = model
-    reference = onnx.ModelProto()  # the float model after exact rewrites (BN folding, CLE, smoothing): SQNR reference
-    reference.CopyFrom(run.m)
-    return reference, placement
+    return placement
 
 
 def _start_ahead(run: _Run, reference: onnx.ModelProto) -> Passes | None:
@@ -317,9 +348,10 @@ def _weight_notes(cfg: QuantizeConfig, m: onnx.ModelProto, plan: Any) -> list[st
     return out
 
 
-def _calibrate(run: _Run, reference: onnx.ModelProto, placement: str) -> QuantizedModel:
-    """Plan, calibrate, encode (refinement, bias correction, repair, int32 biases) and build the Q/DQ model."""
-    cfg, m, notes, timings, progress = run.cfg, run.m, run.notes, run.timings, run.progress
+def _plan(run: _Run, placement: str) -> tuple[Any, Any, TensorConfigs]:
+    """The rewritten model's IR, its plan (with the notes on what it leaves float) and the per-tensor configuration
+    (a size budget out of reach is refused here, before calibration)."""
+    cfg, m, notes = run.cfg, run.m, run.notes
     model = to_ir(m) if run.model is None else run.model  # the ir model the rewrites left: no new index
     plan = make_plan(model, exclude_nodes=cfg.exclude_nodes, exclude_op_types=cfg.exclude_op_types,
                      quantize_outputs=cfg.quantize_outputs, placement=placement, target=cfg.target, proto=m,
@@ -330,6 +362,23 @@ def _calibrate(run: _Run, reference: onnx.ModelProto, placement: str) -> Quantiz
         from qlinear.ptq.algorithms.budget import check_before
 
         check_before(m, plan, tcfg, run.label, run.float_bytes)
+    return model, plan, tcfg
+
+
+def _calibrate(run: _Run, placement: str) -> QuantizedModel:
+    """Plan, calibrate, encode (refinement, bias correction, repair, int32 biases) and build the Q/DQ model (a plan
+    that quantizes nothing: :func:`_as_float`)."""
+    cfg, m, notes, timings, progress = run.cfg, run.m, run.notes, run.timings, run.progress
+    model, plan, tcfg = _plan(run, placement)
+    if plan.empty:
+        notes.append(nothing_quantized_note(m, plan) + ("" if _searches(cfg) else _AS_FLOAT))
+        if not _searches(cfg):
+            return _as_float(run, plan)
+    run.upgrade.check(run)
+    reference = onnx.ModelProto()  # the float model after exact rewrites (BN folding, CLE, smoothing): SQNR reference
+    reference.CopyFrom(m)
+    if run.report_ahead:
+        run.ahead = _start_ahead(run, reference)
     t0 = time.perf_counter()
     means_for = [b.input for b in plan.biases] if cfg.bias_correction else []
     adv = progress("calibrating", run.n_fit) if progress else None
@@ -394,6 +443,37 @@ def _calibrate(run: _Run, reference: onnx.ModelProto, placement: str) -> Quantiz
     out.budget = curve  # the size-vs-metric points measured under size_budget / average_bits
     _hand_over(run, out, keep, loaded)
     out.integer_check = _integer_check(qm, notes)
+    return out
+
+
+#: what :func:`_as_float` adds to the note saying that nothing is quantized
+_AS_FLOAT = (". Calibration was skipped: model.qdq.onnx is the float model (no QuantizeLinear/DequantizeLinear), "
+             "model.encodings holds no encoding")
+
+
+def _searches(cfg: QuantizeConfig) -> bool:
+    """Whether the run searches precisions against a target (accuracy_target, size_budget, average_bits): those
+    run their passes even when the plan quantizes nothing."""
+    return bool(cfg.accuracy_target) or cfg.size_budget is not None or cfg.average_bits is not None
+
+
+def _as_float(run: _Run, plan: Any) -> QuantizedModel:
+    """A plan that quantizes nothing (a lone tree ensemble): no calibration and none of the passes that change
+    quantized layers. The Q/DQ model is the float model with the (empty) encodings' metadata
+    (:func:`~qlinear.graph.bridge.apply` without the IR round trip), loaded once in ONNX Runtime at its default level
+    (the load check); that session runs every pass of the report (the float model is the quantized one,
+    ``QuantizedModel.unquantized``)."""
+    cfg, m = run.cfg, run.m
+    t0 = time.perf_counter()
+    es = EncodingSet((), producer={"package": "qlinear", "version": _version()}, version="2.0.0")
+    es = targets.finalize(es, m, plan, cfg)
+    qm, loaded = _finish(es, m, cfg, run.label, run.notes)
+    run.timings["quantize"] = time.perf_counter() - t0
+    run.upgrade.check(run, qm, loaded)  # the written model computes what the model as given does
+    out = QuantizedModel(qm, m, m, es, cfg, plan, run.ds, run.timings, run.notes, None, m, unquantized=True)
+    out._float_session = loaded, []
+    out._quant_session = qm, loaded
+    out.integer_check = _integer_check(qm, run.notes)
     return out
 
 

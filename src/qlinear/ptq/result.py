@@ -62,6 +62,9 @@ class QuantizedModel:
     _batch: int | None = field(default=None, repr=False)  # samples per ORT call calibration chose (fetched bytes)
     _ahead: Any = field(default=None, repr=False)  # the report's passes started while quantizing (report.passes.Passes)
     streamed: Any = field(default=None, repr=False)  #: weight-only: the quantized weights, written when saved
+    #: the plan quantized nothing (a lone tree ensemble): ``model`` is the float model, without Q/DQ, and the report
+    #: runs one session for both (no calibration ran)
+    unquantized: bool = False
 
     def __post_init__(self) -> None:
         if self.encoded_model is None:

@@ -38,7 +38,7 @@ initializer with its dims.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -48,6 +48,9 @@ from onnx import helper, numpy_helper
 from qlinear.errors import GraphError
 from qlinear.graph.model import declared_dims, opset, serialized, tensor_outputs
 from qlinear.graph.ops import DATA_MOVEMENT, WEIGHTED
+
+#: ``(samples, names) -> {name: [value per sample, None where not an array]}``: a model's values from a session
+Runner = Callable[[Sequence[Mapping[str, Any]], list[str]], dict[str, list]]
 
 TARGET_OPSET = 13
 MIN_OPSET = 7
@@ -448,12 +451,15 @@ def _walk(graph: onnx.GraphProto) -> Iterable[onnx.NodeProto]:
 
 
 def check_upgrade(original: onnx.ModelProto, upgraded: onnx.ModelProto, samples: Sequence[Mapping[str, Any]],
-                  label: str = "model", *, rtol: float = 1e-3, atol: float = 1e-4) -> str:
+                  label: str = "model", *, rtol: float = 1e-3, atol: float = 1e-4,
+                  upgraded_outputs: Runner | None = None) -> str:
     """Run ``original`` and ``upgraded`` in ONNX Runtime on ``samples`` (feed dicts) and raise a
     :class:`GraphError` naming the first tensor, in the upgraded graph's order, and its node, that differs beyond
-    ``|a - b| <= atol * max(1, max|b|) + rtol * |b|``. Returns a note saying what was checked."""
+    ``|a - b| <= atol * max(1, max|b|) + rtol * |b|``. Returns a note saying what was checked.
+    ``upgraded_outputs(samples, names)``: ``upgraded``'s graph outputs as :func:`_run` gives them, from a session of
+    it at ONNX Runtime's full level that the caller holds (else one is built here)."""
     outs = tensor_outputs(upgraded)
-    bad = _first_difference(original, upgraded, samples, outs, rtol, atol, level="all")
+    bad = _first_difference(original, upgraded, samples, outs, rtol, atol, level="all", run_b=upgraded_outputs)
     if bad is None:
         return (f"the opset upgrade computes the original's outputs on the first {len(samples)} calibration "
                 f"sample(s) (ONNX Runtime, within rtol {rtol:g})")
@@ -470,12 +476,14 @@ def check_upgrade(original: onnx.ModelProto, upgraded: onnx.ModelProto, samples:
 
 def _first_difference(a: onnx.ModelProto, b: onnx.ModelProto, samples: Sequence[Mapping[str, Any]],
                       names: list[str], rtol: float, atol: float,
-                      level: str = "disable") -> tuple[str, float] | None:
+                      level: str = "disable", run_b: Runner | None = None) -> tuple[str, float] | None:
     """The first of ``names`` whose float values differ between models ``a`` and ``b`` (name, max difference), both
-    run at ONNX Runtime's optimization ``level`` (``disable``: every node as written, to find where they part)."""
+    run at ONNX Runtime's optimization ``level`` (``disable``: every node as written, to find where they part;
+    ``run_b``: ``b``'s values from the caller's session)."""
     have_a = {o for n in a.graph.node for o in n.output} | {v.name for v in a.graph.input}
     names = [x for x in names if x in have_a]
-    ra, rb = _run(a, samples, names, level), _run(b, samples, names, level)
+    ra = _run(a, samples, names, level)
+    rb = run_b(samples, names) if run_b is not None else _run(b, samples, names, level)
     for x in names:
         worst = 0.0
         for va, vb in zip(ra[x], rb[x]):

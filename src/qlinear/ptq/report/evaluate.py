@@ -222,12 +222,13 @@ def _passes(qm: Any, engine: str, outputs: list[str], span: tuple[int, int], sta
             p.cancel()
         p = Passes(qm.dataset, span, qm.config.batch_size, outputs, stat_samples)
     b = Basis.of(qm)
+    same = unquantized_session(qm)  # nothing quantized: one session computes the float and the "quantized" outputs
     if p.stats_job is None:
         p.start_stats(b, stat_encodings(b))
     if p.float_job is None:
-        p.start_float(b.reference)
+        p.start_float(b.reference, same)
     if p.quant_job is None:
-        p.start_quant(quant_session(qm, engine), progress)
+        p.start_quant(same or quant_session(qm, engine), progress)
     elif progress:
         progress(span[1] - span[0])
     out_f, out_q, counts, seen = p.results()
@@ -383,6 +384,18 @@ def _kind_note(o: str, kind: str, r: dict[str, float], target: str | None, cfg: 
                 f"(repeats merged, blank dropped) {r['ctc_agreement']:.3f} give the same text" + _remedy(cfg, "ctc_agreement>=1.0 (or sequence_agreement>=1.0 "
                                                             "for a tagger)", "it", all16=False))
     return None
+
+
+def unquantized_session(qm: Any) -> Callable[[], Any] | None:
+    """When the plan quantized nothing (``qm.unquantized``: ``qm.model`` is the float model without Q/DQ): the load
+    check's session of it (ONNX Runtime's default level, the float model's level; no Q/DQ to fuse or not), as the
+    ``session`` of every pass of the report, taken once; None otherwise."""
+    if not getattr(qm, "unquantized", False):
+        return None
+    kept, qm._quant_session = getattr(qm, "_quant_session", None), None
+    if kept is None or kept[0] is not qm.model or kept[1] is None:
+        return None
+    return lambda: kept[1]
 
 
 def loaded_session(qm: Any, engine: str) -> Callable[[], Any] | None:

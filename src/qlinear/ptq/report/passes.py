@@ -306,9 +306,10 @@ class Passes:
         self.encs: list[Any] = []
         self.cancelled = False
 
-    def start_float(self, ref: onnx.ModelProto) -> None:
-        """The float model's outputs on the samples after the statistics' ones."""
-        self.float_job = self.pool.submit(model_outputs, float_session(ref), self.outputs, self.ds,
+    def start_float(self, ref: onnx.ModelProto, session: Callable[[], Any] | None = None) -> None:
+        """The float model's outputs on the samples after the statistics' ones (``session()``: a session of ``ref``
+        there is already, else a new one)."""
+        self.float_job = self.pool.submit(model_outputs, session or float_session(ref), self.outputs, self.ds,
                                           [(self.span[0] + self.n_stat, self.span[1], self.batch)], self.read,
                                           stop_if=lambda: self.cancelled)
 
