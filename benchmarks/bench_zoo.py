@@ -43,12 +43,35 @@ CPU = {"last": float("nan")}   # CPU seconds of the last subprocess_run
 
 # ---------------------------------------------------------------------------------------------------- weights
 
+def carried(n: onnx.NodeProto, body: onnx.GraphProto) -> dict[str, str]:
+    """The inputs of a ``Loop``/``Scan`` body that are a state its iterations pass on unchanged (the body's output of
+    that state is the input itself, or its Identity), each with the node's input giving its value: paddle2onnx hands
+    SLANet's decoder weights to its 501-step Loop that way, so a float MatMul weight in the body is a body input."""
+    outs = [o.name for o in body.output]
+    ident = {x.output[0]: x.input[0] for x in body.node if x.op_type == "Identity" and x.input}
+    if n.op_type == "Loop":   # node (M, cond, v...), body (iter, cond, v...) -> (cond, v..., scan outputs...)
+        pairs = [(k, k - 1) for k in range(2, len(body.input))]
+    elif n.op_type == "Scan":   # node and body (state..., scan inputs...) -> (state..., scan outputs...)
+        scans = next((a.i for a in n.attribute if a.name == "num_scan_inputs"), 0)
+        pairs = [(k, k) for k in range(len(body.input) - scans)] if len(body.input) == len(n.input) else []
+    else:
+        return {}
+    out = {}
+    for k, j in pairs:
+        name = body.input[k].name
+        if k < len(n.input) and n.input[k] and j < len(outs) and name in (outs[j], ident.get(outs[j])):
+            out[name] = n.input[k]
+    return out
+
+
 def count_weights(path: Path) -> dict[str, int]:
-    """Weight inputs of Conv/Gemm/MatMul/LSTM/GRU/RNN and Gather tables (subgraphs included): quantized vs float."""
+    """Weight inputs of Conv/Gemm/MatMul/LSTM/GRU/RNN and Gather tables (subgraphs included, a weight a Loop/Scan body
+    takes as an unchanged state traced to the node's input, :func:`carried`): quantized vs float."""
     m = onnx.load(str(path), load_external_data=False)
     producer: dict[str, onnx.NodeProto] = {}
     consts: set[str] = set()
     nodes: list[onnx.NodeProto] = []
+    alias: dict[str, str] = {}   # a body input -> the outer value it always holds
 
     def walk(g: onnx.GraphProto) -> None:
         consts.update(i.name for i in g.initializer)
@@ -59,13 +82,14 @@ def count_weights(path: Path) -> dict[str, int]:
             if n.op_type == "Constant":
                 consts.update(n.output)
             for a in n.attribute:
-                if a.type == onnx.AttributeProto.GRAPH:
-                    walk(a.g)
-                for sg in a.graphs:
+                for sg in ([a.g] if a.type == onnx.AttributeProto.GRAPH else []) + list(a.graphs):
+                    alias.update(carried(n, sg))
                     walk(sg)
     walk(m.graph)
 
     def origin(name: str, depth: int = 0) -> str:
+        if name in alias and depth < 6:
+            return origin(alias[name], depth + 1)
         p = producer.get(name)
         if p is not None and p.op_type == "DequantizeLinear":   # a weight if it dequantizes a constant
             src = p.input[0]
