@@ -301,25 +301,29 @@ def _add_weight(g: _Graph, n: ir.Node, ins: list[str], plan: Plan) -> None:
 
 def _float_chains(g: _Graph, plan: Plan) -> None:
     """Leave float every quantized activation whose producer (none for a graph input) and every reader run in float
-    on ONNX Runtime's CPU session (:func:`_runs_float`): a quantizer there only adds rounding and two nodes (the ``Div -> Erf`` inside a
-    GELU written out). Graph outputs, tied Concat parts, encodings other tensors reuse and a ``Log``'s input keep
-    theirs (the input's calibrated range decides whether the Log is wide: :mod:`qlinear.ptq.logs`)."""
-    keep = {t for grp in plan.tied for t in grp} | set(plan.followers())
+    on ONNX Runtime's CPU session (:func:`_runs_float`), with the tensors that reuse its encoding through
+    data-movement operators when what reads those runs in float too: a quantizer there only adds rounding and two
+    nodes (the ``Div -> Erf`` inside a GELU written out; a GRU's output -> Transpose -> Reshape -> the next GRU, a
+    recurrent state input -> Slice -> GRU, whose all-zero calibration state got a grid of 3e-5). Graph outputs, tied
+    Concat parts and a ``Log``'s input keep theirs (the input's calibrated range decides whether the Log is wide:
+    :mod:`qlinear.ptq.logs`)."""
+    keep = {t for grp in plan.tied for t in grp}
     keep |= {x.name for n in g.nodes if n.op_type in ops.LOGS for x in n.inputs[:1] if x is not None}
-    drop = set()
-    for v in g.graph.inputs:   # a graph input only float operators read (ai.onnx.ml's Scaler before an MLP)
-        uses = g.uses(v)
-        if v.name in plan.activations and v.name not in keep and uses and all(_runs_float(u, g) for u, _ in uses):
-            drop.add(v.name)
-    for n in g.nodes:
-        if not _runs_float(n, g):
+    values = {v.name: v for v in g.graph.inputs if v.name}
+    values.update((v.name, v) for n in g.nodes for v in n.outputs if v.name)
+    followers = plan.followers()
+    drop: set[str] = set()
+    for t in plan.activations:
+        group = {t, *followers.get(t, ())}
+        v = values.get(t)
+        if v is None or group & keep or group & g.outputs:
             continue
-        for v in n.outputs:
-            t = v.name or ""
-            uses = g.uses(v)
-            if t in plan.activations and t not in g.outputs and t not in keep and uses \
-                    and all(_runs_float(u, g) for u, _ in uses):
-                drop.add(t)
+        if v.producer() is not None and not _runs_float(v.producer(), g):
+            continue
+        readers = [u for x in group for u, _ in g.uses(values.get(x))
+                   if not any(o.name in group for o in u.outputs)]   # the data movement inside the group
+        if readers and all(_runs_float(u, g) for u in readers):
+            drop |= group
     if drop:
         plan.leave_float(drop, "ONNX Runtime runs its producer and every reader in float (target ort): left float")
 
@@ -346,7 +350,7 @@ def _concat_float_readers(g: _Graph, plan: Plan) -> None:
 
 def _runs_float(n: ir.Node, g: _Graph) -> bool:
     """``n`` runs in float between Q/DQ on ONNX Runtime's CPU session: an operator it has no integer kernel for (an
-    ``ai.onnx.ml`` operator: Scaler, TreeEnsemble...), or an Add/Sub/Mul of a constant (target ort does not quantize constant operands, so ONNX Runtime cannot fuse
+    ``ai.onnx.ml`` operator: Scaler, TreeEnsemble...; a recurrent layer), or an Add/Sub/Mul of a constant (target ort does not quantize constant operands, so ONNX Runtime cannot fuse
     them)."""
     if n.op_type in ops.FLOAT_ON_ORT or n.domain == "ai.onnx.ml":   # no ONNX Runtime QDQ fusion for ONNX-ML
         return True

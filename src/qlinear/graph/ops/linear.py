@@ -35,8 +35,10 @@ REGISTRY.add(FAMILY, "Gemm", _FUSED + ("mlp_boundary",), weight_input=1, bias_in
 REGISTRY.add(FAMILY, "MatMul", _FUSED + ("mlp_boundary",), weight_input=1,
              tflite_builtins=("FULLY_CONNECTED",), tflite_writer="fully_connected", kernel="linear",
              tflite_island="matmul")
-# recurrent layers stay float (their weights named in a note); the .tflite unrolls them (qlinear.tflite.recurrent)
-REGISTRY.add(FAMILY, ("LSTM", "GRU"), tflite_island="recurrent")
+# recurrent layers stay float (their weights named in a note; ONNX Runtime fuses no Q/DQ into them); the .tflite
+# unrolls them (qlinear.tflite.recurrent)
+REGISTRY.add(FAMILY, ("LSTM", "GRU"), ("float_on_ort",), tflite_island="recurrent")
+REGISTRY.add(FAMILY, "RNN", ("float_on_ort",))
 
 
 def input_axes(node: onnx.NodeProto, idx: int, rank: int) -> tuple[int, int] | None:
