@@ -252,30 +252,29 @@ class QuantizeConfig:
         object.__setattr__(self, "input_shapes", {k: tuple(v) for k, v in shapes.items()})
 
     def _check_output_kinds(self) -> None:
-        kinds = {} if self.output_kinds is None else self.output_kinds
-        if not isinstance(kinds, dict) or not all(isinstance(k, str) and v in OUTPUT_KINDS for k, v in kinds.items()):
-            raise ConfigError(f"output_kinds: expected a mapping of output name to one of {', '.join(OUTPUT_KINDS)} "
-                              f"such as {{\"embedding\": \"embedding\"}}, got {self.output_kinds!r}")
-        if kinds and self.weight_only:
-            raise ConfigError("output_kinds: not available in weight-only mode (activation_type float), whose report "
-                              "reads token logits and embeddings itself")
-        object.__setattr__(self, "output_kinds", dict(kinds))
+        self._mapping("output_kinds", lambda v: v in OUTPUT_KINDS,
+                      f"output name to one of {', '.join(OUTPUT_KINDS)} such as {{\"embedding\": \"embedding\"}}",
+                      "its report reads token logits and embeddings itself")
 
     def _check_fix_inputs(self) -> None:
-        values = {} if self.fix_inputs is None else self.fix_inputs
-
         def numbers(v: Any) -> bool:
             if isinstance(v, (list, tuple)):
                 return len(v) > 0 and all(numbers(x) for x in v)
             return isinstance(v, (int, float))
 
-        if not isinstance(values, dict) or not all(isinstance(k, str) and numbers(v) for k, v in values.items()):
-            raise ConfigError(f"fix_inputs: expected a mapping of input name to a number or a list of numbers such "
-                              f"as {{\"sr\": 16000}}, got {self.fix_inputs!r}")
+        self._mapping("fix_inputs", numbers, "input name to a number or a list of numbers such as {\"sr\": 16000}",
+                      "it applies to W8A8-style runs")
+
+    def _mapping(self, name: str, ok: Any, expected: str, weight_only: str) -> None:
+        """Field ``name``: None or a mapping of names to values ``ok`` accepts, given only in W8A8-style runs (else
+        ``weight_only`` says why not); stored as a plain dict."""
+        given = getattr(self, name)
+        values = {} if given is None else given
+        if not isinstance(values, dict) or not all(isinstance(k, str) and ok(v) for k, v in values.items()):
+            raise ConfigError(f"{name}: expected a mapping of {expected}, got {given!r}")
         if values and self.weight_only:
-            raise ConfigError("fix_inputs: not available in weight-only mode (activation_type float); it applies to "
-                              "W8A8-style runs")
-        object.__setattr__(self, "fix_inputs", dict(values))
+            raise ConfigError(f"{name}: not available in weight-only mode (activation_type float); {weight_only}")
+        object.__setattr__(self, name, dict(values))
 
     def _check_mode(self, one_of: Any) -> None:
         """The options that depend on the mode: weight-only (activation_type float) or W8A8-style."""
