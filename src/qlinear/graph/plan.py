@@ -357,7 +357,7 @@ def _runs_float(n: ir.Node, g: _Graph) -> bool:
     const = any(x is not None and x.name in g.inits for x in n.inputs)
     # a Max/Min of two activations (deepcut's running maximum): no QDQ fusion either (against a constant it is a
     # clamp the plan fuses with its producer)
-    return n.op_type in ops.CONSTANT_OPERAND_OPS and const or n.op_type in ops.CONSTANT_CLAMPS and not const
+    return (n.op_type in ops.CONSTANT_OPERAND_OPS and const) or (n.op_type in ops.CONSTANT_CLAMPS and not const)
 
 
 def _why_not(g: _Graph, n: ir.Node, ins: list[str], v: ir.Value, data: set[str], floats: set[str],
