@@ -86,3 +86,23 @@ def test_a_search_still_calibrates_a_model_with_nothing_to_quantize(monkeypatch)
                                                           accuracy_target="cosine_mean>=0.9"))
     assert calls and not qm.unquantized
     assert any(n.startswith("nothing is quantized") and "Calibration was skipped" not in n for n in qm.notes)
+
+
+def test_the_report_of_a_model_with_nothing_quantized_runs_it_once(monkeypatch):
+    """The written model is the float model, run by the same session: the report takes its outputs as both the float
+    and the "quantized" ones (each held-out sample run once, not twice), and scores them as equal."""
+    runs = []
+    run = session_mod.Session.run
+
+    def counting(self, fetch, feed, **k):
+        if k.get("where") != "two samples in one call":   # not the batch-axis check
+            runs.append(next(iter(feed.values())).shape[0])
+        return run(self, fetch, feed, **k)
+
+    monkeypatch.setattr(session_mod.Session, "run", counting)
+    x = RNG.normal(0, 1, (40, 3)).astype(np.float32)
+    qm = qlinear.quantize(_argmax_model(), {"x": x}, dict(calibration_samples=8, evaluation_samples=32))
+    runs.clear()
+    rep = qm.report()
+    assert sum(runs) == 32, runs  # 32 held-out samples, each run once (the "quantized" outputs are the same arrays)
+    assert "y" in rep.outputs and rep.samples == 32

@@ -44,7 +44,7 @@ import onnx
 
 from qlinear.core.types import qtype
 from qlinear.errors import DataError
-from qlinear.graph.model import tensor_outputs
+from qlinear.graph.model import tensor_outputs, without_weights
 from qlinear.graph.ops import EMBEDDING_PRODUCERS, LAYOUT_PASSTHROUGH, QUANTIZE_OPS, RECURRENT
 from qlinear.graph.plan import resolve_inherit
 from qlinear.ptq.mixed import MIXED_RATIO, REMEDY, mixed, part_slices
@@ -227,8 +227,10 @@ def _passes(qm: Any, engine: str, outputs: list[str], span: tuple[int, int], sta
         p.start_stats(b, stat_encodings(b))
     if p.float_job is None:
         p.start_float(b.reference, same)
-    if p.quant_job is None:
-        p.start_quant(same or quant_session(qm, engine), progress)
+    if same is not None and p.quant_job is None:
+        p.mirror()  # the written model is the float model: its outputs are not computed twice
+    if p.quant_job is None and not p.mirrored:
+        p.start_quant(quant_session(qm, engine), progress)
     elif progress:
         progress(span[1] - span[0])
     out_f, out_q, counts, seen = p.results()
@@ -250,7 +252,7 @@ def concat_parts(ref: Any, outputs: list[str]) -> dict[str, tuple[int, list[tupl
     if not any(prod.get(o) is not None and prod[o].op_type in ("Concat", "Identity") for o in outputs):
         return {}
     try:
-        inf = onnx.shape_inference.infer_shapes(ref)
+        inf = onnx.shape_inference.infer_shapes(without_weights(ref))  # weights not serialized: 0.34 s -> ms
     except Exception:  # noqa: BLE001 - shapes are a convenience here: no shapes, no parts
         return {}
     shapes = {}

@@ -305,6 +305,7 @@ class Passes:
         self.stat_batch = batch
         self.encs: list[Any] = []
         self.cancelled = False
+        self.mirrored = False  # the quantized model is the float model: its outputs are the float pass's
 
     def start_float(self, ref: onnx.ModelProto, session: Callable[[], Any] | None = None) -> None:
         """The float model's outputs on the samples after the statistics' ones (``session()``: a session of ``ref``
@@ -326,9 +327,14 @@ class Passes:
         self.quant_job = self.pool.submit(model_outputs, session, self.outputs, self.ds, parts, self.read, progress,
                                           stop_if=lambda: self.cancelled)
 
+    def mirror(self) -> None:
+        """Nothing was quantized (the written model is the float model, run by the same session): the quantized
+        outputs are the float passes' own, not computed a second time."""
+        self.mirrored = True
+
     @property
     def started(self) -> bool:
-        return None not in (self.float_job, self.stats_job, self.quant_job)
+        return None not in (self.float_job, self.stats_job) and (self.mirrored or self.quant_job is not None)
 
     def results(self) -> tuple[Outputs, Outputs, list[int], dict[str, _Seen]]:
         """The float and quantized outputs, the samples per batch and the statistics (errors as the passes raised
@@ -336,10 +342,10 @@ class Passes:
         try:
             seen, out_a, counts_a = self.stats_job.result()
             out_b, counts_b = self.float_job.result()
-            out_q, counts = self.quant_job.result()
+            out_f = {o: out_a[o] + out_b[o] for o in self.outputs}
+            out_q, counts = (out_f, counts_a + counts_b) if self.mirrored else self.quant_job.result()
         finally:
             self.pool.shutdown(wait=False)
-        out_f = {o: out_a[o] + out_b[o] for o in self.outputs}
         if counts_a + counts_b != counts:
             raise RuntimeError(f"the report's passes cut different batches: {counts_a + counts_b} vs {counts}")
         return out_f, out_q, counts, seen
