@@ -322,6 +322,28 @@ def _leave_masks_float(plan: Any, masks: set[str]) -> list[str]:
             f"them): left in float: {', '.join(sorted(masks)[:4])}{' ...' if len(masks) > 4 else ''}"]
 
 
+def _leave_unseen_inputs_float(plan: Any, obs: dict, m: onnx.ModelProto, label: str,
+                               full_integer: bool) -> list[str]:
+    """The float graph inputs that were exactly 0 on every calibration sample (a recurrent state or a cache given
+    as zeros) left float: a grid fitted to them would be ~1e-7 wide and round any later value to 0 (an error with
+    ``full_integer``, which has no float inputs)."""
+    inputs = {i.name for i in m.graph.input}
+    zero = sorted(t for t in plan.activations if t in inputs and t in obs and obs[t].min is not None
+                  and not np.any(obs[t].min) and not np.any(obs[t].max))
+    if not zero:
+        return []
+    if full_integer:
+        raise CalibrationError(f"{label}: graph input(s) {', '.join(zero)} are 0 on every calibration sample: no "
+                               "integer grid can be fitted to them (it would round every later value to 0); give "
+                               "samples with the values they take in use (e.g. states carried over a sequence), or "
+                               "drop --full-integer to keep them float")
+    plan.leave_float(set(zero), "0 on every calibration sample: no grid can be fitted to it")
+    return [f"graph input(s) {', '.join(zero)}: 0 on every calibration sample (a state or cache given as zeros?); a "
+            "grid fitted to that would round every later value to 0, so they are left float (quantizers follow "
+            "where they are read). Give samples with the values they take in use (e.g. states carried over a "
+            "sequence) to quantize them"]
+
+
 def _implicit_methods(cfg: QuantizeConfig, model: Any, plan: Any, placement: str, notes: list[str]) -> dict[str, str]:
     """Under transformer placement with no activation method asked for: MSE ranges for the Gelu/SiLU outputs that
     feed MatMuls (heavy-tailed), with a note."""
@@ -387,6 +409,7 @@ def _calibrate(run: _Run, placement: str) -> QuantizedModel:
                                  tcfg)
     timings["calibration"] = time.perf_counter() - t0
     notes += _leave_masks_float(plan, masks)
+    notes += _leave_unseen_inputs_float(plan, obs, m, run.label, cfg.full_integer)
     if run.ds.stacks is False:
         notes.append(f"{run.label} does not run two samples in one call although its inputs' batch axis is dynamic "
                      f"({run.ds.unstacked}): one sample per call (slower); --batch-axis NAME=none says an input has no "
