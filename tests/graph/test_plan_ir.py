@@ -104,7 +104,8 @@ def test_ir_plan_after_passes_equals_the_plan_of_their_proto(shared_dir):
     FoldBatchNorm()(model)
     assert Equalize(clips=True)(model).modified
     proto = to_proto(model)
-    for kw in OPTIONS[:4]:
+    for kw in OPTIONS[:3]:   # target tflite: on ort, the per-channel clips CLE writes no longer fuse (the legacy plan
+        # fused them; tests/graph/test_unfused_clamps.py)
         assert make_plan(model, **kw, float_chains=False) == legacy_plan(proto, **kw)
 
 

@@ -97,6 +97,12 @@ FLOAT_STATS_TARGETS = ("ort", "tflite")
 #: constant) gets no quantizer (:func:`_float_chains`): ONNX Runtime's CPU session runs both in float whatever Q/DQ
 #: sit between them; QNN and TFLite compute them in integers (or need integer island boundaries)
 FLOAT_CHAIN_TARGETS = ("ort",)
+#: targets whose runtime computes a Max/Min against a constant (the per-channel clip cross-layer equalization writes
+#: for a ReLU6) in float between Q/DQ: ONNX Runtime fuses only Relu and Clip into the layer before (dropped where
+#: the quantizer after them clips alike), so there the layer's output gets its own quantizer (DQ -> Conv -> Q is its
+#: int8 kernel) and the clip runs in float; elsewhere the clip is fused like a Relu (no quantizer between). On
+#: EfficientNet-Lite0 per-tensor (CLE): 32 Convs ran in float with their weights dequantized at every inference
+UNFUSED_CLAMP_TARGETS = ("ort",)
 
 
 @dataclass
@@ -165,7 +171,7 @@ def make_plan(m: onnx.ModelProto | ir.Model, *, exclude_nodes: tuple[str, ...] =
         model, floats = to_ir(m), float_values(without_weights(m))
     else:
         model, floats = m, float_values(without_weights(proto) if proto is not None else light_proto(m))
-    g = _Graph(model.graph)
+    g = _Graph(model.graph, clamps_fuse=target not in UNFUSED_CLAMP_TARGETS)
     plan = _make_plan(g, floats, exclude_nodes, exclude_op_types, quantize_outputs, target in TIED_CONCAT_TARGETS,
                       target in FLOAT_STATS_TARGETS if float_stats is None else float_stats)
     if placement == "all" and ((target in FLOAT_CHAIN_TARGETS) if float_chains is None else float_chains):
@@ -195,8 +201,9 @@ class _Graph:
     and the main-graph uses of a value in node order (``Value.uses()`` also lists subgraph nodes, and in the order the
     uses were added)."""
 
-    def __init__(self, graph: ir.Graph) -> None:
+    def __init__(self, graph: ir.Graph, clamps_fuse: bool = True) -> None:
         self.graph = graph
+        self.clamps_fuse = clamps_fuse  # a Max/Min against a constant fuses into its producer (a Relu-like clip)
         self.nodes = list(graph)
         self.order = {n: i for i, n in enumerate(self.nodes)}
         self.inits = graph.initializers
@@ -355,9 +362,10 @@ def _runs_float(n: ir.Node, g: _Graph) -> bool:
     if n.op_type in ops.FLOAT_ON_ORT or n.domain == "ai.onnx.ml":   # no ONNX Runtime QDQ fusion for ONNX-ML
         return True
     const = any(x is not None and x.name in g.inits for x in n.inputs)
-    # a Max/Min of two activations (deepcut's running maximum): no QDQ fusion either (against a constant it is a
-    # clamp the plan fuses with its producer)
-    return (n.op_type in ops.CONSTANT_OPERAND_OPS and const) or (n.op_type in ops.CONSTANT_CLAMPS and not const)
+    # a Max/Min of two activations (deepcut's running maximum): no QDQ fusion either; against a constant it is a
+    # clamp, fused with its producer where the target fuses clamps (``UNFUSED_CLAMP_TARGETS``), else float too
+    return (n.op_type in ops.CONSTANT_OPERAND_OPS and const) or \
+        (n.op_type in ops.CONSTANT_CLAMPS and not (const and g.clamps_fuse))
 
 
 def _why_not(g: _Graph, n: ir.Node, ins: list[str], v: ir.Value, data: set[str], floats: set[str],
@@ -369,6 +377,9 @@ def _why_not(g: _Graph, n: ir.Node, ins: list[str], v: ir.Value, data: set[str],
     if (n.op_type in FUSING_PRODUCERS or _is_act(n, g)) and len(cons) == 1 and _is_act(cons[0][0], g) \
             and out not in g.outputs:
         return f"fused with the following {cons[0][0].op_type}"
+    end = _clamp_chain_end(g, n, v) if n.op_type in FUSING_PRODUCERS and not g.clamps_fuse else None
+    if end is not None:
+        return (end,)
     if n.op_type in DATA_MOVEMENT and ins and ins[0] in floats:
         return (ins[0],)
     if n.op_type == "Add" and any(_is_mask(x, g, data, floats) for x in n.inputs):
@@ -447,13 +458,32 @@ def _is_mask(x: ir.Value | None, g: _Graph, data: set[str], floats: set[str]) ->
     return p is not None and p in g.order and p.op_type not in ("Constant", "ConstantOfShape")
 
 
-def _is_act(n: ir.Node, g: _Graph) -> bool:
-    """An elementwise activation a runtime fuses into its producer: Relu, Clip, or Max/Min against a constant (the
-    per-channel clip that cross-layer equalization writes)."""
-    if n.op_type in FUSABLE_ACT:
-        return True
+def _clamp_chain_end(g: _Graph, n: ir.Node, v: ir.Value) -> str | None:
+    """Where a Max/Min against a constant does not fuse (``UNFUSED_CLAMP_TARGETS``): the output of the clamp chain
+    that ``n``'s output ``v`` alone feeds (``Conv -> Max(c) -> Min(c)``: the Min's), whose grid ``v`` takes. Its
+    integer kernel then saturates at that grid's ends, and the per-channel bounds run in float after it: the output
+    as the fused clip gave it, up to where a bound falls between grid points (a grid over the unclipped output cost
+    EfficientNet-Lite0 per-tensor 4.5 dB)."""
+    end, k = None, 0
+    while v.name not in g.outputs and k < 4:
+        cons = g.uses(v)
+        if len(cons) != 1 or not _is_clamp(cons[0][0], g) or not cons[0][0].outputs[0].name:
+            break
+        v, k = cons[0][0].outputs[0], k + 1
+        end = v.name
+    return end
+
+
+def _is_clamp(n: ir.Node, g: _Graph) -> bool:
+    """A Max/Min against a constant."""
     x = n.inputs[1] if len(n.inputs) == 2 else None
     return n.op_type in ops.CONSTANT_CLAMPS and x is not None and x.name in g.inits
+
+
+def _is_act(n: ir.Node, g: _Graph) -> bool:
+    """An elementwise activation a runtime fuses into its producer: Relu, Clip, or Max/Min against a constant (the
+    per-channel clip that cross-layer equalization writes) where the target fuses those (``g.clamps_fuse``)."""
+    return n.op_type in FUSABLE_ACT or (g.clamps_fuse and _is_clamp(n, g))
 
 
 def float_values(light: onnx.ModelProto) -> set[str]:
