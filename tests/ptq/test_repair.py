@@ -182,3 +182,38 @@ def test_accuracy_target_on_sequences_of_several_lengths(tmp_path):
     qm = qlinear.quantize(m, tmp_path, dict(calibration_samples=16, evaluation_samples=8,
                                             accuracy_target="sequence_agreement>=0.9"))
     assert any(n.startswith("precision repair (sequence_agreement>=0.9") for n in qm.notes), qm.notes
+    assert any(n.startswith("the repair's ") and "judged samples agreeing bound" in n and "above 0.9:" in n
+               for n in qm.notes), qm.notes   # 8 judged samples cannot promise 0.9
+
+
+def test_agreement_bounds_of_few_judged_samples():
+    """All of n judged samples agreeing bound the agreement on new samples only above 0.05 ** (1 / n) (95 %
+    one-sided, Clopper-Pearson): 8 of 8 above 0.69, so a repair that meets ctc_agreement 1.0 on them promises little
+    (ppocr-v4-rec, 16 calibration lines: 1.0 on its 8, 0.906 on 192 held-out lines)."""
+    from qlinear.ptq.report.metrics import agreement_bound, samples_for
+    assert agreement_bound(8, 8) == pytest.approx(0.6877, abs=1e-4)
+    assert agreement_bound(7, 8) == pytest.approx(0.5293, abs=1e-4)   # the Clopper-Pearson table's value
+    assert agreement_bound(0, 8) == 0.0 and agreement_bound(5, 0) == 0.0
+    assert samples_for(0.95) == 59 and agreement_bound(59, 59) >= 0.95 > agreement_bound(58, 58)
+    assert samples_for(0.9) == 29
+
+
+def test_repair_says_when_its_judged_samples_are_too_few():
+    from qlinear.ptq.algorithms.repair import _few_samples_note
+    note = _few_samples_note(Target("ctc_agreement", 1.0), 1.0, 8, True, 64)
+    assert len(note) == 1 and "8 of 8" in note[0] and "above 0.69" in note[0] and "--calibration-samples 118" in note[0]
+    assert "repair_samples 59" in _few_samples_note(Target("ctc_agreement", 1.0), 1.0, 8, True, 32)[0]
+    assert "above 0.9:" in _few_samples_note(Target("top1_agreement", 0.9), 1.0, 16, True, 64)[0]
+    assert _few_samples_note(Target("ctc_agreement", 1.0), 1.0, 64, True, 64) == []   # 64 agreeing: above 0.95
+    assert _few_samples_note(Target("sqnr_db", 30), 31.0, 8, True, 64) == []
+    assert _few_samples_note(Target("top1_agreement", 1.0), 1.0, 8, False, 64) == []  # positions, not samples
+
+
+def test_the_sequence_note_names_the_calibration_samples_the_repair_needs():
+    from qlinear.ptq.config import QuantizeConfig
+    from qlinear.ptq.report.evaluate import _kind_note
+    r = {"sequence_agreement": 0.5, "ctc_agreement": 0.8}
+    note = _kind_note("p", "sequence", r, None, QuantizeConfig(calibration_samples=16))
+    assert "16 calibration samples hold 8 back" in note and "--calibration-samples 118 bound it above 0.95" in note
+    assert "hold" not in _kind_note("p", "sequence", r, None, QuantizeConfig(calibration_samples=128))
+    assert "hold" not in _kind_note("p", "sequence", r, None, QuantizeConfig(calibration_samples=16, target="tflite"))

@@ -3,12 +3,39 @@ configuration, used by precision repair (:mod:`qlinear.ptq.algorithms.repair`)."
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
 from qlinear.errors import ConfigError
 
 METRICS = ("top1_agreement", "sequence_agreement", "ctc_agreement", "cosine_mean", "cosine_min", "sqnr_db")
+#: the metrics that count agreeing samples (``top1_agreement`` of a classifier; of a sequence output it counts
+#: positions)
+AGREEMENT_METRICS = ("top1_agreement", "sequence_agreement", "ctc_agreement")
+#: one-sided confidence of :func:`agreement_bound`
+CONFIDENCE = 0.95
+
+
+def agreement_bound(k: int, n: int, confidence: float = CONFIDENCE) -> float:
+    """The agreement rate that ``k`` agreeing of ``n`` independent samples bound from below at this one-sided
+    confidence (Clopper-Pearson: the rate at which ``k`` or more agree with probability ``1 - confidence``); all ``n``
+    agreeing bound it only above ``(1 - confidence) ** (1 / n)``: 0.69 for 8 samples, 0.95 for 59."""
+    if n <= 0 or k <= 0:
+        return 0.0
+    if k >= n:
+        return (1 - confidence) ** (1 / n)
+    lo, hi = 0.0, 1.0
+    for _ in range(60):   # P(at least k agree | p) grows with p: bisect for the p where it is 1 - confidence
+        p = (lo + hi) / 2
+        tail = sum(math.comb(n, j) * p ** j * (1 - p) ** (n - j) for j in range(k, n + 1))
+        lo, hi = (p, hi) if tail < 1 - confidence else (lo, p)
+    return lo
+
+
+def samples_for(rate: float, confidence: float = CONFIDENCE) -> int:
+    """The fewest samples that, all agreeing, bound the agreement above ``rate`` (< 1) at this confidence."""
+    return max(1, math.ceil(math.log(1 - confidence) / math.log(rate)))
 
 
 @dataclass(frozen=True)
@@ -50,4 +77,4 @@ class Target:
         return f"{self.metric}>={self.value:g}"
 
 
-__all__ = ["METRICS", "Target"]
+__all__ = ["AGREEMENT_METRICS", "CONFIDENCE", "METRICS", "Target", "agreement_bound", "samples_for"]
