@@ -216,4 +216,6 @@ def test_the_sequence_note_names_the_calibration_samples_the_repair_needs():
     note = _kind_note("p", "sequence", r, None, QuantizeConfig(calibration_samples=16))
     assert "16 calibration samples hold 8 back" in note and "--calibration-samples 118 bound it above 0.95" in note
     assert "hold" not in _kind_note("p", "sequence", r, None, QuantizeConfig(calibration_samples=128))
+    few = _kind_note("p", "sequence", r, None, QuantizeConfig(calibration_samples=200, repair_samples=32))
+    assert "--calibration-samples 200 with repair_samples 59 in --config" in few
     assert "hold" not in _kind_note("p", "sequence", r, None, QuantizeConfig(calibration_samples=16, target="tflite"))

@@ -403,7 +403,7 @@ def _judge_hint(cfg: Any) -> str:
     return (f"; {n_cal} calibration samples hold {judged} back, and all {judged} agreeing bound the agreement on new "
             f"samples only above {agreement_bound(judged, judged):.2f} (95 % one-sided): --calibration-samples "
             f"{max(n_cal, 2 * need)}"
-            + (f" with repair_samples {need}" if held < need else "") + f" bound it above {POOR_AGREEMENT}")
+            + (f" with repair_samples {need} in --config" if held < need else "") + f" bound it above {POOR_AGREEMENT}")
 
 
 def unquantized_session(qm: Any) -> Callable[[], Any] | None:
