@@ -425,3 +425,36 @@ def test_mixed_concat_read_by_a_conv_is_named_with_the_remedy(target):
     wide = "float" if target == "ort" else "uint16"
     assert "the output cat is quantized on one grid for the nodes reading it (mix_conv)" in note
     assert f'{{"name": "cat", "type": "{wide}"}}' in note
+
+
+def test_ort_layers_reading_float_activations_get_float_weights():
+    """Target ort: the layers that read an activation left in float (the trunk of the score cone) have no integer
+    kernel in ONNX Runtime; their weights are written as the float values their DequantizeLinear computes (on the
+    int8 grid of the encodings, which keep them), so ONNX Runtime does not dequantize them at every inference; the
+    outputs are those of the model with the DequantizeLinear nodes. Layers reading a quantized activation (every
+    activation uint8 by an overrides rule) keep their DequantizeLinear."""
+    from qlinear.ptq.encode import apply_encodings
+
+    m, x = trunk_detector(), _trunk_data()
+    qm = qlinear.quantize(m, {"x": x}, dict(CFG, target="ort"))
+    g = qm.model.graph
+    prod = {o: n.op_type for n in g.node for o in n.output}
+    inits = {t.name: numpy_helper.to_array(t) for t in g.initializer}
+    convs = [n for n in g.node if n.op_type == "Conv"]
+    assert len(convs) == 6 and all(n.input[1] in inits and n.input[1] not in prod for n in convs)
+    for w in ("w0", "w3", "wb", "wc"):
+        e = qm.encodings[w]
+        assert e.dtype == "int8"   # the encodings keep the int8 weights
+        steps = inits[w] / np.asarray(e.scale, np.float32).reshape(-1, 1, 1)
+        assert np.abs(steps - np.round(steps)).max() < 1e-3 and np.abs(steps).max() <= 128
+    note, = [n for n in qm.notes if "read a float activation" in n]
+    assert note.startswith("6 layer(s)") and "100% of the weights" in note and "float model's speed" in note
+    with_dq = apply_encodings(qm.encodings, qm.encoded_model)   # the graph the encodings apply to
+    assert sum(n.op_type == "DequantizeLinear" for n in with_dq.graph.node) > \
+        sum(n.op_type == "DequantizeLinear" for n in g.node)
+    np.testing.assert_allclose(_ort(qm.model, x[32:]), _ort(with_dq, x[32:]), rtol=1e-5, atol=1e-4)
+    q8 = qlinear.quantize(m, {"x": x}, dict(CFG, target="ort", overrides=[{"name": "*", "role": "activation",
+                                                                           "type": "uint8"}]))
+    p8 = {o: n.op_type for n in q8.model.graph.node for o in n.output}
+    assert all(p8.get(n.input[1]) == "DequantizeLinear" for n in q8.model.graph.node if n.op_type == "Conv")
+    assert not any("read a float activation" in n for n in q8.notes)

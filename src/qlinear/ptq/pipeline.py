@@ -29,6 +29,7 @@ import onnx
 
 from qlinear.encodings import EncodingSet
 from qlinear.errors import CalibrationError, ConfigError, GraphError
+from qlinear.graph.float_weights import float_layer_weights
 from qlinear.graph.ir import to_ir, to_proto
 from qlinear.graph.load import load_checked
 from qlinear.graph.model import load_model, opset, tensor_outputs
@@ -517,6 +518,8 @@ def _finish(es: EncodingSet, m: onnx.ModelProto, cfg: QuantizeConfig, label: str
     target tflite it keeps the TFLite rules (:func:`~qlinear.ptq.targets.check_tflite`; what the export needs of the
     graph was checked before work, :func:`qlinear.ptq.settle.settle`)."""
     qm = apply_encodings(es, m)
+    if cfg.target == "ort":
+        _float_layer_weights(qm, notes)
     loaded = _check_loads(qm, label)
     if cfg.target == "tflite":
         bad = targets.check_tflite(qm)
@@ -524,6 +527,26 @@ def _finish(es: EncodingSet, m: onnx.ModelProto, cfg: QuantizeConfig, label: str
             raise GraphError(f"{label}: the quantized model breaks the TFLite rules ({len(bad)}): "
                              + "; ".join(str(v) for v in bad[:3]) + "; please report this with the model")
     return qm, loaded
+
+
+def _float_layer_weights(qm: onnx.ModelProto, notes: list[str]) -> None:
+    """Target ort: the weights of the layers ONNX Runtime runs in float (no DequantizeLinear before them) written as the
+    float values their ``DequantizeLinear`` computes (:mod:`qlinear.graph.float_weights`), with a note; when they
+    hold most of the weights, the note says the model runs at about the float model's speed."""
+    fw = float_layer_weights(qm)
+    if not fw.layers:
+        return
+    note = (f"{len(fw.layers)} layer(s) ({', '.join(fw.layers[:3])}{' ...' if len(fw.layers) > 3 else ''}; "
+            f"{fw.share:.0%} of the weights) read a float activation (no DequantizeLinear before them): ONNX "
+            "Runtime has no integer kernel for them and runs them in float, so their weights are written as float "
+            "(the dequantized int8 values, the same numbers; model.encodings holds their int8 encodings): a "
+            "DequantizeLinear of the weight would run at every inference and keep ONNX Runtime from its float "
+            "kernels' prepacked weights")
+    if fw.share >= 0.5:
+        note += ("; most of the weights are in such layers: in ONNX Runtime's default session the model runs at "
+                 "about the float model's speed or a little slower (its remaining Q/DQ pairs), not int8's; an "
+                 "overrides rule setting those activations' type to uint8 gives int8 kernels at their precision")
+    notes.append(note)
 
 
 def _integer_check(qm: onnx.ModelProto, notes: list[str]) -> Any:
