@@ -420,7 +420,9 @@ def _cell(run: dict | None) -> str:
     if "ort_error" in run:
         return f"ORT FAIL ({run['wall_s']} s)"
     w = run.get("weights", {})
-    return f"{run['fidelity']:.3f} / {run['cosine']:.3f}, {run['wall_s']} s, w {w.get('quantized')}q/{w.get('float')}f"
+    ms = f", {run['ms']} ms" if "ms" in run else ""
+    return (f"{run['fidelity']:.3f} / {run['cosine']:.3f}{ms}, {run['wall_s']} s, "
+            f"w {w.get('quantized')}q/{w.get('float')}f")
 
 
 def _tfl(run: dict | None) -> str:
@@ -441,7 +443,9 @@ def markdown(results: list[dict], meta: dict) -> str:
             f"{meta['machine']}, CPU flags `{meta['cpu']}`, onnxruntime {meta['ort']}, qlinear at `{meta['commit']}`"
             + (f" ({meta['merged']})." if meta.get("merged") else ".")
             + (f" {meta['timing'][0].upper()}{meta['timing'][1:]} (table below)." if meta.get("timing") else ""))
-    legend = ("Cells: task fidelity vs the float model on the held-out samples / cosine of the scored output, wall "
+    legend = ("Cells: task fidelity vs the float model on the held-out samples / cosine of the scored output, ms "
+              "per sample of the written model in ONNX Runtime's default CPU session (the held-out samples, one pass "
+              "after a warm-up run; the float column's ms is the float model's, same samples), wall "
               "time of the quantization process, weights quantized (q) / left float (f). Fidelity: `top1` agreement, "
               "`ctc` same OCR text, `mask_iou` of the text maps, `det_f1` detections, `vad` same decision, `db1` share "
               "of spectrogram values within 1 dB, `feat` share of log-mel features within 0.1, `pos_f1` F1 of the (anchor, class) scores over 0.3, `mos01` share of predicted MOS values within 0.1 MOS, `nn` same nearest-neighbour sample (MiniLM's sentence embedding, "
