@@ -35,8 +35,13 @@ scores in [0, 1]).
   bits 13.6, with every activation at 16 bits over min-max ranges 13.4-13.9 (held-out activations beyond the
   calibrated ranges are clipped): no smaller set reached 15. The cost at 16 bits: ONNX Runtime's CPU session runs
   16-bit layers in float, ~3.3x the W8A8 latency (1.5x the float model's), 18.2 ms per image; with those tensors
-  float instead (target ort since 2026-11-28) 8.5 ms (float model 6.5 ms) and scores 25.9 dB; QNN's HTP runs 16-bit
-  activations natively. An
+  float instead (target ort since 2026-11-28) 8.5 ms (float model 6.5 ms) and scores 25.9 dB; with those layers'
+  weights written float too (:mod:`qlinear.graph.float_weights`: ONNX Runtime ran their weights' DequantizeLinear at
+  every inference) the float model's time (21.5 ms against 22.2 in a 1-thread run, W8A8 9.7). Narrower float cones
+  (W8A8 with the activations of some layers float, weights float): the class branch ``/model.22/cv3`` 5.6 dB, the
+  head 5.7, neck and head 5.9, the backbone ``/model.0-9/`` 13.4 (14.4 ms), ``/model.0-4/`` 12.8 (12.1 ms), with
+  the class branch 14.7, all but the head 15.9 (20.4 ms): the scores need the early backbone's activations in float,
+  so the rule keeps the whole cone. QNN's HTP runs 16-bit activations natively. An
   ``overrides`` rule setting a tensor's type keeps it (``{"name": "*", "role": "activation", "type": "uint8"}``: W8A8
   throughout).
 * Target ``tflite`` requires one scale in and out: nothing changes; every mixed Concat is noted here and flagged in

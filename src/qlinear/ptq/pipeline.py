@@ -537,7 +537,7 @@ def _float_layer_weights(qm: onnx.ModelProto, notes: list[str]) -> None:
     if not fw.layers:
         return
     note = (f"{len(fw.layers)} layer(s) ({', '.join(fw.layers[:3])}{' ...' if len(fw.layers) > 3 else ''}; "
-            f"{fw.share:.0%} of the weights) read a float activation (no DequantizeLinear before them): ONNX "
+            f"{_percent(fw.share)} of the weights) read a float activation (no DequantizeLinear before them): ONNX "
             "Runtime has no integer kernel for them and runs them in float, so their weights are written as float "
             "(the dequantized int8 values, the same numbers; model.encodings holds their int8 encodings): a "
             "DequantizeLinear of the weight would run at every inference and keep ONNX Runtime from its float "
@@ -547,6 +547,12 @@ def _float_layer_weights(qm: onnx.ModelProto, notes: list[str]) -> None:
                  "about the float model's speed or a little slower (its remaining Q/DQ pairs), not int8's; an "
                  "overrides rule setting those activations' type to uint8 gives int8 kernels at their precision")
     notes.append(note)
+
+
+def _percent(x: float) -> str:
+    """``x`` (a share) in whole percent, never rounded up to 100 % or down to 0 % when it is not."""
+    p = round(100 * x)
+    return f"{min(max(p, 1 if x > 0 else 0), 99 if x < 1 else 100)}%"
 
 
 def _integer_check(qm: onnx.ModelProto, notes: list[str]) -> Any:
