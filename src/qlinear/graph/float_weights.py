@@ -1,8 +1,10 @@
 """The weights of the layers ONNX Runtime runs in float, written as float values (target ort).
 
 A weighted layer (Conv, ConvTranspose, Gemm, MatMul) whose data input is not dequantized (the plan left that
-activation in float: a detector's score cone, :mod:`qlinear.ptq.mixed`) has no integer kernel in ONNX Runtime: it
-runs in float. A ``DequantizeLinear`` of its weight is then not folded (ONNX Runtime's constant folding skips
+activation in float: a detector's score cone, :mod:`qlinear.ptq.mixed`; the inputs of a transformer's convolutions)
+has no integer kernel in ONNX Runtime: it runs in float; so does a Conv whose output no QuantizeLinear reads (ONNX
+Runtime's QLinearConv needs the output's parameters: a precision repair or an overrides rule leaving the output
+float). A ``DequantizeLinear`` of its weight is then not folded (ONNX Runtime's constant folding skips
 ``DequantizeLinear`` so that its Q/DQ fusions see it): it runs at every inference, and the layer loses the kernels
 that need a constant float weight (NCHWc Conv with its reordered filter and fused activation, prepacked MatMul).
 :func:`float_layer_weights` writes such a weight as the float values that ``DequantizeLinear`` computes
@@ -23,7 +25,7 @@ import onnx
 from onnx import numpy_helper
 
 from qlinear.graph.model import attr
-from qlinear.graph.ops import DATA_MOVEMENT, WEIGHTED
+from qlinear.graph.ops import DATA_MOVEMENT, FUSABLE_ACT, ORT_QUANTIZED_OUTPUT, WEIGHTED
 
 
 @dataclass
@@ -57,12 +59,12 @@ def float_layer_weights(m: onnx.ModelProto) -> FloatWeights:
         consts = [x for x in n.input if _const_dq(prod.get(x), inits)] if n.op_type in WEIGHTED else []
         size = max((int(np.prod(inits[prod[x].input[0]].dims)) for x in consts), default=0)
         res.total += size
-        if not consts or not _runs_float(n, prod, inits):
+        if not consts or not _runs_float(n, prod, inits, readers):
             continue
         done = False
         for x in consts:
             dq = prod[x]
-            if id(dq) in drop or x in outs or not all(r.op_type in WEIGHTED and _runs_float(r, prod, inits)
+            if id(dq) in drop or x in outs or not all(r.op_type in WEIGHTED and _runs_float(r, prod, inits, readers)
                                                       for r in readers.get(x, [])):
                 continue
             w = _dequantized(dq, inits)
@@ -82,9 +84,11 @@ def _const_dq(n: onnx.NodeProto | None, inits: dict[str, onnx.TensorProto]) -> b
     return n is not None and n.op_type == "DequantizeLinear" and n.input[0] in inits
 
 
-def _runs_float(n: onnx.NodeProto, prod: dict[str, onnx.NodeProto], inits: dict[str, onnx.TensorProto]) -> bool:
-    """No data input of the weighted layer ``n`` is dequantized (looked through data movement): ONNX Runtime has
-    no integer kernel for it."""
+def _runs_float(n: onnx.NodeProto, prod: dict[str, onnx.NodeProto], inits: dict[str, onnx.TensorProto],
+                readers: dict[str, list[onnx.NodeProto]]) -> bool:
+    """ONNX Runtime has no integer kernel for the weighted layer ``n``: no data input of it is dequantized (looked
+    through data movement), or it makes one only with a quantized output (``ORT_QUANTIZED_OUTPUT``: Conv) and no
+    QuantizeLinear reads its output (directly or after a Relu/Clip it fuses)."""
     for x in n.input:
         if not x or x in inits or _const_dq(prod.get(x), inits):
             continue
@@ -92,8 +96,17 @@ def _runs_float(n: onnx.NodeProto, prod: dict[str, onnx.NodeProto], inits: dict[
         while p is not None and p.op_type in DATA_MOVEMENT and p.input and k < 16:
             p, k = prod.get(p.input[0]), k + 1
         if p is not None and p.op_type == "DequantizeLinear":
-            return False
+            return n.op_type in ORT_QUANTIZED_OUTPUT and not _quantized_output(n, readers)
     return True
+
+
+def _quantized_output(n: onnx.NodeProto, readers: dict[str, list[onnx.NodeProto]]) -> bool:
+    """A QuantizeLinear reads ``n``'s output, directly or after a fused activation (Relu, Clip)."""
+    for r in readers.get(n.output[0], []):
+        if r.op_type == "QuantizeLinear" or (r.op_type in FUSABLE_ACT and any(
+                q.op_type == "QuantizeLinear" for q in readers.get(r.output[0], []))):
+            return True
+    return False
 
 
 def _dequantized(dq: onnx.NodeProto, inits: dict[str, onnx.TensorProto]) -> np.ndarray | None:

@@ -50,6 +50,8 @@ CONSTANT_OPERAND_OPS = with_role("constant_operand")
 #: op types ONNX Runtime's CPU session runs in float between Q/DQ (no integer kernel it fuses them into)
 FLOAT_ON_ORT = with_role("float_on_ort")
 SAME_SCALE_TFLITE = with_role("same_scale_tflite")
+#: weighted op types ONNX Runtime runs as integer kernels only with a QuantizeLinear on their output
+ORT_QUANTIZED_OUTPUT = with_role("ort_quantized_output")
 FIXED_TFLITE = {t: s.fixed_tflite for t, s in REGISTRY.specs.items() if s.fixed_tflite is not None}
 FIXED_TFLITE16 = {t: s.fixed_tflite16 for t, s in REGISTRY.specs.items() if s.fixed_tflite16 is not None}
 #: functions whose output range is known whatever their input: op type -> (low, high)
@@ -136,6 +138,7 @@ __all__ = [
     "CONSTANT_CLAMPS",
     "CONSTANT_OPERAND_OPS",
     "FLOAT_ON_ORT",
+    "ORT_QUANTIZED_OUTPUT",
     "DATA_MOVEMENT",
     "FAMILIES",
     "FIXED_TFLITE",

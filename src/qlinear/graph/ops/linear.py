@@ -25,11 +25,11 @@ from qlinear.graph.ops.spec import REGISTRY
 FAMILY = "linear"
 _FUSED = ("weighted", "fuses_activation")
 
-REGISTRY.add(FAMILY, "Conv", _FUSED + ("mlp_boundary",), weight_input=1, bias_input=2,
+REGISTRY.add(FAMILY, "Conv", _FUSED + ("mlp_boundary", "ort_quantized_output"), weight_input=1, bias_input=2,
              tflite_builtins=("CONV_2D", "DEPTHWISE_CONV_2D"), tflite_writer="conv", kernel="linear",
              tflite_island="conv")
-REGISTRY.add(FAMILY, "ConvTranspose", _FUSED, weight_input=1, bias_input=2, tflite_builtins=("TRANSPOSE_CONV",),
-             tflite_writer="transpose_conv", kernel="transpose_conv")
+REGISTRY.add(FAMILY, "ConvTranspose", _FUSED + ("ort_quantized_output",), weight_input=1, bias_input=2,
+             tflite_builtins=("TRANSPOSE_CONV",), tflite_writer="transpose_conv", kernel="transpose_conv")
 REGISTRY.add(FAMILY, "Gemm", _FUSED + ("mlp_boundary",), weight_input=1, bias_input=2,
              tflite_builtins=("FULLY_CONNECTED",), tflite_writer="fully_connected", kernel="linear")
 REGISTRY.add(FAMILY, "MatMul", _FUSED + ("mlp_boundary",), weight_input=1,

@@ -33,6 +33,8 @@ ROLES = {
                         "per-tensor) instead of running it as a float island",
     "float_on_ort": "ONNX Runtime's CPU session fuses no Q/DQ into it: between them it runs in float, so target ort "
                     "leaves a tensor float whose producer and readers all run so (plan)",
+    "ort_quantized_output": "ONNX Runtime's CPU session makes an integer kernel of it (QLinearConv) only when a "
+                            "QuantizeLinear reads its output: with a float output it runs in float",
     "conv_affine": "an elementwise operator whose per-channel constant operand after a Conv folds into the Conv's "
                    "weight and bias (Mul) or bias (Add, Sub) before quantization (FoldConvAffine)",
     "constant_clamp": "a clamp when its second input is a constant (Max/Min): fused like a Relu/Clip",
