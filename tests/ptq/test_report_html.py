@@ -263,6 +263,23 @@ def test_deployed_onnx_is_the_evaluated_file(tmp_path):
     assert d["artifact"] == "model.qdq.onnx" and d["same_as_outputs"]
     assert d["file_bytes"] == (tmp_path / "o" / "model.qdq.onnx").stat().st_size
     assert d["outputs"]["logits"]["top1_agreement"] == qm.report().outputs["logits"]["top1_agreement"]
+    lat = d["latency"]   # target ort: the written model and the float model timed in ONNX Runtime's default session
+    assert lat["samples"] == 8 and lat["passes"] >= 1 and lat["float_ms"] > 0 and lat["quantized_ms"] > 0
+    assert lat["ratio"] == pytest.approx(lat["quantized_ms"] / lat["float_ms"])
+    assert f"{lat['quantized_ms']:.3g} ms</b> per sample" in (tmp_path / "o" / "report.html").read_text()
+
+
+def test_slower_than_float_is_a_note():
+    """A written model slower than the float model in ONNX Runtime (by 10 %, the float model taking 1 ms or more)
+    gets a note with the measured times; a faster one, or one whose float model runs in microseconds, none."""
+    from qlinear.ptq.report.deployed import slower_note
+
+    lat = {"samples": 8, "passes": 5, "float_ms": 14.5, "quantized_ms": 19.4}
+    note = slower_note(lat)
+    assert note is not None and "took 19.4 ms per sample, the float model 14.5 ms" in note and "slower" in note
+    assert slower_note(dict(lat, quantized_ms=8.3)) is None
+    assert slower_note(dict(lat, float_ms=0.05, quantized_ms=0.08)) is None
+    assert slower_note({"skipped": "no held-out samples"}) is None
 
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

@@ -188,4 +188,63 @@ def deployed(qm: Any, rep: Report, folder: Path, model_file: str) -> dict[str, A
     d = onnx_artifact(qm, rep, model_file)
     files = [p for p in folder.iterdir() if p.name == model_file or p.name.startswith(model_file + ".")]
     d["file_bytes"] = sum(p.stat().st_size for p in files)
+    if qm.config.target == "ort" and not qm.config.weight_only and not getattr(qm, "unquantized", False):
+        d["latency"] = ort_latency(qm, folder / model_file)
+        note = slower_note(d["latency"])
+        if note and note not in qm.notes:
+            qm.notes.append(note)
     return d
+
+
+#: seconds the report spends timing the float model and the written one in ONNX Runtime (both, after warm-up)
+LATENCY_SECONDS = 2.0
+#: how much slower than the float model (a ratio of medians, the float model at least 1 ms per sample) gets a note
+SLOWER = 1.1
+
+
+def ort_latency(qm: Any, path: Path, samples: int = 8, rounds: int = 5) -> dict[str, Any]:
+    """ms per sample of the float model (as given) and of the written model at ``path`` in ONNX Runtime's default
+    CPU session (default level and threads) on up to ``samples`` held-out samples, one at a time: a warm-up run
+    each, then passes over them taking turns, up to ``rounds`` each within ``LATENCY_SECONDS``: the medians. A model
+    with external data or inputs the samples do not give is not timed (``skipped`` says why)."""
+    import onnxruntime as ort
+
+    fm = qm.float_model
+    if any(t.data_location == t.EXTERNAL for t in fm.graph.initializer) or fm.ByteSize() > 1 << 30:
+        return {"skipped": "the float model is too large to time here"}
+    start, stop = qm.held_out()
+    feeds = list(qm.dataset.batches(start, min(stop, start + samples), 1)) if qm.dataset is not None else []
+    if not feeds:
+        return {"skipped": "no held-out samples"}
+    try:
+        sessions = {"float": ort.InferenceSession(fm.SerializeToString(), providers=["CPUExecutionProvider"]),
+                    "quantized": ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])}
+        given = {k: [{i.name: f[i.name] for i in s.get_inputs()} for f in feeds] for k, s in sessions.items()}
+        for k, s in sessions.items():
+            s.run(None, given[k][0])
+    except Exception as ex:  # noqa: BLE001 - an input the samples do not give (fixed by --fix-input), say
+        return {"skipped": f"{type(ex).__name__}: {str(ex).strip()[:120]}"}
+    times: dict[str, list[float]] = {k: [] for k in sessions}
+    t_end = time.perf_counter() + LATENCY_SECONDS
+    while min(len(v) for v in times.values()) < rounds and (time.perf_counter() < t_end or not times["float"]):
+        for k, s in sessions.items():
+            t0 = time.perf_counter()
+            for f in given[k]:
+                s.run(None, f)
+            times[k].append((time.perf_counter() - t0) * 1000 / len(feeds))
+    ms = {k: float(np.median(v)) for k, v in times.items()}
+    return {"runtime": f"ONNX Runtime {ort.__version__}, default CPU session", "samples": len(feeds),
+            "passes": len(times["quantized"]), "float_ms": ms["float"], "quantized_ms": ms["quantized"],
+            "ratio": ms["quantized"] / ms["float"] if ms["float"] > 0 else float("nan")}
+
+
+def slower_note(lat: dict[str, Any]) -> str | None:
+    """A note when the written model ran slower than the float model in :func:`ort_latency` (by ``SLOWER``, the
+    float model taking at least 1 ms per sample: shorter runs are mostly overhead)."""
+    f, q = lat.get("float_ms"), lat.get("quantized_ms")
+    if f is None or q is None or f < 1.0 or q <= SLOWER * f:
+        return None
+    return (f"measured here: in ONNX Runtime's default CPU session the quantized model took {q:.3g} ms per sample, "
+            f"the float model {f:.3g} ms ({lat['samples']} held-out samples, medians of {lat['passes']} passes): it "
+            "runs slower than the float model on this machine; ONNX Runtime runs in float the layers and operators "
+            "the other notes name (with their Q/DQ pairs at every inference)")

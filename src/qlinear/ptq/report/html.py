@@ -169,7 +169,8 @@ def _deployed_section(rep: Report) -> str:
         return what + f": <b>failed</b>, {html.escape(d['error'])}.</p>"
     if d.get("same_as_outputs"):
         size = f" ({d['file_bytes'] / 2**20:.2f} MiB on disk)" if d.get("file_bytes") else ""
-        return what + f"{size}: the outputs above are this file's own, on {d['samples']} held-out samples.</p>"
+        return what + f"{size}: the outputs above are this file's own, on {d['samples']} held-out samples." \
+            + _latency(d.get("latency") or {}) + "</p>"
     heads = d.get("headlines", {})
     rows = [[html.escape(o), " &nbsp; ".join((f"<b>{html.escape(k)}: {_num(v, '.4f')}</b>" if heads.get(o) == k
                                               else f"{html.escape(k)}: {_num(v, '.4f')}") for k, v in r.items())]
@@ -179,6 +180,15 @@ def _deployed_section(rep: Report) -> str:
     gone_text = f" Not in the file (not compared): {html.escape(', '.join(gone))}." if gone else ""
     return (what + f" on {d['samples']} held-out samples{took}, against the float model (the Q/DQ model's figures "
             f"are above).{gone_text}</p>" + table(["output", "metrics of the deployed file"], rows, "deployed"))
+
+
+def _latency(lat: dict) -> str:
+    """The sentence on the written model's ONNX Runtime latency against the float model's (:func:`ort_latency`)."""
+    if "quantized_ms" not in lat:
+        return ""
+    return (f" In {html.escape(lat['runtime'])} on this machine: <b>{lat['quantized_ms']:.3g} ms</b> per sample, the "
+            f"float model {lat['float_ms']:.3g} ms ({lat['ratio']:.2f}x; {lat['samples']} samples, medians of "
+            f"{lat['passes']} passes).")
 
 
 def _plots_section(rep: Report) -> str:
