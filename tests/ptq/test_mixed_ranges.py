@@ -447,8 +447,9 @@ def test_ort_layers_reading_float_activations_get_float_weights():
         assert e.dtype == "int8"   # the encodings keep the int8 weights
         steps = inits[w] / np.asarray(e.scale, np.float32).reshape(-1, 1, 1)
         assert np.abs(steps - np.round(steps)).max() < 1e-3 and np.abs(steps).max() <= 128
-    note, = [n for n in qm.notes if "read a float activation" in n]
+    note, = [n for n in qm.notes if "run in float in ONNX Runtime (" in n]
     assert note.startswith("6 layer(s)") and "100% of the weights" in note and "float model's speed" in note
+    assert "kB more than int8" in note
     with_dq = apply_encodings(qm.encodings, qm.encoded_model)   # the graph the encodings apply to
     assert sum(n.op_type == "DequantizeLinear" for n in with_dq.graph.node) > \
         sum(n.op_type == "DequantizeLinear" for n in g.node)
@@ -457,4 +458,4 @@ def test_ort_layers_reading_float_activations_get_float_weights():
                                                                            "type": "uint8"}]))
     p8 = {o: n.op_type for n in q8.model.graph.node for o in n.output}
     assert all(p8.get(n.input[1]) == "DequantizeLinear" for n in q8.model.graph.node if n.op_type == "Conv")
-    assert not any("read a float activation" in n for n in q8.notes)
+    assert not any("run in float in ONNX Runtime (" in n for n in q8.notes)

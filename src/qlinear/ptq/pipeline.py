@@ -530,23 +530,27 @@ def _finish(es: EncodingSet, m: onnx.ModelProto, cfg: QuantizeConfig, label: str
 
 
 def _float_layer_weights(qm: onnx.ModelProto, notes: list[str]) -> None:
-    """Target ort: the weights of the layers ONNX Runtime runs in float (no DequantizeLinear before them) written as the
-    float values their ``DequantizeLinear`` computes (:mod:`qlinear.graph.float_weights`), with a note; when they
-    hold most of the weights, the note says the model runs at about the float model's speed."""
+    """Target ort: the weights of the layers ONNX Runtime runs in float (a float input, or a Conv's float output)
+    written as the float values their ``DequantizeLinear`` computes (:mod:`qlinear.graph.float_weights`), with a
+    note; when they hold most of the weights, the note says the model runs at about the float model's speed."""
     fw = float_layer_weights(qm)
     if not fw.layers:
         return
     note = (f"{len(fw.layers)} layer(s) ({', '.join(fw.layers[:3])}{' ...' if len(fw.layers) > 3 else ''}; "
-            f"{_percent(fw.share)} of the weights) read a float activation (no DequantizeLinear before them): ONNX "
-            "Runtime has no integer kernel for them and runs them in float, so their weights are written as float "
-            "(the dequantized int8 values, the same numbers; model.encodings holds their int8 encodings): a "
-            "DequantizeLinear of the weight would run at every inference and keep ONNX Runtime from its float "
-            "kernels' prepacked weights")
+            f"{_percent(fw.share)} of the weights) run in float in ONNX Runtime (their input is float, or a Conv's "
+            "output is: it has no integer kernel for them), so their weights are written as float (the dequantized "
+            "int8 values, the same numbers; model.encodings holds their int8 encodings): a DequantizeLinear of the "
+            "weight would run at every inference and keep ONNX Runtime from its float kernels' prepacked weights; "
+            f"the file holds them at 4 bytes a value ({_mb(3 * fw.elements)} more than int8)")
     if fw.share >= 0.5:
         note += ("; most of the weights are in such layers: in ONNX Runtime's default session the model runs at "
                  "about the float model's speed or a little slower (its remaining Q/DQ pairs), not int8's; an "
                  "overrides rule setting those activations' type to uint8 gives int8 kernels at their precision")
     notes.append(note)
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:.3g} MB" if n >= 1e5 else f"{n / 1e3:.3g} kB"
 
 
 def _percent(x: float) -> str:
