@@ -263,6 +263,9 @@ def test_deployed_onnx_is_the_evaluated_file(tmp_path):
     assert d["artifact"] == "model.qdq.onnx" and d["same_as_outputs"]
     assert d["file_bytes"] == (tmp_path / "o" / "model.qdq.onnx").stat().st_size
     assert d["outputs"]["logits"]["top1_agreement"] == qm.report().outputs["logits"]["top1_agreement"]
+    assert "latency" not in d   # timing both models again is asked for (--latency): the report's own time counts
+    qm.save(tmp_path / "o", latency=True)
+    d = json.loads((tmp_path / "o" / "report.json").read_text())["report"]["deployed"]
     lat = d["latency"]   # target ort: the written model and the float model timed in ONNX Runtime's default session
     assert lat["samples"] == 8 and lat["passes"] >= 1 and lat["float_ms"] > 0 and lat["quantized_ms"] > 0
     assert lat["ratio"] == pytest.approx(lat["quantized_ms"] / lat["float_ms"])

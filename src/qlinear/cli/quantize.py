@@ -63,6 +63,8 @@ _HELP = {  # the help text of each option
     "ray_address": 'Ray cluster HOST:PORT for the actors.',
     "report": ('Evaluate on the held-out samples and write report.json and report.html (--no-report: '
                'only the model and encodings).'),
+    "latency": ("Target ort: time the written model against the float model in ONNX Runtime's default CPU session "
+                "(8 held-out samples, up to 2 s more) in the report, with a note when it runs slower than float."),
     "sensitivity": ('Add to the report the output metric with only each tensor quantized / left float '
                     '(4 held-out samples, 2 runs per tensor).'),
 }
@@ -99,6 +101,7 @@ def quantize(
     ray_address: Optional[str] = typer.Option(None, '--ray-address', help=_HELP["ray_address"]),
     report: bool = typer.Option(True, '--report/--no-report', help=_HELP["report"]),
     sensitivity: bool = typer.Option(False, '--sensitivity', help=_HELP["sensitivity"]),
+    latency: bool = typer.Option(False, '--latency', help=_HELP["latency"]),
 ) -> None:
     """Calibrate, then write OUTDIR/model.qdq.onnx, model.encodings (and model.float.onnx when BatchNorm folding or
     equalization changed the float model), report.html and report.json, and print the accuracy."""
@@ -128,10 +131,13 @@ def quantize(
                           "round to nearest (--activation-type float, --weight-method minmax or mse) runs without it")
     report = report and data is not None  # a weight-only run without data has nothing to evaluate on
     n_sensitivity = _sensitivity_samples(sensitivity, cfg, report)
+    if latency and (not report or cfg.target != "ort" or cfg.weight_only):
+        raise ConfigError("--latency: times the Q/DQ model of target ort in the report; " + (
+            "drop --no-report and give --data" if not report else "not for weight-only or other targets"))
     folder = OutputFolder(output)
     folder.check()  # before any work: a folder that cannot be written fails now, not after calibration
     qm, files = _run(model, data, cfg, folder, con, report=report, encodings_version=encodings_version,
-                     image_mean=image_mean, image_std=image_std, sensitivity=n_sensitivity)
+                     image_mean=image_mean, image_std=image_std, sensitivity=n_sensitivity, latency=latency)
     _print_result(qm, Path(model).name, files, output, report)
     if any(n.startswith("WARNING: accuracy target") for n in qm.notes):
         raise typer.Exit(1)  # EXIT_PROBLEMS: written, but the asked accuracy is not reached
@@ -180,7 +186,8 @@ def _sensitivity_samples(sensitivity: bool, cfg, report: bool) -> int:
     return SENSITIVITY_SAMPLES if sensitivity else 0
 
 
-def _run(model, data, cfg, folder, con, *, report, encodings_version, image_mean, image_std, sensitivity=0):
+def _run(model, data, cfg, folder, con, *, report, encodings_version, image_mean, image_std, sensitivity=0,
+         latency=False):
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     import qlinear
@@ -199,7 +206,7 @@ def _run(model, data, cfg, folder, con, *, report, encodings_version, image_mean
             qm.notes.append("no held-out samples: the report evaluates on the calibration samples")
         if report and sensitivity:  # computed (and cached) before save writes the report
             qm.report(progress=bar("evaluating", stop - start), sensitivity=sensitivity, sensitivity_progress=bar)
-        files = qm.save(folder, encodings_version=encodings_version, report=report,
+        files = qm.save(folder, encodings_version=encodings_version, report=report, latency=latency,
                         progress=bar("evaluating", stop - start) if report and not sensitivity else None)
     return qm, files
 

@@ -243,12 +243,13 @@ class QuantizedModel:
         return {k: v for k, v in d.items() if k in keep}
 
     def save(self, outdir: str | Path | Any, *, encodings_version: str = "2.0.0", report: bool = True,
-             progress: Callable[[int], None] | None = None) -> list[str]:
+             progress: Callable[[int], None] | None = None, latency: bool = False) -> list[str]:
         """Write the run's outputs into ``outdir`` as one transaction (all new files or the old ones untouched):
         ``model.qdq.onnx`` (weight-only: or ``model.matmulnbits.onnx``, with ``.data`` when external),
         ``model.encodings``, ``model.float.onnx`` (when BatchNorm folding or equalization changed the float model: the
         encodings name its tensors), ``model.tflite`` for target ``tflite``, and with ``report`` ``report.json`` and
-        ``report.html``. Returns the file names written."""
+        ``report.html`` (``latency``: with the written model timed against the float model in ONNX Runtime, target
+        ort: :func:`~qlinear.ptq.report.deployed.ort_latency`). Returns the file names written."""
         from qlinear.encodings import VERSIONS
         from qlinear.outdir import OutputFolder
 
@@ -275,7 +276,7 @@ class QuantizedModel:
                 rep = self.report(progress=progress, model_path=stage / self.model_file)
                 from qlinear._atomic import write_text
                 from qlinear.ptq.report.deployed import deployed
-                rep.deployed = deployed(self, rep, stage, self.model_file)
+                rep.deployed = deployed(self, rep, stage, self.model_file, latency=latency)
                 from qlinear.ptq.report.html import to_html, to_json
 
                 write_text(stage / "report.json", to_json(self, rep))

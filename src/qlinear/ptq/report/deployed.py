@@ -177,8 +177,10 @@ def _litert_version() -> str:
         return ""
 
 
-def deployed(qm: Any, rep: Report, folder: Path, model_file: str) -> dict[str, Any]:
-    """The accuracy of the deployed artifact in ``folder``: the ``.tflite`` for target tflite, else the ONNX model."""
+def deployed(qm: Any, rep: Report, folder: Path, model_file: str, latency: bool = False) -> dict[str, Any]:
+    """The accuracy of the deployed artifact in ``folder``: the ``.tflite`` for target tflite, else the ONNX model
+    (``latency``, target ort: also its ms per sample against the float model's, :func:`ort_latency`; off by default,
+    it runs both models again for up to ``LATENCY_SECONDS``)."""
     tfl = folder / "model.tflite"
     if tfl.exists() and not qm.config.weight_only:
         t0 = time.perf_counter()
@@ -188,7 +190,7 @@ def deployed(qm: Any, rep: Report, folder: Path, model_file: str) -> dict[str, A
     d = onnx_artifact(qm, rep, model_file)
     files = [p for p in folder.iterdir() if p.name == model_file or p.name.startswith(model_file + ".")]
     d["file_bytes"] = sum(p.stat().st_size for p in files)
-    if qm.config.target == "ort" and not qm.config.weight_only and not getattr(qm, "unquantized", False):
+    if latency and qm.config.target == "ort" and not qm.config.weight_only and not getattr(qm, "unquantized", False):
         d["latency"] = ort_latency(qm, folder / model_file)
         note = slower_note(d["latency"])
         if note and note not in qm.notes:
