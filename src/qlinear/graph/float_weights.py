@@ -24,6 +24,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from qlinear.core.dequantize import dequantize_linear
 from qlinear.graph.model import attr
 from qlinear.graph.ops import DATA_MOVEMENT, FUSABLE_ACT, ORT_QUANTIZED_OUTPUT, WEIGHTED
 
@@ -110,28 +111,22 @@ def _quantized_output(n: onnx.NodeProto, readers: dict[str, list[onnx.NodeProto]
 
 
 def _dequantized(dq: onnx.NodeProto, inits: dict[str, onnx.TensorProto]) -> np.ndarray | None:
-    """``DequantizeLinear(q, scale, zero_point)`` of initializers as ONNX Runtime computes it, or None when it is
-    not a plain per-tensor or per-axis one of an integer type with a float32 scale."""
+    """``DequantizeLinear(q, scale, zero_point)`` of initializers (:func:`qlinear.core.dequantize_linear`, bit-exact
+    with ONNX Runtime's), or None when not a plain per-tensor or per-axis one of an integer type with a float32
+    scale."""
     if attr(dq, "block_size", 0) or attr(dq, "output_dtype", 0) or len(dq.input) < 2 or dq.input[1] not in inits \
             or (len(dq.input) > 2 and dq.input[2] and dq.input[2] not in inits) \
             or any(inits[x].data_location == onnx.TensorProto.EXTERNAL for x in dq.input if x):
         return None
     q = numpy_helper.to_array(inits[dq.input[0]])
     s = numpy_helper.to_array(inits[dq.input[1]])
-    if q.dtype.kind not in "iu" or s.dtype != np.float32:
+    if q.dtype.kind not in "iu" or s.dtype != np.float32 or s.ndim > 1:
         return None
-    z = numpy_helper.to_array(inits[dq.input[2]]) if len(dq.input) > 2 and dq.input[2] else np.zeros(s.shape, q.dtype)
-    if s.ndim == 1 and s.size > 1:
-        axis = attr(dq, "axis", 1)
-        axis = axis + q.ndim if axis < 0 else axis
-        if not 0 <= axis < q.ndim or q.shape[axis] != s.size:
-            return None
-        shape = [1] * q.ndim
-        shape[axis] = s.size
-        s, z = s.reshape(shape), z.reshape(shape)
-    elif s.size != 1:
+    z = numpy_helper.to_array(inits[dq.input[2]]) if len(dq.input) > 2 and dq.input[2] else None
+    try:
+        return dequantize_linear(q, s, z, axis=attr(dq, "axis", 1))
+    except Exception:  # noqa: BLE001 - an axis or shape the operator refuses: keep the DequantizeLinear
         return None
-    return (q.astype(np.int32) - z.astype(np.int32)).astype(np.float32) * s
 
 
 def _rewrite(g: onnx.GraphProto, drop: set[int], new: list[onnx.TensorProto]) -> None:

@@ -332,10 +332,6 @@ class Passes:
         outputs are the float passes' own, not computed a second time."""
         self.mirrored = True
 
-    @property
-    def started(self) -> bool:
-        return None not in (self.float_job, self.stats_job) and (self.mirrored or self.quant_job is not None)
-
     def results(self) -> tuple[Outputs, Outputs, list[int], dict[str, _Seen]]:
         """The float and quantized outputs, the samples per batch and the statistics (errors as the passes raised
         them, the float passes' first)."""
