@@ -16,8 +16,8 @@ import onnx
 from qlinear.calibration import Grouping, make_observer
 from qlinear.graph.model import GraphIndex
 from qlinear.graph.plan import make_plan
-from qlinear.ptq.stats.collect import session
 from qlinear.ptq.data import load_dataset
+from qlinear.ptq.stats.collect import session
 
 METHODS = ("minmax", "percentile", "mse", "sqnr", "entropy")
 
@@ -59,7 +59,7 @@ def main() -> None:
                 o.update(x)
                 e = o.compute(at)
                 sa.append(sqnr(x, e.fake_quantize(x)))
-            for name, (w, ax) in weights.items():
+            for w, ax in weights.values():
                 o = make_observer(meth, Grouping(axis=ax))
                 o.update(w)
                 e = o.compute(wt, symmetric=True)

@@ -49,18 +49,23 @@ def main() -> None:
     es = build(a.entries, a.scales_per_entry)
     with tempfile.TemporaryDirectory() as d:
         p = os.path.join(d, "big.encodings")
-        t0 = time.perf_counter(); E.save(es, p); t_save = time.perf_counter() - t0
+        def timed(f):
+            t0 = time.perf_counter()
+            r = f()
+            return r, time.perf_counter() - t0
+
+        _, t_save = timed(lambda: E.save(es, p))
         size = os.path.getsize(p)
-        t0 = time.perf_counter(); es2 = E.load(p); t_load = time.perf_counter() - t0
+        es2, t_load = timed(lambda: E.load(p))
         assert es2.same_parameters(es)
         text = open(p).read()
-        t0 = time.perf_counter(); doc = json.loads(text); t_jl = time.perf_counter() - t0
-        t0 = time.perf_counter(); json.dumps(doc, indent=4, sort_keys=True); t_jd = time.perf_counter() - t0
+        doc, t_jl = timed(lambda: json.loads(text))
+        _, t_jd = timed(lambda: json.dumps(doc, indent=4, sort_keys=True))
         t_ol = t_od = float("nan")
         if orjson is not None:
             raw = text.encode()
-            t0 = time.perf_counter(); doc = orjson.loads(raw); t_ol = time.perf_counter() - t0
-            t0 = time.perf_counter(); orjson.dumps(doc, option=orjson.OPT_SORT_KEYS); t_od = time.perf_counter() - t0
+            doc, t_ol = timed(lambda: orjson.loads(raw))
+            _, t_od = timed(lambda: orjson.dumps(doc, option=orjson.OPT_SORT_KEYS))
     n_scales = a.entries * a.scales_per_entry
     print(f"{a.entries} per-block entries, {n_scales} scales, file {size / 1e6:.1f} MB")
     print("| step | qlinear (s) | stdlib json alone (s) | ratio | orjson alone (s) | ratio |")
