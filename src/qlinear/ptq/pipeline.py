@@ -41,6 +41,7 @@ from qlinear.graph.passes.fold_conv_affine import FoldConvAffine
 from qlinear.graph.passes.normalize import check_upgrade, subgraph_notes
 from qlinear.graph.passes.shapes import fix_input_shapes, fold_static_shapes
 from qlinear.graph.plan import float_weight_note, make_plan, no_activation_note, nothing_quantized_note
+from qlinear.graph.satisfied_clamps import drop_satisfied_clamps
 from qlinear.ptq import targets
 from qlinear.ptq.algorithms.smooth import smooth_model
 from qlinear.ptq.config import DATA_WEIGHT_METHODS, QuantizeConfig
@@ -520,6 +521,7 @@ def _finish(es: EncodingSet, m: onnx.ModelProto, cfg: QuantizeConfig, label: str
     qm = apply_encodings(es, m)
     if cfg.target == "ort":
         _float_layer_weights(qm, notes)
+        _drop_satisfied_clamps(qm, notes)
     loaded = _check_loads(qm, label)
     if cfg.target == "tflite":
         bad = targets.check_tflite(qm)
@@ -547,6 +549,16 @@ def _float_layer_weights(qm: onnx.ModelProto, notes: list[str]) -> None:
                  "about the float model's speed or a little slower (its remaining Q/DQ pairs), not int8's; an "
                  "overrides rule setting those activations' type to uint8 gives int8 kernels at their precision")
     notes.append(note)
+
+
+def _drop_satisfied_clamps(qm: onnx.ModelProto, notes: list[str]) -> None:
+    """Target ort: the Max/Min clamps that the grid before them already satisfies dropped
+    (:mod:`qlinear.graph.satisfied_clamps`: the same outputs; ONNX Runtime ran each in float), with a note."""
+    gone = drop_satisfied_clamps(qm)
+    if gone:
+        notes.append(f"{len(gone)} Max/Min clamp(s) against a constant ({', '.join(gone[:3])}"
+                     f"{' ...' if len(gone) > 3 else ''}) dropped from the Q/DQ model: the integer grid before each "
+                     "already keeps its values within the bound (the same outputs; ONNX Runtime ran them in float)")
 
 
 def _mb(n: int) -> str:
