@@ -43,10 +43,11 @@ class FloatWeights:
         return self.elements / self.total if self.total else 0.0
 
 
-def float_layer_weights(m: onnx.ModelProto) -> FloatWeights:
+def float_layer_weights(m: onnx.ModelProto, write: bool = True) -> FloatWeights:
     """Replace (in place, main graph) each ``DequantizeLinear`` of a constant that only weighted layers running in
     float read (:func:`_runs_float`) by its float value (module docstring). A ``DequantizeLinear`` of a blocked or
-    non-float32 scale, a non-integer type, an ``output_dtype`` or one an integer layer also reads is kept."""
+    non-float32 scale, a non-integer type, an ``output_dtype`` or one an integer layer also reads is kept. With
+    ``write`` false the model is left as it is and the result says what would be written float."""
     g = m.graph
     inits = {t.name: t for t in g.initializer}
     prod = {o: n for n in g.node for o in n.output}
@@ -76,7 +77,7 @@ def float_layer_weights(m: onnx.ModelProto) -> FloatWeights:
         if done:
             res.layers.append(n.name or n.output[0])
             res.elements += size
-    if drop:
+    if drop and write:
         _rewrite(g, drop, new)
     return res
 

@@ -520,7 +520,7 @@ def _finish(es: EncodingSet, m: onnx.ModelProto, cfg: QuantizeConfig, label: str
     graph was checked before work, :func:`qlinear.ptq.settle.settle`)."""
     qm = apply_encodings(es, m)
     if cfg.target == "ort":
-        _float_layer_weights(qm, notes)
+        _float_layer_weights(qm, notes, budget=cfg.size_budget is not None or cfg.average_bits is not None)
         _drop_satisfied_clamps(qm, notes)
     loaded = _check_loads(qm, label)
     if cfg.target == "tflite":
@@ -531,19 +531,26 @@ def _finish(es: EncodingSet, m: onnx.ModelProto, cfg: QuantizeConfig, label: str
     return qm, loaded
 
 
-def _float_layer_weights(qm: onnx.ModelProto, notes: list[str]) -> None:
+def _float_layer_weights(qm: onnx.ModelProto, notes: list[str], budget: bool = False) -> None:
     """Target ort: the weights of the layers ONNX Runtime runs in float (a float input, or a Conv's float output)
     written as the float values their ``DequantizeLinear`` computes (:mod:`qlinear.graph.float_weights`), with a
-    note; when they hold most of the weights, the note says the model runs at about the float model's speed."""
-    fw = float_layer_weights(qm)
+    note; when they hold most of the weights, the note says the model runs at about the float model's speed. Under a
+    size budget (``budget``: size_budget / average_bits, which sized the file with those weights quantized) they stay
+    quantized, and the note says what that costs in ONNX Runtime."""
+    fw = float_layer_weights(qm, write=not budget)
     if not fw.layers:
         return
     note = (f"{len(fw.layers)} layer(s) ({', '.join(fw.layers[:3])}{' ...' if len(fw.layers) > 3 else ''}; "
             f"{_percent(fw.share)} of the weights) run in float in ONNX Runtime (their input is float, or a Conv's "
-            "output is: it has no integer kernel for them), so their weights are written as float (the dequantized "
-            "int8 values, the same numbers; model.encodings holds their int8 encodings): a DequantizeLinear of the "
-            "weight would run at every inference and keep ONNX Runtime from its float kernels' prepacked weights; "
-            f"the file holds them at 4 bytes a value ({_mb(3 * fw.elements)} more than int8)")
+            "output is: it has no integer kernel for them), so ")
+    if budget:
+        notes.append(note + "ONNX Runtime dequantizes their weights at every inference: they stay quantized in the "
+                     f"file, as the size budget counted them (written as float they would add {_mb(3 * fw.elements)})")
+        return
+    note += ("their weights are written as float (the dequantized int8 values, the same numbers; model.encodings "
+             "holds their int8 encodings): a DequantizeLinear of the weight would run at every inference and keep ONNX "
+             "Runtime from its float kernels' prepacked weights; the file holds them at 4 bytes a value "
+             f"({_mb(3 * fw.elements)} more than int8)")
     if fw.share >= 0.5:
         note += ("; most of the weights are in such layers: in ONNX Runtime's default session the model runs at "
                  "about the float model's speed or a little slower (its remaining Q/DQ pairs), not int8's; an "
