@@ -602,7 +602,8 @@ def main() -> None:
         old = json.loads(out.with_suffix(".json").read_text())
         mine = {r["model"]: r for r in results}
         results = [mine.pop(r["model"], r) for r in old["results"]] + list(mine.values())
-        meta = dict(old["meta"], merged=f"{', '.join(e.name for e in entries)} re-run {meta['date']} at {commit}")
+        merged = f"{', '.join(e.name for e in entries)} re-run {meta['date']} at {commit}"
+        meta = dict(old["meta"], merged="; ".join(x for x in (old["meta"].get("merged"), merged) if x))   # every merge kept
     kept = ""   # the hand-written analysis below the marker survives a re-run
     if out.exists() and ANALYSIS_MARK in out.read_text():
         kept = out.read_text()[out.read_text().index(ANALYSIS_MARK):]

