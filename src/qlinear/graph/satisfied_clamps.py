@@ -46,11 +46,11 @@ def drop_satisfied_clamps(m: onnx.ModelProto) -> list[str]:
             continue
         ends = _grid_ends(prod.get(x), inits)
         cv = numpy_helper.to_array(inits[c])
-        if ends is None or cv.dtype != np.float32 or not cv.size or not np.all(np.isfinite(cv)) \
-                or not _fits(cv.shape, _shape_of(x, prod, shapes)):
+        if ends is None or cv.dtype != np.float32 or not cv.size or not np.all(np.isfinite(cv)):
             continue
         lo, hi = ends
-        if (n.op_type == "Max" and float(cv.max()) <= lo) or (n.op_type == "Min" and float(cv.min()) >= hi):
+        satisfied = (n.op_type == "Max" and float(cv.max()) <= lo) or (n.op_type == "Min" and float(cv.min()) >= hi)
+        if satisfied and _fits(cv.shape, _shape_of(x, prod, shapes)):
             into[n.output[0]] = x
             dropped.append(n.name or n.output[0])
     if into:
@@ -92,26 +92,30 @@ class _Shapes:
                 out[v.name] = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
         return out
 
-    def get(self, name: str) -> list[int | None] | None:
-        if name not in self.known and not self.inferred:
-            self.inferred = True
-            try:
-                g = onnx.shape_inference.infer_shapes(without_weights(self.m), strict_mode=False).graph
-                self.known = {**self._read(list(g.value_info) + list(g.output)), **self.known}
-            except Exception:  # noqa: BLE001 - shape inference is best effort: an unknown shape keeps the clamp
-                pass
-        return self.known.get(name)
+    def infer(self) -> bool:
+        """Add what shape inference gives (once); whether it ran now."""
+        if self.inferred:
+            return False
+        self.inferred = True
+        try:
+            g = onnx.shape_inference.infer_shapes(without_weights(self.m), strict_mode=False).graph
+            self.known = {**self._read(list(g.value_info) + list(g.output)), **self.known}
+        except Exception:  # noqa: BLE001 - shape inference is best effort: an unknown shape keeps the clamp
+            pass
+        return True
 
 
 def _shape_of(x: str, prod: dict[str, onnx.NodeProto], shapes: _Shapes) -> list | None:
-    """The shape of ``x``, looked through the ``DequantizeLinear``/``QuantizeLinear`` pair that keeps it."""
-    for _ in range(3):
-        if shapes.get(x) is not None:
-            return shapes.get(x)
-        p = prod.get(x)
-        if p is None or p.op_type not in ("DequantizeLinear", "QuantizeLinear"):
-            return None
-        x = p.input[0]
+    """The shape of ``x``, looked through the ``DequantizeLinear``/``QuantizeLinear`` pair that keeps it (shape
+    inference only when the value infos know none of them)."""
+    chain = [x]
+    while len(chain) < 3 and (p := prod.get(chain[-1])) is not None \
+            and p.op_type in ("DequantizeLinear", "QuantizeLinear"):
+        chain.append(p.input[0])
+    for _ in range(2):
+        found = next((shapes.known[v] for v in chain if v in shapes.known), None)
+        if found is not None or not shapes.infer():
+            return found
     return None
 
 
