@@ -86,7 +86,6 @@ def _check_simd(name: object, best: str, what: str) -> None:
 
 #: signatures of further kernels (calibration reductions), filled by their modules
 _EXTRA_SIGNATURES: dict[str, tuple[list, object]] = {
-    "ql_minmax_f32": ([_ptr, _i64, _i64, _i64, _ptr, _ptr], ctypes.c_int),
     "ql_hist_groups_f32": ([_ptr, _i64, _i64, _ptr, _i64, _ptr], ctypes.c_int),
     "ql_simd_supported": ([], ctypes.c_int),
     "ql_simd_get": ([], ctypes.c_int),
