@@ -97,3 +97,20 @@ def test_sixteen_bit_activations_are_not_suggested_again():
     for t in ("uint16", "int16"):
         note = _departure_note({"a": "generic"}, {"a": bad}, None, QuantizeConfig(target="qnn", activation_type=t))
         assert "--accuracy-target sqnr_db>=15 raises" in note and "--activation-type" not in note
+
+
+def test_lpbq_is_told_options_it_accepts():
+    """ppocr-cls --target qnn --weights lpbq (top-1 agreement 0.938) was told "--weight-type int8 keeps every weight
+    at 8 bits", which the run then refuses (LPBQ is 4-bit blocks): the note names per-channel int8 weights at the
+    activation type LPBQ chose, and those options settle."""
+    from qlinear.ptq.settle import settle
+
+    bad = {"top1_agreement": 0.9, "cosine_mean": 0.95}
+    cfg, _ = settle(QuantizeConfig(target="qnn", weights="lpbq"))
+    note = _departure_note({"c": "classifier"}, {"c": bad}, None, cfg)
+    assert "--weights per-channel --weight-type int8 --activation-type uint16 keeps every weight at 8 bits" in note
+    with pytest.raises(ConfigError, match="with weights lpbq"):
+        settle(QuantizeConfig(target="qnn", weights="lpbq", weight_type="int8"))
+    told, _ = settle(QuantizeConfig(target="qnn", weights="per-channel", weight_type="int8",
+                                    activation_type="uint16"))
+    assert (told.weight_type, told.activation_type) == ("int8", "uint16")

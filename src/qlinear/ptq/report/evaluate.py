@@ -345,14 +345,22 @@ def _remedy(cfg: Any, target: str, them: str, *, all16: bool = True) -> str:
         narrow = qtype(getattr(cfg, "weight_type", "int8")).bits <= 4   # the weights are the likelier cause
         wide = qtype(getattr(cfg, "activation_type", "uint8")).bits >= 16  # (or not a 16-bit grid's to fix)
         return (f"; --accuracy-target {target} raises the precision of the tensors that change {them}"
-                + (" (judged on held-back calibration samples), --weight-type int8 keeps every weight at 8 bits"
-                   if narrow else " (judged on held-back calibration samples), --activation-type uint16 keeps every "
+                + (f" (judged on held-back calibration samples), {_eight_bit_weights(cfg)} keeps every weight at 8 "
+                   "bits" if narrow else " (judged on held-back calibration samples), --activation-type uint16 keeps every "
                    "activation at 16 bits" if all16 and not wide else ", judged on held-back calibration samples"))
     if qtype(getattr(cfg, "activation_type", "int8")).bits >= 16:
         return ("; with target tflite every activation is already 16-bit; precision repair (--accuracy-target "
                 f"{target}) needs target ort or qnn")
     return ("; --activation-type int16 keeps every activation at 16 bits (TFLite's 16x8 mode); precision repair of "
             f"single tensors (--accuracy-target {target}) needs target ort or qnn")
+
+
+def _eight_bit_weights(cfg: Any) -> str:
+    """The options that put every weight at 8 bits: ``--weight-type int8``, which LPBQ refuses (4-bit blocks only,
+    ``settle``): with it, per-channel weights at the activation type LPBQ chose (uint16 on qnn)."""
+    if getattr(cfg, "weights", None) != "lpbq":
+        return "--weight-type int8"
+    return f"--weights per-channel --weight-type int8 --activation-type {cfg.activation_type}"
 
 
 def _departure_note(kinds: dict[str, str], res: dict[str, dict], target: str | None, cfg: Any = None) -> str | None:
