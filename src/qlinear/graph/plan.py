@@ -583,3 +583,29 @@ def float_weight_note(m: onnx.ModelProto, plan: Plan, quantized: Iterable[str] =
         return []
     return [f"{len(left)} weight(s) stay float (no integer kernel for their operator in this pipeline): "
             + ", ".join(left[:6]) + (" ..." if len(left) > 6 else "")]
+
+
+def asked_float_weight_note(m: onnx.ModelProto, plan: Plan, exclude_nodes: Iterable[str] = (),
+                            exclude_op_types: Iterable[str] = ()) -> list[str]:
+    """A note naming the constant weights of the main graph's Conv/Gemm/MatMul nodes that ``plan`` leaves float
+    because the configuration asks it: the node is excluded (``exclude_nodes``, ``exclude_op_types``) or a rule took
+    the weight out of the plan (its reason in ``plan.skipped``, e.g. an override of type float)."""
+    inits = {t.name: t for t in m.graph.initializer}
+    planned = {w.name for w in plan.weights}
+    nodes, types = set(exclude_nodes), set(exclude_op_types)
+    left: dict[str, str] = {}
+    for n in m.graph.node:
+        t = inits.get(n.input[1]) if n.op_type in WEIGHTED and len(n.input) > 1 else None
+        if t is None or t.name in planned or t.name in left or len(t.dims) < 2 \
+                or t.data_type not in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16):
+            continue
+        if (n.name or "") in nodes or n.op_type in types:
+            left[t.name] = f"{n.op_type} {n.name or n.output[0]} excluded"
+        elif t.name in plan.skipped:
+            left[t.name] = plan.skipped[t.name]
+    if not left:
+        return []
+    named = [f"{w} ({why})" for w, why in left.items()]
+    return [f"{len(left)} weight(s) left float as the configuration asks (exclude_nodes, exclude_op_types, "
+            "overrides): " + ", ".join(named[:6]) + (" ..." if len(named) > 6 else "")]
+

@@ -40,7 +40,13 @@ from qlinear.graph.passes.fold_batchnorm import FoldBatchNorm
 from qlinear.graph.passes.fold_conv_affine import FoldConvAffine
 from qlinear.graph.passes.normalize import check_upgrade, subgraph_notes
 from qlinear.graph.passes.shapes import fix_input_shapes, fold_static_shapes
-from qlinear.graph.plan import float_weight_note, make_plan, no_activation_note, nothing_quantized_note
+from qlinear.graph.plan import (
+    asked_float_weight_note,
+    float_weight_note,
+    make_plan,
+    no_activation_note,
+    nothing_quantized_note,
+)
 from qlinear.graph.satisfied_clamps import drop_satisfied_clamps
 from qlinear.ptq import targets
 from qlinear.ptq.algorithms.smooth import smooth_model
@@ -382,6 +388,7 @@ def _plan(run: _Run, placement: str) -> tuple[Any, Any, TensorConfigs]:
                      float_stats=False if cfg.full_integer else None)
     notes += _weight_notes(cfg, m, plan)
     tcfg = TensorConfigs(cfg, m, plan, _implicit_methods(cfg, model, plan, placement, notes), notes)
+    notes += asked_float_weight_note(m, plan, cfg.exclude_nodes, cfg.exclude_op_types)
     if cfg.size_budget is not None or cfg.average_bits is not None:  # refused before calibration if out of reach
         from qlinear.ptq.algorithms.budget import check_before
 
