@@ -27,6 +27,7 @@ from qlinear.core.granularity import LPBQ, PerBlock
 from qlinear.core.types import QType, int_type
 from qlinear.errors import ConfigError
 from qlinear.graph import ops
+from qlinear.graph.storage import storage_type
 from qlinear.ptq import targets
 from qlinear.ptq.config import QuantizeConfig
 
@@ -59,6 +60,10 @@ def settle(cfg: QuantizeConfig, model: Any = None) -> tuple[QuantizeConfig, list
         notes.append(f"activation_type {cfg.activation_type} on target ort: ONNX Runtime's CPU session has no 16-bit "
                      "kernels and runs these layers in float between their Q/DQ pairs (slower than the float model); "
                      "16-bit activations pay off on a runtime that computes them (target qnn: QNN's HTP)")
+    if cfg.weight_qtype.bits == 2:
+        notes.append(f"weight_type {cfg.weight_type}: model.qdq.onnx stores the weights on the exact "
+                     f"{storage_type(cfg.weight_type)} grid (ONNX Runtime has no 2-bit DequantizeLinear), 4 bits a "
+                     "weight in the file; the values and model.encodings are on the 2-bit grid")
     if model is not None and not cfg.weight_only:
         cfg = cfg.settled(placement=placement_for(cfg, model))
         ws = _weights(model)
