@@ -87,6 +87,9 @@ def test_average_bits_fits():
     bits = sum(BITS[es[t]] * n for t, n in sizes.items()) / sum(sizes.values())
     assert 4 <= bits <= 6
     assert "int4" in es.values()
+    # its note's fraction is of the float model's file as given, as size_budget's is (not of the folded model)
+    note = next(n for n in qm.notes if n.startswith("average_bits 6:"))
+    assert f"of the float model's {MODEL.stat().st_size}," in note, note
 
 
 def test_choice_follows_sensitivity():

@@ -209,7 +209,7 @@ def quantize(model: Any, data: Any, config: QuantizeConfig | dict | None = None,
             raise ConfigError(f"{what}: needs at least 2 calibration samples, the data has {n_cal}")
         n_fit = n_cal - min(cfg.repair_samples, n_cal // 2)
     run = _Run(cfg, m, ds, label, notes, {}, progress, n_fit, n_cal)
-    if cfg.size_budget is not None:  # a fraction of the float model's file: its serialized bytes as given
+    if cfg.size_budget is not None or cfg.average_bits is not None:  # fractions of the float model's file as given
         run.float_bytes = float_model.ByteSize()
     run.report_ahead, run.upgrade = report_ahead, upgrade
     placement = _rewrite(run)
@@ -245,7 +245,7 @@ class _Run:
     n_fit: int
     n_cal: int
     model: Any = None  # the onnx_ir.Model of ``m`` after the rewrites (planned without a new proto or index)
-    float_bytes: int = 0  # the float model's serialized bytes (size_budget's denominator)
+    float_bytes: int = 0  # the float model's serialized bytes as given (the budget notes' denominator)
     ahead: Any = None  # the report's passes started early (qlinear.ptq.report.passes.Passes), with report_ahead
     report_ahead: bool = False  # the report will be asked for: its passes start once the plan quantizes something
     upgrade: Any = None  # the opset upgrade's check (_Upgrade), run after planning
