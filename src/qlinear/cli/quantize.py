@@ -18,8 +18,8 @@ _HELP = {  # the help text of each option
     "output_kind": ("NAME=KIND: how the report reads graph output NAME (classifier, sequence, probability, "
                     "regression, map, embedding, state or generic), which it otherwise infers from the float values "
                     "(an embedding with negative values reads as classifier logits); repeatable."),
-    "full_integer": ("Target tflite: refuse operators outside the TFLite integer set instead of running them as float "
-                      "islands (DEQUANTIZE -> float builtin -> QUANTIZE)."),
+    "full_integer": ("Target tflite: refuse operators the TFLite export cannot write in integers instead of "
+                      "running them as float islands (DEQUANTIZE -> float builtin -> QUANTIZE)."),
     "model": 'Float ONNX model. Omitted: the bundled example CNN.',
     "data": ('Calibration and evaluation data: an .npz (input name -> array with the samples on the '
              "first axis, optional 'labels'), or a folder of .npy/.npz files, of images, or of "

@@ -106,8 +106,8 @@ class QuantizeConfig:
             headline), which it otherwise infers from the float values (``classifier``: top-1 agreement,
             ``sequence``, ``probability``, ``regression``, ``map``, ``embedding``: cosine, ``state``, ``generic``;
             :func:`qlinear.ptq.report.evaluate.output_kind`; CLI ``--output-kind NAME=embedding``).
-        full_integer: target tflite: refuse operators outside the TFLite integer set instead of running them as
-            float islands (DEQUANTIZE -> float builtin -> QUANTIZE; CLI ``--full-integer``).
+        full_integer: target tflite: refuse operators the TFLite export cannot write in integers instead of
+            running them as float islands (DEQUANTIZE -> float builtin -> QUANTIZE; CLI ``--full-integer``).
         workers / ray_address: the calibration statistics pass (observers, channel means, GPTQ's Hessians) on
             ``workers`` Ray actors, on a local Ray instance or the cluster at ``ray_address`` (``qlinear[ray]``); the
             outputs are byte-identical to ``workers: 1`` (default: one process, Ray not imported); see

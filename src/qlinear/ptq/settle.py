@@ -254,7 +254,8 @@ def _tflite_model(model: Any, cfg: QuantizeConfig) -> None:
             const_operand = ops.tflite_writer_of(n.op_type) == "binary" and any(
                 i in inits and (wide or targets.island_constant(n, i, consts, readers)) for i in n.input)
             if n.op_type not in integer | set(ops.TFLITE_MOVED) or const_operand:
-                what = "has a constant operand" if const_operand else "is outside the TFLite integer set"
+                what = "has a constant operand" if const_operand else \
+                    "is not among the operators qlinear's TFLite export writes in integers"
                 raise ConfigError(f"full_integer: node {n.name or n.output[0]} ({n.op_type}) {what} and would "
                                   "run as a float island (DEQUANTIZE -> float -> QUANTIZE); drop --full-integer to "
                                   "allow float islands, or use target ort")
