@@ -3,7 +3,9 @@ out. In one run: float top-1; qlinear W8A8 per-channel and per-tensor (min-max, 
 SQNR, SeqMSE, AdaRound, with symmetric and asymmetric int4 weights, and with precision repair); ONNX Runtime
 ``quantize_static`` (MinMax, QDQ, uint8 activations / int8 or int4 weights); AIMET-style min-max (AIMET's rules, no
 bias correction, no equalization). Columns: top-1, top-1 agreement with float, output SQNR, wall time of the whole
-quantization (images are decoded once, before timing, for every tool).
+quantization (images are decoded once, before timing, for every tool), agreement in ONNX Runtime's default session
+(its fused int8 kernels), and the written model's latency there: one image per call, every model (the float one
+too) timed in turns, medians of 7 rounds of 20 calls, after every row is built.
 
     python benchmarks/bench_ptq.py [--shared ../shared] [--group w8|w4|all]
 """
@@ -56,6 +58,7 @@ def main() -> None:
     f = run(mb, x[ev], "input")
     ftop = f.argmax(1)
     rows = [("float", float(np.mean(ftop == labels[ev])), 1.0, 0.0, 1.0, float("inf"))]
+    written = {"float": mb}   # label -> model bytes, timed at the end (latency)
 
     def ours(label: str, **kw) -> None:
         cfg = QuantizeConfig(calibration_samples=100, evaluation_samples=200, **kw)
@@ -68,6 +71,7 @@ def main() -> None:
         qf = run(b, x[ev], "input", fused=True).argmax(1)
         rows.append((label, float(np.mean(q == labels[ev])), float(np.mean(q == ftop)), t, float(np.mean(qf == ftop)),
                      _sqnr(f, qo)))
+        written[label] = b
 
     def ort_static(label: str, per_channel: bool, method: str = "MinMax", weight_type: str = "QInt8") -> None:
         from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
@@ -98,6 +102,7 @@ def main() -> None:
             qf = run(b, x[ev], "input", fused=True).argmax(1)
         rows.append((label, float(np.mean(q == labels[ev])), float(np.mean(q == ftop)), t, float(np.mean(qf == ftop)),
                      _sqnr(f, qo)))
+        written[label] = b
 
     qlinear.quantize(model, arrays, QuantizeConfig(calibration_samples=2, evaluation_samples=0))  # warm-up, untimed
     if a.histogram:
@@ -106,7 +111,7 @@ def main() -> None:
         ours("qlinear W8A8 per-channel, percentile activations", activation_method="percentile")
         ort_static("ORT quantize_static Entropy per-channel", True, "Entropy")
         ort_static("ORT quantize_static Percentile per-channel", True, "Percentile")
-        _table(ds, rows)
+        _table(ds, rows, latency(written, x[ev][:1]))
         return
     if a.group in ("w8", "all"):
         ours("qlinear W8A8 per-channel (default)")
@@ -135,7 +140,25 @@ def main() -> None:
              accuracy_target="top1_agreement>=0.98")
         ort_static("ORT quantize_static MinMax per-channel, int4 weights", True, weight_type="QInt4")
         ours("AIMET-style min-max W4A8 per-channel (no bias correction)", **w4, bias_correction=False)
-    _table(ds, rows)
+    _table(ds, rows, latency(written, x[ev][:1]))
+
+
+def latency(written: dict[str, bytes], x: np.ndarray, rounds: int = 7, calls: int = 20) -> dict[str, float]:
+    """Milliseconds per call of each model in ONNX Runtime's default session (one image), the models timed in
+    turns, round by round: the median of ``rounds`` rounds of ``calls`` calls."""
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    sessions = {k: ort.InferenceSession(b, so, providers=["CPUExecutionProvider"]) for k, b in written.items()}
+    times: dict[str, list[float]] = {k: [] for k in sessions}
+    for _ in range(rounds):
+        for k, s in sessions.items():
+            for _ in range(3):
+                s.run(None, {"input": x})
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                s.run(None, {"input": x})
+            times[k].append((time.perf_counter() - t0) / calls * 1000)
+    return {k: float(np.median(v)) for k, v in times.items()}
 
 
 def _sqnr(f: np.ndarray, q: np.ndarray) -> float:
@@ -143,14 +166,16 @@ def _sqnr(f: np.ndarray, q: np.ndarray) -> float:
     return float(10 * np.log10(np.sum(f ** 2) / max(np.sum((f - q) ** 2), 1e-300)))
 
 
-def _table(ds, rows) -> None:  # noqa: ANN001
+def _table(ds, rows, ms: dict[str, float]) -> None:  # noqa: ANN001
     print(f"EfficientNet-Lite0, {len(ds)} images: 100 calibration, 200 held out; ORT {ort.__version__}; "
           f"CPU flags: {cpu_flags()}")
-    print("| method | top-1 | agreement with float | output SQNR (dB) | wall time (s) | agreement, ORT fused kernels |")
-    print("|---|---|---|---|---|---|")
+    print("| method | top-1 | agreement with float | output SQNR (dB) | wall time (s) | agreement, ORT fused kernels | "
+          "ms per image, ORT default session |")
+    print("|---|---|---|---|---|---|---|")
     for label, top1, agree, t, fused, sq in rows:
-        print(f"| {label} | {top1:.3f} | {agree:.3f} | {sq:.1f} | {t:.1f} | {fused:.3f} |" if t else
-              f"| {label} | {top1:.3f} | - | - | - | - |")
+        lat = f"{ms[label]:.2f}" if label in ms else "-"
+        print(f"| {label} | {top1:.3f} | {agree:.3f} | {sq:.1f} | {t:.1f} | {fused:.3f} | {lat} |" if t else
+              f"| {label} | {top1:.3f} | - | - | - | - | {lat} |")
 
 
 if __name__ == "__main__":
