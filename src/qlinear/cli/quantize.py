@@ -149,8 +149,12 @@ def _example(con, data: Optional[Path], n_cal: Optional[int], n_eval: Optional[i
 
     if n_cal is None and n_eval is None:
         n_cal, n_eval = 20, 20
-    con.print(f"[dim]no model given: quantizing the bundled example {MODEL.name} on {DATA.name}[/]")
-    return MODEL, data or DATA, n_cal, n_eval
+    from rich.markup import escape
+
+    data = data or DATA
+    con.print(f"[dim]no model given: quantizing the bundled example {MODEL.name} on {escape(data.name)}[/]",
+              highlight=False)
+    return MODEL, data, n_cal, n_eval
 
 
 def settled_config(model: Path, config: Optional[Path], over: dict):
