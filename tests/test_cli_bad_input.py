@@ -4,8 +4,11 @@ status 3, refused before any work where the refusal can be known up front."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
+from qlinear import QuantizeConfig
 from qlinear.cli.main import EXIT_ERROR, main
+from qlinear.errors import ConfigError
 from qlinear.examples import DATA
 
 
@@ -18,3 +21,16 @@ def test_no_model_names_the_data_given(tmp_path, capsys):
     assert "bundled example example_cnn.onnx on mine.npz" in " ".join(err.split()), err
     assert "example_data.npz" not in err
     assert not (tmp_path / "out").exists()
+
+
+def test_full_integer_without_target_tflite_is_refused_before_work(tmp_path, capsys):
+    # it ran target ort and wrote the outputs with --full-integer unsaid (no .tflite, nothing refused, no note)
+    out = tmp_path / "out"
+    assert main(["quantize", "--full-integer", "-o", str(out)]) == EXIT_ERROR
+    err = capsys.readouterr().err
+    assert "full_integer: refuses the float islands of a .tflite, so it needs target tflite, got target ort; add " \
+           "--target tflite" in " ".join(err.split()), err
+    assert "calibrating" not in err and not out.exists()
+    with pytest.raises(ConfigError, match="full_integer: .* got target qnn"):
+        QuantizeConfig(target="qnn", full_integer=True)
+    assert QuantizeConfig(target="tflite", full_integer=True).full_integer

@@ -238,8 +238,15 @@ class QuantizeConfig:
         self._check_input_shapes()
         self._check_fix_inputs()
         self._check_output_kinds()
+        self._check_full_integer()
+
+    def _check_full_integer(self) -> None:
         if not isinstance(self.full_integer, bool):
             raise ConfigError(f"full_integer: expected true or false, got {self.full_integer!r}")
+        if self.full_integer and self.target != "tflite":
+            raise ConfigError(f"full_integer: refuses the float islands of a .tflite, so it needs target tflite, got "
+                              f"target {self.target}; add --target tflite (config target), or drop --full-integer "
+                              "(config full_integer)")
 
     def _check_input_shapes(self) -> None:
         shapes = {} if self.input_shapes is None else self.input_shapes
