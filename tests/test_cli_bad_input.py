@@ -4,12 +4,14 @@ status 3, refused before any work where the refusal can be known up front."""
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import pytest
 
+import qlinear
 from qlinear import QuantizeConfig
 from qlinear.cli.main import EXIT_ERROR, main
-from qlinear.errors import ConfigError
-from qlinear.examples import DATA
+from qlinear.errors import ConfigError, GraphError
+from qlinear.examples import DATA, MODEL
 
 
 def test_no_model_names_the_data_given(tmp_path, capsys):
@@ -34,3 +36,20 @@ def test_full_integer_without_target_tflite_is_refused_before_work(tmp_path, cap
     with pytest.raises(ConfigError, match="full_integer: .* got target qnn"):
         QuantizeConfig(target="qnn", full_integer=True)
     assert QuantizeConfig(target="tflite", full_integer=True).full_integer
+
+
+def test_an_invalid_model_names_the_node_the_checker_names(tmp_path, capsys):
+    # onnx.checker puts the node on its second line, which was cut: '... input 'gone' of node: ' and nothing after
+    m = onnx.load(MODEL)
+    m.graph.node[1].input[0] = "gone"
+    onnx.save(m, tmp_path / "dangling.onnx")
+    assert main(["quantize", str(tmp_path / "dangling.onnx"), "--data", str(DATA), "-o", str(tmp_path / "o")]) \
+        == EXIT_ERROR
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert "input 'gone' of node: name: bn OpType: BatchNormalization is not output of any previous nodes" in err
+    m = onnx.load(MODEL)
+    m.graph.node[1].op_type = "FooBar"
+    with pytest.raises(GraphError, match=r"invalid ONNX model: No Op registered for FooBar with domain_version of "
+                                         r"17; Bad node spec for node\. Name: bn OpType: FooBar$"):
+        qlinear.quantize(m, str(DATA))

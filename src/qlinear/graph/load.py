@@ -8,7 +8,7 @@ from typing import Any
 import onnx
 
 from qlinear.errors import GraphError
-from qlinear.graph.model import check_model, load_model, opset
+from qlinear.graph.model import check_model, checker_message, load_model, opset
 from qlinear.graph.passes.normalize import normalize, text_notes
 
 
@@ -101,8 +101,7 @@ def _check_file(p: Path, label: str) -> None:
     try:
         onnx.checker.check_model(str(p))
     except Exception as e:  # noqa: BLE001 - ValidationError and protobuf errors
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise GraphError(f"{label}: invalid ONNX model: {first}") from None
+        raise GraphError(f"{label}: invalid ONNX model: {checker_message(e)}") from None
 
 
 def model_dir(model: Any) -> Path | None:

@@ -93,8 +93,14 @@ def check_model(m: onnx.ModelProto, label: str = "model") -> None:
         if 0 < len(data) < 2**31 - 1:
             onnx.checker.check_model(data)
     except Exception as e:  # noqa: BLE001 - ValidationError and protobuf errors
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise GraphError(f"{label}: invalid ONNX model: {first}") from None
+        raise GraphError(f"{label}: invalid ONNX model: {checker_message(e)}") from None
+
+
+def checker_message(e: Exception, limit: int = 600) -> str:
+    """``onnx.checker``'s complaint on one line: it puts the node's name and type on the lines after the first
+    (``... of node:`` then ``name: bn OpType: ...``; ``==> Context: Bad node spec for node. Name: bn ...``)."""
+    text = " ".join(str(e).split()).replace(" ==> Context: ", "; ") or type(e).__name__
+    return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
 def opset(m: onnx.ModelProto, domain: str = "") -> int:
