@@ -53,3 +53,21 @@ def test_an_invalid_model_names_the_node_the_checker_names(tmp_path, capsys):
     with pytest.raises(GraphError, match=r"invalid ONNX model: No Op registered for FooBar with domain_version of "
                                          r"17; Bad node spec for node\. Name: bn OpType: FooBar$"):
         qlinear.quantize(m, str(DATA))
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["--weight-type", "float8e4m3fn", "--encodings-version", "1.0.0"],
+     "--encodings-version 1.0.0 cannot hold float8e4m3fn encodings (AIMET writes scaled float types from 2.0.0); "
+     "use --encodings-version 2.0.0"),
+    (["--weights", "per-block", "--encodings-version", "0.6.1"],
+     "--encodings-version 0.6.1 has no blocks, so it cannot hold per-block weights; use --encodings-version 1.0.0 "
+     "or 2.0.0"),
+])
+def test_an_encodings_version_that_cannot_hold_the_encodings_is_refused_before_work(tmp_path, capsys, argv, said):
+    # refused by the writer after calibration and evaluation: 'error: stem.weight: float8e4m3fn encodings cannot be
+    # expressed in 1.0.0 (its FLOAT entries have no scale); write 2.0.0'
+    out = tmp_path / "out"
+    assert main(["quantize", *argv, "-o", str(out)]) == EXIT_ERROR
+    err = capsys.readouterr().err
+    assert said in " ".join(err.split()), err
+    assert "calibrating" not in err and not out.exists()

@@ -126,6 +126,7 @@ def quantize(
             "fix_inputs": _fixed_inputs(fix_input), "output_kinds": _output_kinds(output_kind),
             "full_integer": full_integer or None, "workers": workers, "ray_address": ray_address}
     cfg = settled_config(model, config, over)
+    _check_encodings_version(cfg, encodings_version)
     if data is None and not (cfg.weight_only and cfg.w_method in ("minmax", "mse")):
         raise ConfigError("--data is required with a model (an .npz file or a folder of samples); only weight-only "
                           "round to nearest (--activation-type float, --weight-method minmax or mse) runs without it")
@@ -173,6 +174,20 @@ def settled_config(model: Path, config: Optional[Path], over: dict):
     # left as it is for quantize)
     settle(cfg, fixed_model(load_checked(model, keep=True)[0], cfg, str(model), [], in_place=False)[0])
     return cfg
+
+
+def _check_encodings_version(cfg, version: str) -> None:
+    """Refuse before any work an encodings version that cannot hold the encodings asked for (its writer would refuse
+    them at the end, after calibration and evaluation)."""
+    from qlinear.errors import ConfigError
+
+    float8 = sorted({t for t in (cfg.weight_type, cfg.activation_type) if t.startswith("float8")})
+    if float8 and version in ("0.6.1", "1.0.0"):
+        raise ConfigError(f"--encodings-version {version} cannot hold {', '.join(float8)} encodings (AIMET writes "
+                          "scaled float types from 2.0.0); use --encodings-version 2.0.0 (the default) or 2.1.0")
+    if version == "0.6.1" and cfg.weights in ("per-block", "lpbq"):
+        raise ConfigError(f"--encodings-version 0.6.1 has no blocks, so it cannot hold {cfg.weights} weights; use "
+                          "--encodings-version 1.0.0 or 2.0.0 (the default), or --weights per-channel")
 
 
 SENSITIVITY_SAMPLES = 4  #: held-out samples ``--sensitivity`` runs on
