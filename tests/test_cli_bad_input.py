@@ -3,6 +3,8 @@ status 3, refused before any work where the refusal can be known up front."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import onnx
 import pytest
@@ -71,3 +73,13 @@ def test_an_encodings_version_that_cannot_hold_the_encodings_is_refused_before_w
     err = capsys.readouterr().err
     assert said in " ".join(err.split()), err
     assert "calibrating" not in err and not out.exists()
+
+
+def test_a_bad_scale_in_an_encodings_file_is_shown_as_a_number(tmp_path, capsys):
+    # it said 'scale[1] = np.float64(0.0)' (NumPy's repr)
+    f = tmp_path / "bad.encodings"
+    f.write_text(json.dumps({"version": "2.0.0", "encodings": [
+        {"name": "w", "output_dtype": "int8", "axis": 0, "y_scale": [0.5, 0.0]}]}))
+    assert main(["encodings", "inspect", str(f)]) == EXIT_ERROR
+    err = " ".join(capsys.readouterr().err.split())
+    assert err.endswith("encodings[0].y_scale[1]: w: scale[1] = 0.0; scales must be finite and > 0"), err

@@ -124,7 +124,7 @@ class Encoding:
         object.__setattr__(self, "scale", s)
         bad = ~np.isfinite(s) | (s <= 0)
         if bad.any():
-            raise EncodingError(f"{self.name}: scale{_first_bad(bad)} = {s[bad][0] if s.ndim else float(s)!r}; "
+            raise EncodingError(f"{self.name}: scale{_first_bad(bad)} = {float(s[bad][0] if s.ndim else s)!r}; "
                                 "scales must be finite and > 0", where="scale" + _first_bad(bad))
         if self.block_size is None or isinstance(self.block_size, bool) or int(self.block_size) != self.block_size \
                 or self.block_size < 0:
