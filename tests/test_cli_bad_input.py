@@ -14,6 +14,7 @@ from qlinear import QuantizeConfig
 from qlinear.cli.main import EXIT_ERROR, main
 from qlinear.errors import ConfigError, GraphError
 from qlinear.examples import DATA, MODEL
+from qlinear.ptq import ImagePreprocess
 
 
 def test_no_model_names_the_data_given(tmp_path, capsys):
@@ -83,3 +84,25 @@ def test_a_bad_scale_in_an_encodings_file_is_shown_as_a_number(tmp_path, capsys)
     assert main(["encodings", "inspect", str(f)]) == EXIT_ERROR
     err = " ".join(capsys.readouterr().err.split())
     assert err.endswith("encodings[0].y_scale[1]: w: scale[1] = 0.0; scales must be finite and > 0"), err
+
+
+def _images(folder, n: int = 4):
+    from PIL import Image
+
+    folder.mkdir()
+    for i in range(n):
+        Image.fromarray(np.full((24, 24, 3), 40 * i, np.uint8)).save(folder / f"{i}_img.png")
+    return folder
+
+
+def test_an_image_std_of_zero_is_refused_naming_the_option(tmp_path, capsys):
+    # it printed NumPy's 'RuntimeWarning: invalid value encountered in divide', then blamed the first image: 'input
+    # 'input' holds a non-finite value (-inf ...); calibration needs finite data: clean or drop that sample'
+    imgs = _images(tmp_path / "imgs")
+    assert main(["quantize", "--data", str(imgs), "--image-std", "0", "-o", str(tmp_path / "o")]) == EXIT_ERROR
+    err = " ".join(capsys.readouterr().err.split())
+    assert "error: image std: expected a finite non-zero number or one per channel (R, G, B), got 0.0" in err, err
+    assert "RuntimeWarning" not in err and "calibrating" not in err and not (tmp_path / "o").exists()
+    with pytest.raises(ConfigError, match="image mean: expected a finite number"):
+        ImagePreprocess(mean=(1.0, 2.0))
+    assert ImagePreprocess(mean=(1, 2, 3), std=(4, 5, 6)).std == (4, 5, 6)

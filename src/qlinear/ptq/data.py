@@ -255,6 +255,18 @@ class ImagePreprocess:
     layout: str = "NCHW"
     bgr: bool = False
 
+    def __post_init__(self) -> None:
+        for name in ("mean", "std"):
+            v = getattr(self, name)
+            try:
+                a = np.asarray(v, np.float64)
+            except (TypeError, ValueError):
+                a = np.array(np.nan)
+            if a.shape not in ((), (3,)) or not np.all(np.isfinite(a)) or (name == "std" and np.any(a == 0)):
+                raise ConfigError(f"image {name}: expected a finite{' non-zero' if name == 'std' else ''} number or "
+                                  f"one per channel (R, G, B), got {v!r}; pixels become (x - mean) / std (--image-mean "
+                                  "127 --image-std 128 by default; 0 and 255 for x / 255)")
+
     def __call__(self, path: Path, model_shape: tuple[Any, ...] | None) -> np.ndarray:
         try:
             from PIL import Image
