@@ -106,3 +106,14 @@ def test_an_image_std_of_zero_is_refused_naming_the_option(tmp_path, capsys):
     with pytest.raises(ConfigError, match="image mean: expected a finite number"):
         ImagePreprocess(mean=(1.0, 2.0))
     assert ImagePreprocess(mean=(1, 2, 3), std=(4, 5, 6)).std == (4, 5, 6)
+
+
+def test_a_file_in_an_image_folder_that_is_no_image_is_refused_before_work(tmp_path, capsys):
+    # found when the report read it, after calibration and evaluation had run
+    imgs = _images(tmp_path / "imgs")
+    (imgs / "9_broken.png").write_text("not an image")
+    out = tmp_path / "o"
+    assert main(["quantize", "--data", str(imgs), "--calibration-samples", "2", "-o", str(out)]) == EXIT_ERROR
+    err = " ".join(capsys.readouterr().err.split())
+    assert "error: " + str(imgs / "9_broken.png") + ": cannot read image (cannot identify image file" in err, err
+    assert "calibrating" not in err and not out.exists()

@@ -268,12 +268,12 @@ class ImagePreprocess:
                                   "127 --image-std 128 by default; 0 and 255 for x / 255)")
 
     def __call__(self, path: Path, model_shape: tuple[Any, ...] | None) -> np.ndarray:
+        from PIL import Image
+
         try:
-            from PIL import Image
-        except ModuleNotFoundError:  # pragma: no cover - pillow is a dependency
-            raise DataError("image folders need Pillow (pip install pillow)") from None
-        try:
-            img = Image.open(path).convert("RGB")
+            img = _open_image(path).convert("RGB")
+        except DataError:
+            raise
         except Exception as e:  # noqa: BLE001 - PIL raises many kinds
             raise DataError(f"{path}: cannot read image ({e})") from None
         size = self.size
@@ -290,6 +290,24 @@ class ImagePreprocess:
         if self.layout == "NCHW":
             a = a.transpose(2, 0, 1)
         return np.ascontiguousarray(a[None])
+
+
+def _open_image(path: Path) -> Any:
+    """The image at ``path``, opened (PIL reads its header now, its pixels when used)."""
+    try:
+        from PIL import Image
+    except ModuleNotFoundError:  # pragma: no cover - pillow is a dependency
+        raise DataError("image folders need Pillow (pip install pillow)") from None
+    try:
+        return Image.open(path)
+    except Exception as e:  # noqa: BLE001 - PIL raises many kinds
+        raise DataError(f"{path}: cannot read image ({e})") from None
+
+
+def _check_images(images: list[Path]) -> None:
+    """Every image's header read before any work: a file that is no image fails now, not after calibration."""
+    for f in images:
+        _open_image(f).close()
 
 
 #: how many samples :meth:`Dataset.check_stacking` reads at most to find two it would stack
@@ -654,7 +672,7 @@ def _from_images(images: list[Path], specs: dict[str, InputSpec], p: Path, pre: 
             break
         labels.append(int(mt.group(1)))
     return Dataset(len(images), labels, str(p), get=lambda i: {spec.name: pre(images[i], spec.shape)}, specs=specs,
-                   where=lambda i: str(images[i]))
+                   where=lambda i: str(images[i]), precheck=lambda stop: _check_images(images[:stop]))
 
 
 def _npy_header(f: Path) -> tuple[tuple[int, ...], np.dtype]:
