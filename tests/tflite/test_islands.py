@@ -217,7 +217,8 @@ def test_islands_are_named_in_a_note_and_full_integer_refuses_them(tmp_path):
     assert len(islands) == 1 and islands[0].endswith("(HardSigmoid)")
     qm.save(tmp_path / "out", report=False)
     assert any("float islands" in n and "HardSigmoid" in n for n in qm.notes)
-    with pytest.raises(ConfigError, match=r"full_integer: node y \(HardSigmoid\) is outside.*drop --full-integer"):
+    with pytest.raises(ConfigError, match=r"full_integer: node y \(HardSigmoid\) is not among the operators "
+                                          r"qlinear.s TFLite export writes in integers.*drop --full-integer"):
         qlinear.quantize(m, {"x": X}, dict(calibration_samples=8, evaluation_samples=0, target="tflite",
                                            full_integer=True))
     with pytest.raises(UnsupportedError, match=r"node \S+ \(HardSigmoid\).*float island"):
