@@ -63,6 +63,14 @@ def test_exclude_nodes_must_name_nodes_of_the_model():
     assert "relu6_out" not in qm.plan.activations and "fc.weight" not in qm.encodings.names()
 
 
+def test_exclude_op_types_that_no_onnx_operator_spells_is_refused():
+    """A misspelt operator type ('gemm') excluded nothing and only got the note a real absent type gets; it is now
+    refused before calibration with the closest types (also weight-only)."""
+    for extra in ({}, {"activation_type": "float", "weight_type": "int4"}):
+        with pytest.raises(ConfigError, match="exclude_op_types: 'gemm' is no ONNX operator type .* \\(close: 'Gemm'"):
+            qlinear.quantize(MODEL, DATA, dict(BASE, exclude_op_types=["gemm"], **extra))
+
+
 @pytest.mark.parametrize("rules,msg", [
     ("Conv", "expected a list of rules"),
     ([{"type": "int8"}], "give \"name\""),

@@ -78,8 +78,9 @@ def settle(cfg: QuantizeConfig, model: Any = None) -> tuple[QuantizeConfig, list
 
 def check_excludes(cfg: QuantizeConfig, m: Any, label: str) -> list[str]:
     """``exclude_nodes`` must name nodes of ``m`` (a misspelt name would exclude nothing, silently): a
-    :class:`ConfigError` naming the first unknown one and the closest names; an ``exclude_op_types`` entry no node
-    has is a note."""
+    :class:`ConfigError` naming the first unknown one and the closest names; so must an ``exclude_op_types`` entry
+    that is no ONNX operator type either; a real operator type no node has is a note (a config kept for several
+    models)."""
     import difflib
 
     import onnx
@@ -99,6 +100,12 @@ def check_excludes(cfg: QuantizeConfig, m: Any, label: str) -> list[str]:
                           + (f" (close: {', '.join(map(repr, near))})" if near else "")
                           + "; give node names as the model file has them (exclude_op_types takes operator types)")
     absent = [t for t in cfg.exclude_op_types if t not in ops]
+    unknown = [t for t in absent if not onnx.defs.has(t)]
+    if unknown:   # a misspelt type ("Matmul") would exclude nothing, silently
+        near = difflib.get_close_matches(unknown[0], sorted(ops | {s.name for s in onnx.defs.get_all_schemas()}), n=3)
+        raise ConfigError(f"exclude_op_types: {unknown[0]!r} is no ONNX operator type and no node of {label} has it"
+                          + (f" (close: {', '.join(map(repr, near))})" if near else "")
+                          + "; give operator types as ONNX spells them (exclude_nodes takes node names)")
     return [f"exclude_op_types: {label} has no {', '.join(absent)} node"] if absent else []
 
 
