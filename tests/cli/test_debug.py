@@ -38,6 +38,14 @@ def test_debug_float_quant_names_the_corrupted_tensor(tmp_path, capsys):
     assert doc["first_jump"] == "pw_out" and doc["samples"] == 16
 
 
+def test_debug_refuses_the_models_the_other_way_round(tmp_path, capsys):
+    """QUANT.onnx FLOAT.onnx printed a table of SQNRs with no warning; now refused, saying which goes first."""
+    out = _outdir(tmp_path)
+    f, q = str(out / "model.float.onnx"), str(out / "model.qdq.onnx")
+    assert main(["debug", q, f, "--data", str(DATA), "--samples", "4"]) == EXIT_ERROR
+    assert "give the float model first, then the quantized one" in " ".join(capsys.readouterr().err.split())
+
+
 def test_debug_runtime(tmp_path, capsys):
     out = _outdir(tmp_path, target="tflite")
     q, t = str(out / "model.qdq.onnx"), str(out / "model.tflite")

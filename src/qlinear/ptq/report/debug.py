@@ -336,6 +336,17 @@ def _fixed_as_quantized(fm: onnx.ModelProto, qm: onnx.ModelProto, data: Any, sam
     return fm
 
 
+def _check_order(fm: onnx.ModelProto, qm: onnx.ModelProto) -> None:
+    """Refuse the two models given the other way round: the first holds Q/DQ nodes, the second none."""
+    def qdq(m: onnx.ModelProto) -> int:
+        return sum(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in m.graph.node)
+
+    if qdq(fm) and not qdq(qm):
+        raise ConfigError(f"the first model holds {qdq(fm)} QuantizeLinear/DequantizeLinear nodes and the second "
+                          "none: give the float model first, then the quantized one (qlinear debug FLOAT.onnx "
+                          "QUANT.onnx)")
+
+
 def compare_models(float_model: Any, quant_model: Any, data: Any, *, samples: int = 16, batch_size: int = 8,
                    jump_db: float = JUMP_DB, excess_db: float = EXCESS_DB,
                    batch_axes: dict[str, int] | None = None) -> ModelDiff:
@@ -344,6 +355,7 @@ def compare_models(float_model: Any, quant_model: Any, data: Any, *, samples: in
     if samples < 1:
         raise ConfigError(f"samples: expected a positive number of samples, got {samples}")
     fm, qm = load_model(float_model), load_model(quant_model)
+    _check_order(fm, qm)
     fm, notes = as_rewritten(fm, qm)
     fm = _fixed_as_quantized(fm, qm, data, samples, batch_axes, notes)
     matches, unmatched = match_tensors(fm, qm)
