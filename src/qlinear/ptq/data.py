@@ -180,6 +180,33 @@ def check_header(shape: tuple[int, ...], dtype: np.dtype, spec: InputSpec, where
     return add_batch
 
 
+def check_named_dims(shapes: Mapping[str, tuple[int, ...]], specs: Mapping[str, InputSpec], where: str) -> None:
+    """Inputs that declare one named dimension (``sequence_length`` of ``input_ids`` and ``attention_mask``) must
+    give it one size in a sample: ONNX Runtime fails on it deep in the graph otherwise (a Mul's broadcast). Batch
+    axes are left to the stacking; dims fixed by ``input_shapes`` to :func:`check_header`; a name that is no
+    identifier (paddle2onnx's ``?``) or that one input gives two of its dims is a placeholder, not compared."""
+    seen: dict[str, tuple[str, int]] = {}
+    for k, shape in shapes.items():
+        sp = specs.get(k)
+        if sp is None or sp.shape is None or sp.fixed:
+            continue
+        dims: tuple[Any, ...] = tuple(shape)
+        if len(dims) == len(sp.shape) - 1 and sp.batch_axis is not None:
+            dims = dims[:sp.batch_axis] + (None,) + dims[sp.batch_axis:]
+        named = [w for w in sp.shape if isinstance(w, str)]
+        if len(dims) != len(sp.shape):
+            continue
+        for i, (d, w) in enumerate(zip(dims, sp.shape)):
+            if i == sp.batch_axis or not isinstance(w, str) or not w.isidentifier() or named.count(w) > 1 \
+                    or d is None:
+                continue
+            other, size = seen.setdefault(w, (k, int(d)))
+            if size != d:
+                raise DataError(f"{where}: inputs {other!r} and {k!r} both declare dimension {w!r} but give it "
+                                f"{size} and {int(d)}; the model takes one size for it: give them the same length in "
+                                "each sample")
+
+
 def _shape_advice(spec: InputSpec, shape: tuple[int, ...]) -> str:
     """What to do about a sample whose dims differ from the static ones of ``spec``."""
     given = ",".join(str(int(d)) for d in shape)
@@ -739,6 +766,7 @@ def _from_files(arrays: list[Path], specs: dict[str, InputSpec], where: str,
                 heads = {n: (members[n].shape, members[n].dtype) for n in names}
             for n, (shape, dt) in heads.items():
                 check_header(shape, dt, specs[n], str(f))
+            check_named_dims({n: shape for n, (shape, _) in heads.items()}, specs, str(f))
 
     return Dataset(len(arrays), None, where, get=lambda i: load(arrays[i]), specs=specs,
                    where=lambda i: str(arrays[i]), precheck=precheck)
@@ -758,6 +786,7 @@ def _from_arrays(arrays: dict[str, Any], specs: dict[str, InputSpec], where: str
             raise DataError(f"{where}: input {k!r} has dtype {a.dtype}, not numbers")
         arrs[k], modes[k] = a, array_layout(tuple(a.shape), specs[k], where)
         check_header(_sample_shape(tuple(a.shape), modes[k], specs[k]), a.dtype, specs[k], where)
+    check_named_dims({k: _sample_shape(tuple(arrs[k].shape), modes[k], specs[k]) for k in names}, specs, where)
     per = [k for k in names if modes[k] != "once"]
     counts = {len(arrs[k]) for k in per}
     if len(counts) > 1:
