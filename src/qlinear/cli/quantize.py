@@ -179,14 +179,16 @@ def settled_config(model: Path, config: Optional[Path], over: dict):
 def _check_encodings_version(cfg, version: str) -> None:
     """Refuse before any work an encodings version that cannot hold the encodings asked for (its writer would refuse
     them at the end, after calibration and evaluation)."""
+    from qlinear.core.types import Kind
+    from qlinear.encodings.io import cannot_hold
     from qlinear.errors import ConfigError
 
-    float8 = sorted({t for t in (cfg.weight_type, cfg.activation_type) if t.startswith("float8")})
-    if float8 and version in ("0.6.1", "1.0.0"):
+    float8 = sorted({t.name for t in (cfg.weight_qtype, cfg.activation_qtype) if t.kind is Kind.FLOAT})
+    if float8 and cannot_hold(version, ["float"]):
         raise ConfigError(f"--encodings-version {version} cannot hold {', '.join(float8)} encodings (AIMET writes "
                           "scaled float types from 2.0.0); use --encodings-version 2.0.0 (the default) or 2.1.0")
-    if version == "0.6.1" and cfg.weights in ("per-block", "lpbq"):
-        raise ConfigError(f"--encodings-version 0.6.1 has no blocks, so it cannot hold {cfg.weights} weights; use "
+    if cannot_hold(version, [cfg.weights.replace("-", "_")]):
+        raise ConfigError(f"--encodings-version {version} has no blocks, so it cannot hold {cfg.weights} weights; use "
                           "--encodings-version 1.0.0 or 2.0.0 (the default), or --weights per-channel")
 
 

@@ -24,6 +24,17 @@ _NOT_AIMET = {"0.6.2": "AIMET 2.42 neither writes nor reads a '0.6.2' format (it
                        "encoding_version'); the legacy layout QNN's custom I/O takes is 0.6.1: use version 0.6.1"}
 
 
+def cannot_hold(version: str, kinds: Any) -> str | None:
+    """Why ``version`` cannot hold encodings of ``kinds`` (``"float"`` for scaled float types, a granularity such
+    as ``"per_block"``), as its writer would say at the end of a run; None when it can."""
+    refuses = getattr(_MODULES.get(version), "CANNOT_HOLD", {})
+    k = next((k for k in kinds if k in refuses), None)
+    if k is None:
+        return None
+    why, to = refuses[k]
+    return f"{version} cannot hold {k.replace('_', '-')} encodings ({why}); write {to}"
+
+
 def _unsupported(v: str, verb: str) -> str:
     return f"unsupported version {v!r}; " + _NOT_AIMET.get(v, f"qlinear {verb} {', '.join(VERSIONS)}")
 
@@ -280,4 +291,5 @@ def _write_to_file_object(f: Any, text: str) -> None:
                                 "path or an open file") from None
 
 
-__all__ = ["VERSIONS", "detect_version", "dumps", "from_document", "load", "loads", "save", "to_document", "io"]
+__all__ = ["VERSIONS", "cannot_hold", "detect_version", "dumps", "from_document", "load", "loads", "save", "to_document",
+           "io"]

@@ -131,17 +131,21 @@ def write(es: EncodingSet, style: Style, **_: Any) -> dict:
     return d.legacy_tail(doc, es, VERSION)
 
 
+#: what 0.6.1 cannot hold (:func:`qlinear.encodings.io.cannot_hold`): kind -> (why, the versions that can)
+CANNOT_HOLD = {"float": ("it has no scaled float types", "2.0.0"), "per_block": ("it has no blocks", "1.0.0 or 2.0.0"),
+               "lpbq": ("it has no blocks", "1.0.0 or 2.0.0")}
+
+
 def _write_entry(e: Encoding, style: Style) -> list[dict]:
     t = e.qtype
     if t.kind is Kind.REAL:
         return [{"bitwidth": t.bits, "dtype": "float"}]
     g = e.granularity
-    if t.kind is Kind.FLOAT:
-        raise EncodingError(f"{e.name}: {t.name} encodings cannot be expressed in 0.6.1 (it has no scaled float "
-                            "types); write 2.0.0")
-    if g in ("per_block", "lpbq"):
-        raise EncodingError(f"{e.name}: {g.replace('_', '-')} encodings cannot be expressed in 0.6.1 (it has no "
-                            "blocks); write 1.0.0 or 2.0.0")
+    kind = "float" if t.kind is Kind.FLOAT else g
+    if kind in CANNOT_HOLD:
+        why, to = CANNOT_HOLD[kind]
+        what = t.name if kind == "float" else g.replace("_", "-")
+        raise EncodingError(f"{e.name}: {what} encodings cannot be expressed in 0.6.1 ({why}); write {to}")
     off = offset_from_zero_point(e.zero_point_or_zeros, t).reshape(-1)
     sc = e.scale.reshape(-1)
     n = 2.0 ** t.bits - 1

@@ -142,13 +142,17 @@ def oc_major(a: np.ndarray, block_axis: int | None) -> np.ndarray:
     return a.transpose(order).reshape(-1)
 
 
+#: what 1.0.0 cannot hold (:func:`qlinear.encodings.io.cannot_hold`): kind -> (why, the versions that can)
+CANNOT_HOLD = {"float": ("its FLOAT entries have no scale", "2.0.0")}
+
+
 def _write_entry(e: Encoding, style: Style) -> dict:
     t = e.qtype
     if t.kind is Kind.REAL:
         return {"name": e.name, "dtype": "FLOAT", "bw": t.bits, "enc_type": "PER_TENSOR"}
     if t.kind is Kind.FLOAT:
-        raise EncodingError(f"{e.name}: {t.name} encodings cannot be expressed in 1.0.0 (its FLOAT entries have no "
-                            "scale); write 2.0.0")
+        why, to = CANNOT_HOLD["float"]
+        raise EncodingError(f"{e.name}: {t.name} encodings cannot be expressed in 1.0.0 ({why}); write {to}")
     g = e.granularity
     out: dict[str, Any] = {"name": e.name, "dtype": "INT"}
     if g == "lpbq":
