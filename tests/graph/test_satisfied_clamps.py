@@ -127,3 +127,16 @@ def test_the_pipeline_drops_the_zero_max_of_a_cle_relu6_on_target_ort(tmp_path):
     tflite = qlinear.quantize(model, {"x": x}, dict(calibration_samples=32, evaluation_samples=0,
                                                     weights="per-tensor", target="tflite"))
     assert "Max" in [n.op_type for n in tflite.model.graph.node]   # not on other targets (measured on ort only)
+
+
+def test_a_clamp_whose_output_a_subgraph_reads_stays():
+    """An If branch reading the Max's output from the outer scope keeps it (and its constant)."""
+    m = _qdq_clamps()
+    branch = lambda name: helper.make_graph(   # noqa: E731
+        [helper.make_node("Identity", ["m"], [f"{name}_out"])], name, [],
+        [helper.make_tensor_value_info(f"{name}_out", TensorProto.FLOAT, None)])
+    m.graph.initializer.append(numpy_helper.from_array(np.array(True), "cond"))
+    m.graph.node.append(helper.make_node("If", ["cond"], ["z"], then_branch=branch("t"), else_branch=branch("e")))
+    m.graph.output.append(helper.make_tensor_value_info("z", TensorProto.FLOAT, None))
+    assert drop_satisfied_clamps(m) == []
+    assert "lo" in {t.name for t in m.graph.initializer}

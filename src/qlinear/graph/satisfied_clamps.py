@@ -20,7 +20,7 @@ from onnx import numpy_helper
 
 from qlinear.core.dequantize import dequantize_linear
 from qlinear.core.types import int_stored_as
-from qlinear.graph.model import without_weights
+from qlinear.graph.model import node_inputs, reads, without_weights
 from qlinear.graph.ops import CONSTANT_CLAMPS
 
 
@@ -127,15 +127,8 @@ def _fits(c: tuple[int, ...], x: list | None) -> bool:
 
 
 def _subgraph_reads(g: onnx.GraphProto) -> set[str]:
-    """Names the subgraphs of ``g``'s nodes read (outer-scope values a dropped node must not take away)."""
-    names: set[str] = set()
-    for n in g.node:
-        for a in n.attribute:
-            for sg in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
-                for sn in sg.node:
-                    names.update(sn.input)
-                names |= _subgraph_reads(sg)
-    return names
+    """Names the subgraphs of ``g``'s nodes read from the outer scope (a dropped node must not take them away)."""
+    return {x for n in g.node for x in node_inputs(n)[sum(1 for i in n.input if i):]}
 
 
 def _rewire(g: onnx.GraphProto, into: dict[str, str], inits: dict[str, onnx.TensorProto]) -> None:
@@ -145,9 +138,9 @@ def _rewire(g: onnx.GraphProto, into: dict[str, str], inits: dict[str, onnx.Tens
         for i, x in enumerate(n.input):
             if x in into:
                 n.input[i] = into[x]
-    read = {x for n in kept for x in n.input} | _subgraph_reads(g) | {v.name for v in (*g.output, *g.input)}
     del g.node[:]
     g.node.extend(kept)
+    read = reads(g) | {v.name for v in (*g.output, *g.input)}
     unused = [t for t in g.initializer if t.name not in read]
     for t in unused:
         g.initializer.remove(t)
