@@ -547,3 +547,37 @@ def test_an_already_quantized_model_is_refused_before_any_work(tmp_path):
                                              r"model it was made from"):
             qlinear.quantize(tmp_path / "q.onnx", DATA, cfg)
         assert time.perf_counter() - t < 2
+
+
+def test_an_operator_onnx_runtime_lacks_is_refused_before_any_work(tmp_path, capsys):
+    """A node of a custom domain failed once calibration had started ('calibrating 0/8', then ONNX Runtime's
+    "is not a registered function/op" behind "cannot load it at optimization level 'all'"). Now the load refuses it,
+    naming the node and the operator; a com.microsoft operator ONNX Runtime has, or a custom one the model defines
+    as a function, quantizes."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from qlinear.errors import GraphError
+
+    w = numpy_helper.from_array(np.random.default_rng(0).normal(size=(8, 4, 3, 3)).astype(np.float32), "w")
+
+    def model(domain: str, op: str, functions=()):
+        nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv"),
+                 helper.make_node(op, ["c"], ["y"], name="act", domain=domain)]
+        g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8, 6, 6])], [w])
+        return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(domain, 1)],
+                                 functions=list(functions))
+
+    data = {"x": np.random.default_rng(1).normal(size=(12, 4, 8, 8)).astype(np.float32)}
+    cfg = dict(calibration_samples=8, evaluation_samples=4)
+    onnx.save(model("my.domain", "Foo"), tmp_path / "custom.onnx")
+    with pytest.raises(GraphError, match=r"custom.onnx: node 'act' is my.domain:Foo, an operator ONNX Runtime does "
+                                         r"not have.*expressed in ONNX operators"):
+        qlinear.quantize(tmp_path / "custom.onnx", data, cfg)
+    assert "calibrating" not in capsys.readouterr().err
+    qm = qlinear.quantize(model("com.microsoft", "Gelu"), data, cfg)
+    assert [s.name for s in qm.plan.weights] == ["w"]
+    relu = helper.make_function("my.domain", "Foo", ["a"], ["b"], [helper.make_node("Relu", ["a"], ["b"])],
+                                [helper.make_opsetid("", 17)])
+    qm = qlinear.quantize(model("my.domain", "Foo", [relu]), data, cfg)
+    assert [s.name for s in qm.plan.weights] == ["w"]

@@ -6,7 +6,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import onnx
@@ -156,6 +156,17 @@ def node_inputs(n: onnx.NodeProto) -> list[str]:
                 {o for sn in sg.node for o in sn.output}
             out += [x for sn in sg.node for x in node_inputs(sn) if x not in local]
     return out
+
+
+def all_nodes(g: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
+    """The nodes of ``g`` and of every subgraph (``If`` branches, ``Loop``/``Scan`` bodies) within it."""
+    todo = [g]
+    while todo:
+        sg = todo.pop()
+        for n in sg.node:
+            yield n
+            for a in n.attribute:
+                todo += [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)
 
 
 def reads(g: onnx.GraphProto) -> set[str]:

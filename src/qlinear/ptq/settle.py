@@ -85,14 +85,10 @@ def check_excludes(cfg: QuantizeConfig, m: Any, label: str) -> list[str]:
 
     import onnx
 
-    names, ops, todo = set(), set(), [m.graph]
-    while todo:
-        g = todo.pop()
-        for n in g.node:
-            names.add(n.name)
-            ops.add(n.op_type)
-            todo += [a.g for a in n.attribute if a.type == onnx.AttributeProto.GRAPH] + \
-                [x for a in n.attribute if a.type == onnx.AttributeProto.GRAPHS for x in a.graphs]
+    from qlinear.graph.model import all_nodes
+
+    nodes = list(all_nodes(m.graph))
+    names, ops = {n.name for n in nodes}, {n.op_type for n in nodes}
     missing = [x for x in cfg.exclude_nodes if x not in names]
     if missing:
         near = difflib.get_close_matches(missing[0], sorted(x for x in names if x), n=3)
