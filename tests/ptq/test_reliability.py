@@ -97,6 +97,25 @@ def test_one_hot_labels_become_indices_and_say_so(tmp_path):
     assert any("one-hot" in n for n in qm.notes)
 
 
+def test_arrays_no_input_takes_are_named_in_a_note(tmp_path):
+    """An array whose name no input takes (a misnamed input or labels array) was dropped without a word; now a
+    note names it, for an .npz, a folder of .npz samples and the API's dict; labels and the inputs are not named."""
+    p = tmp_path / "extra.npz"
+    np.savez(p, input=X, label=np.arange(40) % 10)
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    for i in range(12):
+        np.savez(folder / f"{i:02d}.npz", input=X[i:i + 1], mask=np.ones(3))
+    for data, name, where in ((p, "label", str(p)), (folder, "mask", str(folder / "00.npz")),
+                              ({"input": X, "labels": np.arange(40) % 10, "ids": X}, "ids", "<arrays>")):
+        qm = qlinear.quantize(MODEL, data, SMALL)
+        said = [n for n in qm.notes if "not read" in n]
+        assert said == [f"{where}: {name!r} is no input of the model, not read (the model takes 'input'; class "
+                        "labels go in an array named 'labels')"], qm.notes
+    qm = qlinear.quantize(MODEL, {"input": X, "labels": np.arange(40) % 10}, SMALL)
+    assert not [n for n in qm.notes if "not read" in n]
+
+
 def test_labels_outside_the_classes_are_an_error(tmp_path):
     p = tmp_path / "big.npz"
     np.savez(p, input=X, labels=np.full(40, 10))  # the example has 10 classes: 0-based indices stop at 9

@@ -649,7 +649,7 @@ def _load(src: str | Path | Mapping[str, Any] | Dataset, inputs: Mapping[str, An
         return src
     if isinstance(src, Mapping):
         check_fixed(src, fixed, "<arrays>")
-        return _from_arrays(dict(src), specs, "<arrays>")
+        return _noting_extra(_from_arrays(dict(src), specs, "<arrays>"), src, fixed)
     if not isinstance(src, (str, Path)) or (isinstance(src, str) and not src):
         raise DataError(f"data: expected a path (.npz file or folder), a dict of arrays or a Dataset, got "
                         f"{type(src).__name__}")
@@ -662,7 +662,7 @@ def _load(src: str | Path | Mapping[str, Any] | Dataset, inputs: Mapping[str, An
             raise DataError(f"{p}: a data file must be .npz (input name -> array with the sample index first)")
         members = open_npz(p)
         check_fixed(members, fixed, str(p))
-        return _from_arrays(members, specs, str(p))
+        return _noting_extra(_from_arrays(members, specs, str(p)), members, fixed)
     try:
         entries = sorted(p.iterdir())
     except OSError as e:
@@ -680,7 +680,8 @@ def _load(src: str | Path | Mapping[str, Any] | Dataset, inputs: Mapping[str, An
     if images:
         return _from_images(images, specs, p, preprocess or ImagePreprocess())
     if arrays:
-        return _from_files(arrays, specs, str(p), fixed)
+        ds = _from_files(arrays, specs, str(p), fixed)
+        return _noting_extra(ds, open_npz(arrays[0]), fixed, str(arrays[0])) if arrays[0].suffix == ".npz" else ds
     raise DataError(f"{p}: no .npy/.npz files, images or test_data_set_* directories found")
 
 
@@ -729,6 +730,18 @@ def check_fixed(members: Mapping[str, Any], fixed: Mapping[str, np.ndarray], whe
             raise DataError(f"{where}: input {n!r} holds {differ.reshape(-1)[0].item()!r}{shape}, but fix_inputs "
                             f"fixes it to {want!r}: the model is quantized for that value; give samples of it or fix "
                             "the input to theirs")
+
+
+def _noting_extra(ds: Dataset, members: Mapping[str, Any], fixed: Mapping[str, Any], where: str = "") -> Dataset:
+    """``ds`` with a note naming the arrays of ``members`` that no model input, fixed input or ``labels`` takes:
+    they are not read (a misnamed input or labels array would otherwise be dropped silently)."""
+    extra = [k for k in members if k not in (ds.specs or {}) and k not in fixed and k != "labels"]
+    if extra:
+        ds.notes.append(f"{where or ds.source}: {', '.join(map(repr, extra))} "
+                        f"{'is no input' if len(extra) == 1 else 'are no inputs'} of the model, not read (the "
+                        f"model takes {', '.join(map(repr, ds.specs or {}))}; class labels go in an array named "
+                        "'labels')")
+    return ds
 
 
 def _from_files(arrays: list[Path], specs: dict[str, InputSpec], where: str,
