@@ -117,3 +117,25 @@ def test_a_file_in_an_image_folder_that_is_no_image_is_refused_before_work(tmp_p
     err = " ".join(capsys.readouterr().err.split())
     assert "error: " + str(imgs / "9_broken.png") + ": cannot read image (cannot identify image file" in err, err
     assert "calibrating" not in err and not out.exists()
+
+
+@pytest.mark.parametrize("fmt", ["JPEG", "PNG"])
+def test_an_image_cut_short_is_refused_before_work(tmp_path, capsys, fmt):
+    # a truncated download was found when its turn to be decoded came, after calibration in a held-out image
+    from PIL import Image
+
+    imgs = _images(tmp_path / "imgs")
+    rng = np.random.default_rng(3)
+    cut = imgs / f"7_cut.{fmt.lower()}"
+    Image.fromarray(rng.integers(0, 256, (40, 40, 3), dtype=np.uint8)).save(cut, fmt)
+    whole = imgs / f"8_trailing.{fmt.lower()}"    # bytes after the end marker: read, not refused
+    Image.fromarray(rng.integers(0, 256, (40, 40, 3), dtype=np.uint8)).save(whole, fmt)
+    whole.write_bytes(whole.read_bytes() + bytes(200))
+    cut.write_bytes(cut.read_bytes()[: cut.stat().st_size // 2])
+    out = tmp_path / "o"
+    assert main(["quantize", "--data", str(imgs), "--calibration-samples", "2", "-o", str(out)]) == EXIT_ERROR
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"error: {cut}: cannot read image (" in err and "replace or remove that file" in err, err
+    assert "calibrating" not in err and not out.exists()
+    cut.unlink()
+    assert main(["quantize", "--data", str(imgs), "--calibration-samples", "2", "-o", str(out)]) == 0

@@ -302,7 +302,7 @@ class ImagePreprocess:
         except DataError:
             raise
         except Exception as e:  # noqa: BLE001 - PIL raises many kinds
-            raise DataError(f"{path}: cannot read image ({e})") from None
+            raise DataError(f"{path}: cannot read image ({e}); replace or remove that file") from None
         size = self.size
         if size is None and model_shape is not None and len(model_shape) == 4:
             hw = model_shape[2:4] if self.layout == "NCHW" else model_shape[1:3]
@@ -332,9 +332,30 @@ def _open_image(path: Path) -> Any:
 
 
 def _check_images(images: list[Path]) -> None:
-    """Every image's header read before any work: a file that is no image fails now, not after calibration."""
+    """Every image's header read before any work: a file that is no image fails now, not after calibration; so does
+    a JPEG or PNG cut short (a broken download), found by its missing end marker (then decoded to be sure: some
+    writers append data after it)."""
     for f in images:
-        _open_image(f).close()
+        img = _open_image(f)
+        try:
+            end = _END_MARKERS.get(img.format or "")
+            if end is not None and not _ends_with(f, end):
+                img.load()
+        except Exception as e:  # noqa: BLE001 - PIL raises many kinds
+            raise DataError(f"{f}: cannot read image ({e}); replace or remove that file") from None
+        finally:
+            img.close()
+
+
+#: the bytes a whole file of an image format holds near its end (JPEG's EOI marker, PNG's IEND chunk)
+_END_MARKERS = {"JPEG": b"\xff\xd9", "PNG": b"IEND"}
+
+
+def _ends_with(f: Path, marker: bytes, tail: int = 64) -> bool:
+    """Whether ``marker`` is within the last ``tail`` bytes of ``f``."""
+    with open(f, "rb") as fh:
+        fh.seek(max(0, f.stat().st_size - tail))
+        return marker in fh.read()
 
 
 #: how many samples :meth:`Dataset.check_stacking` reads at most to find two it would stack
