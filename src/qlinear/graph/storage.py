@@ -24,6 +24,13 @@ def storage_type(dtype: str) -> str:
     return t.name
 
 
+def two_bit_note(what: str, dtype: str) -> str:
+    """The note a run with 2-bit weights gives (``what``: which weights), saying how the file stores them."""
+    return (f"{what}: model.qdq.onnx stores the weights on the exact {storage_type(dtype)} grid (ONNX Runtime has no "
+            "2-bit DequantizeLinear), 4 bits a weight in the file; the values and model.encodings are on the 2-bit "
+            "grid")
+
+
 #: NumPy storage of each integer weight type as written (2-bit types on the 4-bit grid), from core's type table
 STORAGE = {t.name: qtype(storage_type(t.name)).storage for t in TABLE if t.is_int and t.bits <= 8}
 

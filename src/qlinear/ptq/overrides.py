@@ -162,7 +162,7 @@ def apply_to_plan(rules: tuple[Override, ...], m: Any, plan: Any, *, weight_type
             out[spec.name] = r
             used.update(r.rules)
     followers = plan.followers()
-    said = []
+    said = _two_bit_notes(out)
     for t in plan.activations:
         hits = {t: _hits(rules, g, t)} | {f: _hits(rules, g, f) for f in followers.get(t, ())}
         hit = sorted(set().union(*hits.values()))
@@ -188,6 +188,19 @@ def apply_to_plan(rules: tuple[Override, ...], m: Any, plan: Any, *, weight_type
         for t in floats:
             plan.skipped[t] = "left in float by an override"
     return out
+
+
+def _two_bit_notes(weights: dict[str, Resolved]) -> list[str]:
+    """The storage note of the weights the rules give a 2-bit type, one per type."""
+    from qlinear.core.types import qtype
+    from qlinear.graph.storage import two_bit_note
+
+    by: dict[str, list[str]] = {}
+    for name, r in weights.items():
+        if r.type is not None and not r.float and qtype(r.type).bits == 2:
+            by.setdefault(r.type, []).append(name)
+    return [two_bit_note(f"overrides give {len(v)} weight(s) {t} ({', '.join(map(repr, v[:3]))}"
+                         f"{' ...' if len(v) > 3 else ''})", t) for t, v in by.items()]
 
 
 def _hits(rules: tuple[Override, ...], g: Any, t: str) -> list[int]:

@@ -27,7 +27,7 @@ from qlinear.core.granularity import LPBQ, PerBlock
 from qlinear.core.types import QType, int_type
 from qlinear.errors import ConfigError
 from qlinear.graph import ops
-from qlinear.graph.storage import storage_type
+from qlinear.graph.storage import two_bit_note
 from qlinear.ptq import targets
 from qlinear.ptq.config import QuantizeConfig
 
@@ -61,9 +61,7 @@ def settle(cfg: QuantizeConfig, model: Any = None) -> tuple[QuantizeConfig, list
                      "kernels and runs these layers in float between their Q/DQ pairs (slower than the float model); "
                      "16-bit activations pay off on a runtime that computes them (target qnn: QNN's HTP)")
     if cfg.weight_qtype.bits == 2:
-        notes.append(f"weight_type {cfg.weight_type}: model.qdq.onnx stores the weights on the exact "
-                     f"{storage_type(cfg.weight_type)} grid (ONNX Runtime has no 2-bit DequantizeLinear), 4 bits a "
-                     "weight in the file; the values and model.encodings are on the 2-bit grid")
+        notes.append(two_bit_note(f"weight_type {cfg.weight_type}", cfg.weight_type))
     if model is not None and not cfg.weight_only:
         cfg = cfg.settled(placement=placement_for(cfg, model))
         ws = _weights(model)
