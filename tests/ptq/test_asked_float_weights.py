@@ -58,3 +58,21 @@ def test_nothing_said_when_every_weight_is_quantized():
     qm = _run()
     assert not _float_weights(qm)
     assert not any("left float as the configuration asks" in n for n in qm.notes)
+
+
+def test_a_constant_first_operand_of_a_matmul_is_named():
+    # W @ x: the plan quantizes a MatMul's second operand as its weight; a constant first one stayed float unnamed
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.normal(size=(16, 8)).astype(np.float32), "W")
+    v = numpy_helper.from_array(rng.normal(size=(8, 4)).astype(np.float32), "V")
+    nodes = [helper.make_node("MatMul", ["W", "x"], ["y"], name="mm_left"),
+             helper.make_node("MatMul", ["y", "V"], ["z"], name="mm_right")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8, 8])],
+                          [helper.make_tensor_value_info("z", TensorProto.FLOAT, ["N", 16, 4])], [w, v])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    qm = qlinear.quantize(m, {"x": rng.normal(size=(16, 8, 8)).astype(np.float32)},
+                          dict(calibration_samples=8, evaluation_samples=8))
+    assert [s.name for s in qm.plan.weights] == ["V"]
+    said = [n for n in qm.notes if "first operand" in n]
+    assert said and said[0].startswith("1 constant first operand(s) of a layer stay float") \
+        and said[0].endswith("W (MatMul mm_left)"), qm.notes

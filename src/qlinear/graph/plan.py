@@ -561,28 +561,33 @@ def _holds_graph(n: onnx.NodeProto) -> bool:
 
 
 def float_weight_note(m: onnx.ModelProto, plan: Plan, quantized: Iterable[str] = ()) -> list[str]:
-    """A note naming the constant weights of the main graph the plan leaves float (none of its runtimes' integer
+    """Notes naming the constant weights of the main graph the plan leaves float (none of its runtimes' integer
     kernels takes them): recurrent and attention weights (``WEIGHT_BEARING`` operators outside ``WEIGHTED``) and the
-    float tables of embedding lookups (``LOOKUPS``) other than ``quantized`` (tables the target stores quantized)."""
+    float tables of embedding lookups (``LOOKUPS``) other than ``quantized`` (tables the target stores quantized);
+    and a constant first operand of a MatMul/Gemm (``W @ x``: the layer's weight is its second operand)."""
     inits = {t.name: t for t in m.graph.initializer}
     planned = {w.name for w in plan.weights} | set(quantized)
     left: list[str] = []
+    first: list[str] = []
     for n in m.graph.node:
         if n.op_type in ops.WEIGHT_BEARING and n.op_type not in WEIGHTED:
-            idx = (1, 2)
+            idx, into = (1, 2), left
         elif n.op_type in ops.LOOKUPS:
-            idx = (0,)
+            idx, into = (0,), left
+        elif n.op_type in WEIGHTED and n.op_type != "Conv" and n.op_type != "ConvTranspose":
+            idx, into = (0,), first
         else:
             continue
         for i in idx:
             t = inits.get(n.input[i]) if i < len(n.input) else None
             if t is not None and t.name not in planned and len(t.dims) >= 2 \
                     and t.data_type in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16):
-                left.append(f"{t.name} ({n.op_type} {n.name or n.output[0]})")
-    if not left:
-        return []
-    return [f"{len(left)} weight(s) stay float (no integer kernel for their operator in this pipeline): "
-            + ", ".join(left[:6]) + (" ..." if len(left) > 6 else "")]
+                into.append(f"{t.name} ({n.op_type} {n.name or n.output[0]})")
+    out = [f"{len(left)} weight(s) stay float (no integer kernel for their operator in this pipeline): "
+           + ", ".join(left[:6]) + (" ..." if len(left) > 6 else "")] if left else []
+    return out + ([f"{len(first)} constant first operand(s) of a layer stay float (qlinear quantizes a layer's "
+                   "second operand as its weight; its first is computed in float): " + ", ".join(first[:6])
+                   + (" ..." if len(first) > 6 else "")] if first else [])
 
 
 def asked_float_weight_note(m: onnx.ModelProto, plan: Plan, exclude_nodes: Iterable[str] = (),
