@@ -36,6 +36,7 @@ from qlinear.errors import EncodingError, GraphError, UnsupportedError
 from qlinear.graph.axes import resolve_encoding
 from qlinear.graph.ir import to_ir, to_proto
 from qlinear.graph.model import GraphIndex, attr, input_name, load_model, opset, topological_sort
+from qlinear.graph.ops import CONSTANT_CLAMPS
 from qlinear.graph.passes.insert_qdq import CAST_TYPES, FLOAT_TYPES, InsertQDQ, storage_type
 from qlinear.graph.passes.raise_opset import RaiseOpset
 
@@ -99,8 +100,10 @@ def _validate_one(e: Encoding, g: GraphIndex, rep: Report) -> None:
         rep.problems.append(Problem(e.name, msg))
 
     if not g.exists(e.name):
-        bad("no tensor of this name in the graph (not an input, initializer or node output)")
-        return
+        moved = g.producer.get(f"{e.name}_quantized")   # a clamp computed on the integers: its Q/DQ pair is gone
+        if moved is None or moved.op_type not in CONSTANT_CLAMPS:   # (qlinear.graph.integer_clamps)
+            bad("no tensor of this name in the graph (not an input, initializer or node output)")
+            return
     is_param = e.name in g.initializers
     shape = g.shape(e.name)
     p = g.producer.get(e.name)
@@ -356,6 +359,13 @@ def extract(qdq_model: Any, *, use_metadata: bool = True) -> EncodingSet:
                 done.add(x)
                 continue
             q = g.producer.get(x)
+            start = _clamped_from(q, g, value)
+            if start is not None:   # Q -> integer Min/Max... -> DQ (qlinear.graph.integer_clamps)
+                for name, node in ((start.input[0], start), (_strip(x), n)):
+                    if name not in done:
+                        found.append(_activation_from_q(name, node, value, g))
+                        done.add(name)
+                continue
             if q is None or q.op_type != "QuantizeLinear":
                 continue
             src, out = _through_casts(q.input[0], n.output[0], g)
@@ -463,6 +473,21 @@ def _collapse(a: np.ndarray, block_axis: int, like: np.ndarray | None = None) ->
         if a.shape[i] > 1 and np.all(a == a.take([0], axis=i)):
             a = a.take([0], axis=i)
     return a
+
+
+def _clamped_from(n: onnx.NodeProto | None, g: GraphIndex, value: Any) -> onnx.NodeProto | None:
+    """The ``QuantizeLinear`` a chain of ``Max``/``Min`` nodes against integer constants, ending at ``n``, starts
+    from (:mod:`qlinear.graph.integer_clamps` moves clamps onto the integers: the tensor before them and the one
+    after keep their parameters, the second in the ``DequantizeLinear`` that reads the chain); None for anything
+    else."""
+    while n is not None and n.op_type in CONSTANT_CLAMPS and len(n.input) == 2:
+        consts = [value(x) for x in n.input]
+        if sum(c is not None for c in consts) != 1 or next(c for c in consts if c is not None).dtype.kind not in "iu":
+            return None
+        n = g.producer.get(n.input[0] if consts[0] is None else n.input[1])
+        if n is not None and n.op_type == "QuantizeLinear":
+            return n
+    return None
 
 
 def _activation_from_q(name: str, q: onnx.NodeProto, value: Any, g: GraphIndex) -> Encoding:

@@ -174,6 +174,18 @@ def reads(g: onnx.GraphProto) -> set[str]:
     return {x for n in g.node for x in node_inputs(n)}
 
 
+def prune(g: onnx.GraphProto) -> None:
+    """Drop (in place) the initializers nothing in ``g`` reads and the value infos of names nothing produces any
+    more (after a rewrite removed nodes)."""
+    read = reads(g) | {v.name for v in (*g.output, *g.input)}
+    for t in [t for t in g.initializer if t.name not in read]:
+        g.initializer.remove(t)
+    produced = {o for n in g.node for o in n.output} | {v.name for v in g.input} | {t.name for t in g.initializer}
+    vi = [v for v in g.value_info if v.name in produced]
+    del g.value_info[:]
+    g.value_info.extend(vi)
+
+
 def inline_bytes(m: onnx.ModelProto) -> int:
     """Bytes of the main graph's initializers held in the model (not external), from their dims and types."""
     return sum(_data_bytes(t) for t in m.graph.initializer if t.data_location != onnx.TensorProto.EXTERNAL)

@@ -220,6 +220,11 @@ def parse(model: Any) -> QdqGraph:
                 continue
             qg.values[src] = QValue(src, p, const=c, float_name=n.output[0])
             qg.dq[n.output[0]] = src
+        elif src in g.producer:  # integers a node computes (Min/Max moved onto them): the DQ gives the parameters
+            p = _params(n, consts, None)
+            if p is not None:
+                qg.values[src] = QValue(src, p, float_name=n.output[0])
+                qg.dq[n.output[0]] = src
     for n in m.graph.node:
         if n.op_type in QDQ_STRUCTURE:
             continue

@@ -20,7 +20,7 @@ from onnx import numpy_helper
 
 from qlinear.core.dequantize import dequantize_linear
 from qlinear.core.types import int_stored_as
-from qlinear.graph.model import node_inputs, reads, without_weights
+from qlinear.graph.model import node_inputs, prune, without_weights
 from qlinear.graph.ops import CONSTANT_CLAMPS
 
 
@@ -54,22 +54,32 @@ def drop_satisfied_clamps(m: onnx.ModelProto) -> list[str]:
             into[n.output[0]] = x
             dropped.append(n.name or n.output[0])
     if into:
-        _rewire(g, into, inits)
+        _rewire(g, into)
     return dropped
 
 
-def _grid_ends(d: onnx.NodeProto | None, inits: dict[str, onnx.TensorProto]) -> tuple[float, float] | None:
-    """The lowest and highest value ``d`` (a ``DequantizeLinear`` with a constant per-tensor scale and integer zero
-    point, float32 output) can give; None for anything else."""
-    if d is None or d.op_type != "DequantizeLinear" or d.domain not in ("", "ai.onnx") or len(d.input) < 3 \
+def per_tensor_params(d: onnx.NodeProto | None, inits: dict[str, onnx.TensorProto],
+                      op: str = "DequantizeLinear") -> tuple[np.ndarray, np.ndarray] | None:
+    """The scale (float32) and integer zero point of ``d``, a ``DequantizeLinear`` (or ``op``) of the default
+    domain with constant per-tensor parameters and a float32 output; None for anything else."""
+    if d is None or d.op_type != op or d.domain not in ("", "ai.onnx") or len(d.input) < 3 \
             or d.input[1] not in inits or d.input[2] not in inits:
         return None
     if any(a.name == "output_dtype" and a.i not in (0, onnx.TensorProto.FLOAT) for a in d.attribute):
         return None
     s, zp = numpy_helper.to_array(inits[d.input[1]]), numpy_helper.to_array(inits[d.input[2]])
-    t = int_stored_as(zp.dtype)
-    if s.size != 1 or zp.size != 1 or s.dtype != np.float32 or t is None:
+    if s.size != 1 or zp.size != 1 or s.dtype != np.float32 or int_stored_as(zp.dtype) is None:
         return None
+    return s, zp
+
+
+def _grid_ends(d: onnx.NodeProto | None, inits: dict[str, onnx.TensorProto]) -> tuple[float, float] | None:
+    """The lowest and highest value ``d`` (:func:`per_tensor_params`) can give; None for anything else."""
+    params = per_tensor_params(d, inits)
+    if params is None:
+        return None
+    s, zp = params
+    t = int_stored_as(zp.dtype)
     q = np.array([t.qmin, t.qmax], dtype=zp.dtype)
     lo, hi = dequantize_linear(q, s.reshape(()), zp.reshape(()))
     return float(lo), float(hi)
@@ -131,7 +141,7 @@ def _subgraph_reads(g: onnx.GraphProto) -> set[str]:
     return {x for n in g.node for x in node_inputs(n)[sum(1 for i in n.input if i):]}
 
 
-def _rewire(g: onnx.GraphProto, into: dict[str, str], inits: dict[str, onnx.TensorProto]) -> None:
+def _rewire(g: onnx.GraphProto, into: dict[str, str]) -> None:
     """Readers of each dropped output read its input; the dropped nodes and the constants only they read go."""
     kept = [n for n in g.node if not (len(n.output) == 1 and n.output[0] in into)]
     for n in kept:
@@ -140,14 +150,7 @@ def _rewire(g: onnx.GraphProto, into: dict[str, str], inits: dict[str, onnx.Tens
                 n.input[i] = into[x]
     del g.node[:]
     g.node.extend(kept)
-    read = reads(g) | {v.name for v in (*g.output, *g.input)}
-    unused = [t for t in g.initializer if t.name not in read]
-    for t in unused:
-        g.initializer.remove(t)
-    gone = {t.name for t in unused} | set(into)
-    vi = [v for v in g.value_info if v.name not in gone]
-    del g.value_info[:]
-    g.value_info.extend(vi)
+    prune(g)
 
 
-__all__ = ["drop_satisfied_clamps"]
+__all__ = ["drop_satisfied_clamps", "per_tensor_params"]

@@ -92,6 +92,9 @@ class IntegerModel:
                 continue
             if all(not i or i in qg.consts for i in n.input) and n.output and all(o in qg.consts for o in n.output):
                 continue  # folded constant
+            if n.op_type in ops.CONSTANT_CLAMPS:
+                self.steps.append(self._clamp_step(n))
+                continue
             self.steps.append(self._float_step(n))
         del prof
 
@@ -118,6 +121,23 @@ class IntegerModel:
                 q = quantize_linear(x, p.scale if p.scale.size > 1 or p.block_size else p.scale.reshape(()),
                                     None if z is None else (z if z.size > 1 or p.block_size else z.reshape(())), **kw)
             env.ints[out] = np.asarray(q)
+
+        return run
+
+    def _clamp_step(self, n: onnx.NodeProto) -> Callable[[Env], None]:
+        """A ``Max``/``Min``: on the integers when its input is an integer tensor and its other input an integer
+        constant (:mod:`qlinear.graph.integer_clamps`; ONNX Runtime's int8 ``Min``/``Max``), else in float."""
+        floating = self._float_step(n)
+        consts = self.qg.consts
+        pick = np.minimum if n.op_type == "Min" else np.maximum
+
+        def run(env: Env) -> None:
+            x = [i for i in n.input if i not in consts]
+            c = [consts[i] for i in n.input if i in consts]
+            if len(x) == 1 and len(c) == 1 and x[0] in env.ints and np.asarray(c[0]).dtype.kind in "iu":
+                env.ints[n.output[0]] = pick(env.ints[x[0]], np.asarray(c[0], env.ints[x[0]].dtype))
+            else:
+                floating(env)
 
         return run
 

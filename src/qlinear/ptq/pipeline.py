@@ -30,6 +30,7 @@ import onnx
 from qlinear.encodings import EncodingSet
 from qlinear.errors import CalibrationError, ConfigError, GraphError
 from qlinear.graph.float_weights import float_layer_weights
+from qlinear.graph.integer_clamps import integer_clamps
 from qlinear.graph.ir import to_ir, to_proto
 from qlinear.graph.load import load_checked
 from qlinear.graph.model import load_model, opset, tensor_outputs
@@ -529,6 +530,7 @@ def _finish(es: EncodingSet, m: onnx.ModelProto, cfg: QuantizeConfig, label: str
     if cfg.target == "ort":
         _float_layer_weights(qm, notes, budget=cfg.size_budget is not None or cfg.average_bits is not None)
         _drop_satisfied_clamps(qm, notes)
+        _move_clamps(qm, notes)
     loaded = _check_loads(qm, label)
     if cfg.target == "tflite":
         bad = targets.check_tflite(qm)
@@ -573,6 +575,17 @@ def _drop_satisfied_clamps(qm: onnx.ModelProto, notes: list[str]) -> None:
         notes.append(f"{len(gone)} Max/Min clamp(s) against a constant ({', '.join(gone[:3])}"
                      f"{' ...' if len(gone) > 3 else ''}) dropped from the Q/DQ model: the integer grid before each "
                      "already keeps its values within the bound (the same outputs; ONNX Runtime ran them in float)")
+
+
+def _move_clamps(qm: onnx.ModelProto, notes: list[str]) -> None:
+    """Target ort: the Max/Min clamps against a constant between a DequantizeLinear and a QuantizeLinear of the same
+    8-bit grid computed on the integers (:mod:`qlinear.graph.integer_clamps`: the same outputs), with a note."""
+    moved = integer_clamps(qm)
+    if moved:
+        notes.append(f"{len(moved)} Max/Min clamp(s) against a constant ({', '.join(moved[:3])}"
+                     f"{' ...' if len(moved) > 3 else ''}) computed on the integers in the Q/DQ model: Min/Max of "
+                     "the 8-bit values against the quantized bound, where ONNX Runtime dequantized, clamped in float "
+                     "and quantized again (the same outputs; model.encodings keeps both tensors' parameters)")
 
 
 def _mb(n: int) -> str:

@@ -38,6 +38,7 @@ import onnx
 
 from qlinear.errors import ConfigError, DataError, QlinearError
 from qlinear.graph import ops
+from qlinear.graph.integer_clamps import float_clamps, has_integer_clamps
 from qlinear.graph.model import load_model, tensor_outputs
 from qlinear.graph.qdq import ACTIVATIONS, QdqGraph, clip_bounds
 from qlinear.kernels.profiles import PROFILES
@@ -347,6 +348,20 @@ def _check_order(fm: onnx.ModelProto, qm: onnx.ModelProto) -> None:
                           "QUANT.onnx)")
 
 
+def _with_float_clamps(qm: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]:
+    """``qm`` with its clamps on the integers (:mod:`qlinear.graph.integer_clamps`) written back between a
+    DequantizeLinear and a QuantizeLinear (a copy; the same values), so that their tensors are compared; and a
+    note."""
+    if not has_integer_clamps(qm):
+        return qm, []
+    out = onnx.ModelProto()
+    out.CopyFrom(qm)
+    back = float_clamps(out)
+    return out, [f"{len(back)} Max/Min clamp(s) the quantized model computes on the integers ({', '.join(back[:3])}"
+                 f"{' ...' if len(back) > 3 else ''}) compared as DequantizeLinear -> clamp -> QuantizeLinear (the "
+                 "same values)"] if back else []
+
+
 def compare_models(float_model: Any, quant_model: Any, data: Any, *, samples: int = 16, batch_size: int = 8,
                    jump_db: float = JUMP_DB, excess_db: float = EXCESS_DB,
                    batch_axes: dict[str, int] | None = None) -> ModelDiff:
@@ -356,7 +371,9 @@ def compare_models(float_model: Any, quant_model: Any, data: Any, *, samples: in
         raise ConfigError(f"samples: expected a positive number of samples, got {samples}")
     fm, qm = load_model(float_model), load_model(quant_model)
     _check_order(fm, qm)
+    qm, clamps = _with_float_clamps(qm)
     fm, notes = as_rewritten(fm, qm)
+    notes += clamps
     fm = _fixed_as_quantized(fm, qm, data, samples, batch_axes, notes)
     matches, unmatched = match_tensors(fm, qm)
     if not any(mt.role != "input" for mt in matches):
