@@ -348,3 +348,20 @@ def test_litert_later_tensors_carried_or_made_on_the_runtimes_own_inputs(tflite_
     assert main(["debug", str(q), str(t), "--data", str(DATA), "--samples", "8", "--mode", "f32_rne"]) == 1
     said = capsys.readouterr().out
     assert "carried" in said and "made here too" in said
+
+
+def test_a_grid_that_starts_where_a_clamp_after_it_cuts_is_no_jump(cle_relu6, tmp_path):
+    """Per-tensor on target ort a layer before a ReLU6 written as Max(0)/Min(bound) takes the clamp's grid, which
+    starts at 0: its saturation there changes nothing after the clamp. It was counted as the conv's own error
+    (EfficientNet-Lite0: a "first jump" of 4.7 dB at the first Conv, whose clamp's output had 46 dB); now the float
+    value is cut where the grid and the clamp both cut it: the conv output scores as its clamped output does, and a
+    scale corrupted after it is still the first jump."""
+    model, data = cle_relu6
+    qm = qlinear.quantize(model, data, dict(calibration_samples=32, evaluation_samples=0, weights="per-tensor"))
+    qm.save(tmp_path / "o")
+    fm, q = tmp_path / "o" / "model.float.onnx", onnx.load(tmp_path / "o" / "model.qdq.onnx")
+    r = {t.tensor: t for t in compare_models(fm, q, data).tensors}
+    assert r["c1"].quantized and r["c1"].sqnr_db > 25 and abs(r["c1"].sqnr_db - r["r"].sqnr_db) < 3
+    assert not any(t.jump for t in r.values())
+    bad = compare_models(fm, _scaled(q, "y_scale"), data)
+    assert bad.first_jump == "y"

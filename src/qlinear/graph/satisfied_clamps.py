@@ -44,7 +44,7 @@ def drop_satisfied_clamps(m: onnx.ModelProto) -> list[str]:
         x = into.get(x, x)
         if c not in inits or x in inits:
             continue
-        ends = _grid_ends(prod.get(x), inits)
+        ends = grid_ends(prod.get(x), inits)
         cv = numpy_helper.to_array(inits[c])
         if ends is None or cv.dtype != np.float32 or not cv.size or not np.all(np.isfinite(cv)):
             continue
@@ -73,7 +73,7 @@ def per_tensor_params(d: onnx.NodeProto | None, inits: dict[str, onnx.TensorProt
     return s, zp
 
 
-def _grid_ends(d: onnx.NodeProto | None, inits: dict[str, onnx.TensorProto]) -> tuple[float, float] | None:
+def grid_ends(d: onnx.NodeProto | None, inits: dict[str, onnx.TensorProto]) -> tuple[float, float] | None:
     """The lowest and highest value ``d`` (:func:`per_tensor_params`) can give; None for anything else."""
     params = per_tensor_params(d, inits)
     if params is None:
@@ -153,4 +153,4 @@ def _rewire(g: onnx.GraphProto, into: dict[str, str]) -> None:
     prune(g)
 
 
-__all__ = ["drop_satisfied_clamps", "per_tensor_params"]
+__all__ = ["drop_satisfied_clamps", "grid_ends", "per_tensor_params"]

@@ -40,7 +40,9 @@ from qlinear.errors import ConfigError, DataError, QlinearError
 from qlinear.graph import ops
 from qlinear.graph.integer_clamps import float_clamps, has_integer_clamps
 from qlinear.graph.model import load_model, tensor_outputs
+from qlinear.graph.ops import CONSTANT_CLAMPS
 from qlinear.graph.qdq import ACTIVATIONS, QdqGraph, clip_bounds
+from qlinear.graph.satisfied_clamps import grid_ends
 from qlinear.kernels.profiles import PROFILES
 from qlinear.kernels.run import IntegerModel
 from qlinear.kernels.steps import Env
@@ -114,6 +116,7 @@ class _Match:
     quantized: bool = False   # whether a QuantizeLinear/DequantizeLinear stands between
     fused: bool = False       # the quantizer's input is computed by another operator (a Relu/Clip fused away)
     clip: tuple[float, float] | None = None  # then: the fused clamp, applied to ``pre`` to compare like with like
+    saturate: tuple[Any, Any] | None = None  # the grid's ends where the clamps after it hide its saturation
 
 
 def _producers(m: onnx.ModelProto) -> dict[str, onnx.NodeProto]:
@@ -202,6 +205,46 @@ def match_tensors(fm: onnx.ModelProto, qm: onnx.ModelProto) -> tuple[list[_Match
             out.append(mt)
             seen.add(t)
     return out, unmatched
+
+
+def _hidden_saturation(fm: onnx.ModelProto, qm: onnx.ModelProto, matches: list[_Match]) -> None:
+    """Set ``saturate`` on the quantized activations that only ``Max``/``Min`` against constants read in ``fm``,
+    element by element (a bound per channel) where those bounds lie within the activation's grid: a ``Max`` at or
+    above the grid's bottom hides its saturation there (a ReLU6 of cross-layer equalization: the layer takes the
+    clamp's grid, which starts at 0), a ``Min`` at or below its top hides the top's. The float value is then compared cut where the grid cuts it; otherwise the
+    values the clamps remove anyway counted as that tensor's error (EfficientNet-Lite0 per-tensor: a "first jump" at
+    the first Conv, 4.7 dB)."""
+    finits = {t.name: t for t in fm.graph.initializer}
+    readers = _consumers(fm)
+    qinits = {t.name: t for t in qm.graph.initializer}
+    qprod = _producers(qm)
+    for mt in matches:
+        ends = grid_ends(qprod.get(mt.post), qinits) if mt.role == "activation" and mt.quantized else None
+        if ends is None:
+            continue
+        lo, hi = np.float32(-np.inf), np.float32(np.inf)   # per element (a bound per channel) where hidden
+        for op, c in _clamps_after(mt.tensor, readers, finits):
+            if op == "Max":
+                lo = np.maximum(lo, np.where(c >= ends[0], np.float32(ends[0]), -np.inf).astype(np.float32))
+            else:
+                hi = np.minimum(hi, np.where(c <= ends[1], np.float32(ends[1]), np.inf).astype(np.float32))
+        if np.any(np.isfinite(lo)) or np.any(np.isfinite(hi)):
+            mt.saturate = (lo, hi)
+
+
+def _clamps_after(t: str, readers: dict[str, list[onnx.NodeProto]],
+                  finits: dict[str, onnx.TensorProto]) -> list[tuple[str, np.ndarray]]:
+    """The chain of ``Max``/``Min`` against a constant that alone reads ``t`` (each the only reader of the one
+    before): ``(operator, constant)`` in order."""
+    out: list[tuple[str, np.ndarray]] = []
+    while len(readers.get(t, [])) == 1:
+        n = readers[t][0]
+        c = [onnx.numpy_helper.to_array(finits[x]) for x in n.input if x in finits and x != t]
+        if n.op_type not in CONSTANT_CLAMPS or len(n.input) != 2 or len(c) != 1 or not c[0].size:
+            break
+        out.append((n.op_type, c[0]))
+        t = n.output[0]
+    return out
 
 
 def _activation(t: str, op: str, u: str | None, ftensors: set[str], qnames: set[str], qprod: dict[str, onnx.NodeProto],
@@ -376,6 +419,7 @@ def compare_models(float_model: Any, quant_model: Any, data: Any, *, samples: in
     notes += clamps
     fm = _fixed_as_quantized(fm, qm, data, samples, batch_axes, notes)
     matches, unmatched = match_tensors(fm, qm)
+    _hidden_saturation(fm, qm, matches)
     if not any(mt.role != "input" for mt in matches):
         raise DataError("the float and the quantized model share no tensor: is the quantized model made from this "
                         "float model (for a qlinear run, its model.float.onnx)?")
@@ -409,6 +453,9 @@ def compare_models(float_model: Any, quant_model: Any, data: Any, *, samples: in
                 pre = qv[mt.pre] if mt.pre else None
                 if pre is not None and mt.clip is not None:
                     pre = np.clip(pre, np.float32(mt.clip[0]), np.float32(mt.clip[1]))
+                if mt.saturate is not None:   # what the grid's ends cut, the clamps after it cut too
+                    f = np.clip(f, *mt.saturate)
+                    pre = None if pre is None else np.clip(pre, *mt.saturate)
                 acc[mt.tensor].add(f, qv[mt.post], pre)
             except DataError as e:
                 raise DataError(f"{mt.tensor} (quantized model: {mt.post}): {e}") from None
