@@ -319,7 +319,8 @@ def as_rewritten(fm: onnx.ModelProto, qm: onnx.ModelProto) -> tuple[onnx.ModelPr
     """``fm`` with the exact float rewrites a qlinear run makes before quantizing, where ``qm`` shows them: weights
     stored as ``Constant`` nodes made initializers (and an opset below 13 upgraded,
     :func:`~qlinear.graph.passes.normalize.normalize`), ``Conv -> BatchNormalization`` folded when ``qm`` has
-    fewer BatchNormalization nodes, and ``Conv -> Mul/Add/Sub(constant)`` when it has fewer of those. The original
+    fewer BatchNormalization nodes, ``Conv -> Mul/Add/Sub(constant)`` when it has fewer of those, and cross-layer
+    equalization when ``qm``'s weights show it (:func:`_equalized_as`). The original
     model as shipped can then be compared with qlinear's output (its folded weights and renamed Conv outputs were compared with the unfolded ones, 0.5 dB "first jumps" on weights);
     ``model.float.onnx`` of a run is already rewritten and passes unchanged. Returns the model and what was done."""
     from qlinear.graph.ir import to_ir, to_proto
@@ -350,7 +351,64 @@ def as_rewritten(fm: onnx.ModelProto, qm: onnx.ModelProto) -> tuple[onnx.ModelPr
             notes.append(f"FLOAT: {affine.folded} Mul/Add/Sub of a per-channel constant folded into the Conv before "
                          "them, as the quantized model has them (compare with the run's model.float.onnx to skip "
                          "this)")
-    return fm, notes
+    return _equalized_as(fm, qm, notes), notes
+
+
+def _equalized_as(fm: onnx.ModelProto, qm: onnx.ModelProto, notes: list[str]) -> onnx.ModelProto:
+    """``fm`` with qlinear's cross-layer equalization (:class:`qlinear.graph.passes.equalize.Equalize`: data-free,
+    the same scales as the run's) when ``qm``'s dequantized weights are closer to the equalized weights than to
+    ``fm``'s (a per-tensor run rescales the channels: the model as given would be compared with other values). Both
+    variants are tried: with the clip bounds made per-channel Max/Min, and across ReLU only (target tflite)."""
+    from qlinear.graph.ir import to_ir, to_proto
+    from qlinear.graph.passes.equalize import Equalize
+
+    if not any(n.op_type == "Conv" for n in fm.graph.node):   # it equalizes Conv pairs only
+        return fm
+    dq = _dequantized_weights(qm)
+    best, err, pairs = fm, _weight_error(fm, dq), 0
+    if not err > 0.05:   # within quantization error already
+        return fm
+    for clips in (True, False):
+        model = to_ir(fm)
+        eq = Equalize(clips=clips)
+        if eq(model).modified and eq.pairs:
+            cand = to_proto(model)
+            e = _weight_error(cand, dq)
+            if e < 0.5 * err:
+                best, err, pairs = cand, e, eq.pairs
+    if pairs:
+        notes.append(f"FLOAT: cross-layer equalization of {pairs} layer pairs redone, as the quantized model's "
+                     "weights show it (data-free: the run's scales)")
+    return best
+
+
+def _dequantized_weights(qm: onnx.ModelProto) -> dict[str, np.ndarray]:
+    """The weights of ``qm``'s Conv/Gemm/MatMul that a DequantizeLinear of a constant gives, by their float name."""
+    from qlinear.graph.bridge import extract
+
+    try:
+        es = extract(qm, use_metadata=False)
+    except QlinearError:
+        return {}
+    inits = {t.name: t for t in qm.graph.initializer}
+    out = {}
+    for n in qm.graph.node:
+        e = es.get(n.output[0]) if n.op_type == "DequantizeLinear" and n.input[0] in inits else None
+        if e is not None and e.int_scale is None:
+            out[n.output[0]] = e.dequantize(onnx.numpy_helper.to_array(inits[n.input[0]]))
+    return out
+
+
+def _weight_error(fm: onnx.ModelProto, dq: dict[str, np.ndarray]) -> float:
+    """Mean relative difference between ``fm``'s weights and the dequantized ones of the same name."""
+    errs = []
+    for t in fm.graph.initializer:
+        if t.name in dq:
+            w = onnx.numpy_helper.to_array(t).astype(np.float64)
+            d = np.asarray(dq[t.name], np.float64)
+            if w.shape == d.shape and np.any(w):
+                errs.append(float(np.linalg.norm(w - d) / np.linalg.norm(w)))
+    return float(np.mean(errs)) if errs else math.inf
 
 
 def _fixed_as_quantized(fm: onnx.ModelProto, qm: onnx.ModelProto, data: Any, samples: int,
