@@ -48,6 +48,7 @@ def integer_clamps(m: onnx.ModelProto) -> list[str]:
     gone: set[int] = set()                # ids of the QuantizeLinear nodes the chains end at
     dqs: set[int] = set()                 # ids of the DequantizeLinear nodes they start from
     moved: list[str] = []
+    made: dict[tuple, str] = {}           # (constant, grid) -> its quantized initializer
     for n in g.node:
         chain = _chain(n, prod, readers, inits, keep) if id(n) not in new else None
         if chain is None:
@@ -56,7 +57,7 @@ def integer_clamps(m: onnx.ModelProto) -> list[str]:
         s, zp = per_tensor_params(dq, inits)
         src = dq.input[0]
         for i, c in enumerate(clamps):
-            bound = _quantized_bound(c, inits, s, zp, g)
+            bound = _quantized_bound(c, inits, s, zp, g, made)
             out = q.output[0] if i == len(clamps) - 1 else f"{c.output[0]}_{zp.dtype.name}"
             new[id(c)] = helper.make_node(c.op_type, [src, bound], [out], name=c.name or c.output[0])
             src = out
@@ -110,17 +111,18 @@ def _clamped(n: onnx.NodeProto, inits: dict[str, onnx.TensorProto]) -> str | Non
 
 
 def _quantized_bound(c: onnx.NodeProto, inits: dict[str, onnx.TensorProto], s: np.ndarray, zp: np.ndarray,
-                     g: onnx.GraphProto) -> str:
-    """The name of a new initializer holding clamp ``c``'s constant quantized with ``(s, zp)``."""
+                     g: onnx.GraphProto, made: dict[tuple, str]) -> str:
+    """The name of an initializer holding clamp ``c``'s constant quantized with ``(s, zp)`` (new, or the one
+    ``made`` for the same constant and grid)."""
     name = next(x for x in c.input if x in inits)
-    q = quantize_linear(numpy_helper.to_array(inits[name]), s.reshape(()), zp.reshape(()))
-    base, k = f"{name}_{zp.dtype.name}", 0
-    while f"{base}{k or ''}" in inits:
-        k += 1
-    t = numpy_helper.from_array(np.asarray(q, zp.dtype), f"{base}{k or ''}")
-    g.initializer.append(t)
-    inits[t.name] = t
-    return t.name
+    key = (name, s.tobytes(), zp.tobytes(), zp.dtype.str)
+    if key not in made:
+        q = quantize_linear(numpy_helper.to_array(inits[name]), s.reshape(()), zp.reshape(()))
+        t = numpy_helper.from_array(np.asarray(q, zp.dtype), _fresh(f"{name}_{zp.dtype.name}", set(inits)))
+        g.initializer.append(t)
+        inits[t.name] = t
+        made[key] = t.name
+    return made[key]
 
 
 def float_clamps(m: onnx.ModelProto) -> list[str]:
