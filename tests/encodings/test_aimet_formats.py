@@ -453,3 +453,30 @@ def test_0_6_1_shift_applies_to_min_max_only_entries_too():
     entry = {"bitwidth": 2, "dtype": "int", "is_symmetric": "True", "min": -1.0, "max": 0.5, "zero_point_shift": 0.5}
     e = E.loads(json.dumps({"activation_encodings": {}, "param_encodings": {"w": [entry]}}))["w"]
     assert e.shifted and float(e.scale) == 0.5 and float(e.zero_point) == -0.5
+
+
+def _conv_blocks(kernel: int, lpbq: bool) -> E.EncodingSet:
+    """int4 blocks of 2 input channels on a Conv weight [4, 4, k, k], at each kernel position as ONNX blocks them."""
+    rng = np.random.default_rng(0)
+    if lpbq:
+        e = E.Encoding("conv.weight", "int4", scale=rng.uniform(0.001, 0.02, (4, 1, 1, 1)),
+                       int_scale=rng.integers(1, 17, (4, 2, kernel, kernel)), axis=1, block_size=2,
+                       decompressed_bits=8, role="param")
+    else:
+        e = E.Encoding("conv.weight", "int4", scale=rng.uniform(0.01, 0.2, (4, 2, kernel, kernel)), axis=1,
+                       block_size=2, role="param")
+    return E.EncodingSet([e])
+
+
+@pytest.mark.parametrize("lpbq", [False, True])
+def test_1_0_0_refuses_conv_blocks_that_vary_over_the_kernel(lpbq):
+    """1.0.0 stores one value per (channel, block): AIMET 2.42 reshapes it to (O, I/B, 1, 1) (load_encodings_to_sim:
+    "cannot reshape array of size 144 into shape (16,1,1,1)"; encodings_to_onnx_qdq fails too) and qlinear's own
+    resolve refused the longer list, so the 3x3 file was unreadable: the writer refuses it and names 2.0.0."""
+    with pytest.raises(EncodingError, match=r"conv\.weight.*1\.0\.0.*2\.0\.0"):
+        E.dumps(_conv_blocks(3, lpbq), "1.0.0")
+    two = json.loads(E.dumps(_conv_blocks(3, lpbq), "2.0.0"))["encodings"][0]
+    key = "per_block_int_scale" if lpbq else "y_scale"
+    assert np.asarray(two[key]).shape == (4, 2, 3, 3)
+    one = json.loads(E.dumps(_conv_blocks(1, lpbq), "1.0.0"))["param_encodings"][0]  # 1x1: (O, I/B, 1, 1) as AIMET
+    assert len(one[key if lpbq else "scale"]) == 8

@@ -142,6 +142,21 @@ def oc_major(a: np.ndarray, block_axis: int | None) -> np.ndarray:
     return a.transpose(order).reshape(-1)
 
 
+def _check_two_axes(e: Encoding, grid: np.ndarray) -> None:
+    """Refuse a block grid that varies along more than its channel and block axes (a Conv whose kernel is larger
+    than 1x1, blocked at each kernel position as ONNX blocks): 1.0.0 stores (channel, block) values only, which
+    AIMET 2.42 reshapes to ``(O, I/B, 1, 1)`` and ``qlinear.graph.resolve`` to (channels x blocks); both refuse the
+    longer list. 2.0.0 stores the grid with its shape."""
+    if grid.ndim < 3 or e.axis is None:
+        return
+    b = e.axis % grid.ndim
+    sizes = sorted((grid.shape[i] for i in range(grid.ndim) if i != b), reverse=True)
+    if sizes[1] > 1:
+        raise EncodingError(f"{e.name}: its blocks (scale shape {list(grid.shape)}, block axis {e.axis}) also vary "
+                            "along a third axis (a Conv kernel larger than 1x1), which 1.0.0 cannot hold (it stores "
+                            "one value per channel and block; AIMET reads them as (O, I/B, 1, 1)); write 2.0.0")
+
+
 #: what 1.0.0 cannot hold (:func:`qlinear.encodings.io.cannot_hold`): kind -> (why, the versions that can)
 CANNOT_HOLD = {"float": ("its FLOAT entries have no scale", "2.0.0")}
 
@@ -155,6 +170,8 @@ def _write_entry(e: Encoding, style: Style) -> dict:
         raise EncodingError(f"{e.name}: {t.name} encodings cannot be expressed in 1.0.0 ({why}); write {to}")
     g = e.granularity
     out: dict[str, Any] = {"name": e.name, "dtype": "INT"}
+    if g in ("lpbq", "per_block"):
+        _check_two_axes(e, e.int_scale if g == "lpbq" else e.scale)
     if g == "lpbq":
         bw = e.decompressed_bits
         c = e.scale.size
