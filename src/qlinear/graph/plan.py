@@ -4,7 +4,9 @@
   channel (:mod:`qlinear.graph.axes`); their **bias** becomes int32 at ``input_scale * weight_scale``.
 * **Activations**: graph inputs and the outputs of nodes, except where a runtime fuses: no quantizer between a
   Conv/Gemm/MatMul/Add and the Relu/Clip that is its only consumer (the quantizer goes after the activation). A
-  LeakyRelu is not fused (no runtime's integer Conv takes it): its input is quantized.
+  LeakyRelu is not fused (no runtime's integer Conv takes it): its input is quantized. Target ``qnn`` also fuses
+  a MatMul of a constant [K, N] weight with the Add of its constant [N] bias (AIMET's MatmulAdd, QNN's
+  FullyConnected): no quantizer between, and the bias is int32 like a Gemm's (:func:`matmul_bias`).
 * **Data-movement ops** (Reshape, Flatten, Transpose, Squeeze, Unsqueeze, MaxPool, Identity, Slice, Gather, Pad,
   SpaceToDepth, DepthToSpace) share their input's parameters.
 * **Concat**: where the target requires it (``tflite``: one scale in and out), its inputs and output share one set of
@@ -103,6 +105,11 @@ FLOAT_CHAIN_TARGETS = ("ort",)
 #: int8 kernel) and the clip runs in float; elsewhere the clip is fused like a Relu (no quantizer between). On
 #: EfficientNet-Lite0 per-tensor (CLE): 32 Convs ran in float with their weights dequantized at every inference
 UNFUSED_CLAMP_TARGETS = ("ort",)
+#: targets that fuse a MatMul with a constant rank-2 weight and the Add of a constant rank-1 bias into one layer
+#: (:func:`matmul_bias`): QNN's FullyConnected, AIMET's ``MatmulAdd`` fusion (its QuantizationSimModel rewrites the
+#: pair into a Gemm, so the MatMul's output is no tensor of AIMET's sim and an encoding for it fails to load); the
+#: bias then gets its int32 encoding like a Gemm's
+MATMUL_BIAS_TARGETS = ("qnn",)
 
 
 @dataclass
@@ -171,7 +178,8 @@ def make_plan(m: onnx.ModelProto | ir.Model, *, exclude_nodes: tuple[str, ...] =
         model, floats = to_ir(m), float_values(without_weights(m))
     else:
         model, floats = m, float_values(without_weights(proto) if proto is not None else light_proto(m))
-    g = _Graph(model.graph, clamps_fuse=target not in UNFUSED_CLAMP_TARGETS)
+    g = _Graph(model.graph, clamps_fuse=target not in UNFUSED_CLAMP_TARGETS,
+               matmul_bias=target in MATMUL_BIAS_TARGETS)
     plan = _make_plan(g, floats, exclude_nodes, exclude_op_types, quantize_outputs, target in TIED_CONCAT_TARGETS,
                       target in FLOAT_STATS_TARGETS if float_stats is None else float_stats)
     if placement == "all" and ((target in FLOAT_CHAIN_TARGETS) if float_chains is None else float_chains):
@@ -201,9 +209,10 @@ class _Graph:
     and the main-graph uses of a value in node order (``Value.uses()`` also lists subgraph nodes, and in the order the
     uses were added)."""
 
-    def __init__(self, graph: ir.Graph, clamps_fuse: bool = True) -> None:
+    def __init__(self, graph: ir.Graph, clamps_fuse: bool = True, matmul_bias: bool = False) -> None:
         self.graph = graph
         self.clamps_fuse = clamps_fuse  # a Max/Min against a constant fuses into its producer (a Relu-like clip)
+        self.matmul_bias = matmul_bias  # a MatMul and the Add of its bias are one layer (MATMUL_BIAS_TARGETS)
         self.nodes = list(graph)
         self.order = {n: i for i, n in enumerate(self.nodes)}
         self.inits = graph.initializers
@@ -300,9 +309,11 @@ def _add_weight(g: _Graph, n: ir.Node, ins: list[str], plan: Plan) -> None:
     bi = ops.bias_input(n.op_type)
     b = ins[bi] if bi is not None and len(ins) > bi else ""
     b = b if b and b in g.inits else ""
+    if not b and g.matmul_bias:
+        b = matmul_bias(g, n)
     key = n.name or _names(n.outputs)[0]  # an unnamed node by its first output, as everywhere (torch 1.2 exports)
     plan.weights.append(WeightSpec(w, n.op_type, key, axes[0], axes[1], ins[0], b))
-    if b:
+    if b and n.op_type != "MatMul":  # bias correction is Conv/Gemm's; a MatMul's bias Add only gets its int32
         plan.biases.append(BiasSpec(b, w, ins[0]))
 
 
@@ -377,6 +388,8 @@ def _why_not(g: _Graph, n: ir.Node, ins: list[str], v: ir.Value, data: set[str],
     if (n.op_type in FUSING_PRODUCERS or _is_act(n, g)) and len(cons) == 1 and _is_act(cons[0][0], g) \
             and out not in g.outputs:
         return f"fused with the following {cons[0][0].op_type}"
+    if g.matmul_bias and matmul_bias(g, n):
+        return "fused with the following Add of its bias (one layer: QNN's FullyConnected, AIMET's MatmulAdd)"
     end = _clamp_chain_end(g, n, v) if n.op_type in FUSING_PRODUCERS and not g.clamps_fuse else None
     if end is not None:
         return (end,)
@@ -442,6 +455,32 @@ def _float_data(g: _Graph, floats: set[str]) -> set[str]:
         if lookup or weighted or any(x is not None and x.name in data for x in n.inputs):
             data.update(o.name for o in n.outputs if o.name)
     return data
+
+
+def matmul_bias(g: _Graph, n: ir.Node) -> str:
+    """The bias initializer that ``n`` and its only reader make one layer with (target qnn): ``n`` a MatMul of a
+    constant rank-2 weight [K, N] whose output (not a graph output) only an Add reads, the Add's other input a
+    rank-1 float initializer of N values (AIMET's MatmulAdd fusion checks rank 2 and rank 1); "" otherwise."""
+    if n.op_type != "MatMul" or len(n.inputs) < 2 or not _float_init(g, n.inputs[1]) or not n.outputs:
+        return ""
+    v = n.outputs[0]
+    cons = g.uses(v)
+    w_shape = g.inits[n.inputs[1].name].const_value.shape
+    if len(w_shape) != 2 or v.name in g.outputs or len(cons) != 1 or cons[0][0].op_type != "Add":
+        return ""
+    add = cons[0][0]
+    other = [x for i, x in enumerate(add.inputs) if i != cons[0][1]]
+    if len(other) != 1 or not _float_init(g, other[0]) or other[0] is v:
+        return ""
+    b_shape = g.inits[other[0].name].const_value.shape
+    return other[0].name if len(b_shape) == 1 and b_shape[0] == w_shape[1] else ""
+
+
+def matmul_bias_weights(m: onnx.ModelProto) -> set[str]:
+    """The weights of the MatMuls of ``m`` that :func:`matmul_bias` makes one layer with their bias Add (target
+    qnn): their output stays float between the Q/DQ pairs."""
+    g = _Graph(to_ir(m).graph, matmul_bias=True)
+    return {n.inputs[1].name for n in g.nodes if matmul_bias(g, n)}
 
 
 def _float_init(g: _Graph, x: ir.Value | None) -> bool:

@@ -69,7 +69,7 @@ class TensorConfigs:
 def weight_encoding(name: str, w: np.ndarray, spec: WeightSpec, cfg: QuantizeConfig) -> Encoding:
     kw: dict[str, Any] = {}
     g = cfg.weight_granularity
-    if per_channel_instead(cfg, spec.op):  # blocked 8-bit Conv weights: QLinearConv takes no blocks
+    if per_channel_instead(cfg, spec.op, spec.op == "MatMul" and bool(spec.bias)):  # QLinearConv takes no blocks
         g = PerAxis(None)
     if isinstance(g, PerBlock) and spec.block_axis is not None:
         # a block longer than the axis is one block: store its real length

@@ -65,9 +65,10 @@ def settle(cfg: QuantizeConfig, model: Any = None) -> tuple[QuantizeConfig, list
     if model is not None and not cfg.weight_only:
         cfg = cfg.settled(placement=placement_for(cfg, model))
         ws = _weights(model)
-        convs = [w for op, w in ws if per_channel_instead(cfg, op)]
+        fused = _bias_fused(cfg, model)
+        convs = [w for op, w in ws if per_channel_instead(cfg, op, w in fused)]
         if convs:
-            kinds = sorted({op for op, w in ws if per_channel_instead(cfg, op)})
+            kinds = sorted({op for op, w in ws if per_channel_instead(cfg, op, w in fused)})
             notes.append(f"weights {cfg.weights}: {len(convs)} {'/'.join(kinds)} weight(s) quantized per-channel "
                          f"instead (ONNX Runtime runs 8-bit {'/'.join(kinds)} with 8-bit activations as "
                          "QLinearConv/MatMulInteger, which take no blocked scales)")
@@ -118,14 +119,15 @@ def _budget(cfg: QuantizeConfig) -> None:
                           f"(got {cfg.weight_type}) and weights per-channel, per-tensor or per-block")
 
 
-def per_channel_instead(cfg: QuantizeConfig, op: str) -> bool:
+def per_channel_instead(cfg: QuantizeConfig, op: str, bias_fused: bool = False) -> bool:
     """Whether a weight of operator ``op`` is quantized per channel although ``cfg`` asks for blocks (module
     docstring: 8-bit blocked weights with 8-bit activations on Conv, and on MatMul/Gemm with ``matmul`` placement,
-    where ONNX Runtime fuses them into MatMulIntegerToFloat)."""
+    where ONNX Runtime fuses them into MatMulIntegerToFloat; so on a MatMul fused with the Add of its bias,
+    ``bias_fused``: target qnn, ``qlinear.graph.plan.matmul_bias``, its output stays float too)."""
     if not isinstance(cfg.weight_granularity, PerBlock) or not _eight_bit(cfg.weight_qtype) \
             or not _eight_bit(cfg.activation_qtype):
         return False
-    return op in CONV_OPS or (op in ("MatMul", "Gemm") and cfg.placement == "matmul")
+    return op in CONV_OPS or (op in ("MatMul", "Gemm") and (cfg.placement == "matmul" or bias_fused))
 
 
 def placement_for(cfg: QuantizeConfig, m: Any) -> str:
@@ -284,6 +286,17 @@ def _qnn(cfg: QuantizeConfig, notes: list[str]) -> QuantizeConfig:
     if _asked(cfg, "policy") and cfg.policy != "aimet":
         notes.append(f"target qnn: policy aimet (asked {cfg.policy})")
     return cfg.settled(activation_type=cfg.activation_type if at is cfg.activation_qtype else at.name, policy="aimet")
+
+
+def _bias_fused(cfg: QuantizeConfig, model: Any) -> set[str]:
+    """The MatMul weights whose layer takes its bias Add on ``cfg``'s target (``MATMUL_BIAS_TARGETS``): blocked
+    8-bit ones with 8-bit activations would reach ONNX Runtime as MatMulIntegerToFloat."""
+    from qlinear.graph.plan import MATMUL_BIAS_TARGETS, matmul_bias_weights
+
+    if cfg.target not in MATMUL_BIAS_TARGETS or per_channel_instead(cfg, "MatMul") \
+            or not per_channel_instead(cfg, "MatMul", True):
+        return set()
+    return matmul_bias_weights(model)
 
 
 def _weights(model: Any) -> list[tuple[str, str]]:
