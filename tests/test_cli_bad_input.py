@@ -139,3 +139,20 @@ def test_an_image_cut_short_is_refused_before_work(tmp_path, capsys, fmt):
     assert "calibrating" not in err and not out.exists()
     cut.unlink()
     assert main(["quantize", "--data", str(imgs), "--calibration-samples", "2", "-o", str(out)]) == 0
+
+
+@pytest.mark.parametrize("args, refused", [(["--weights", "lpbq"], True),
+                                           (["--weights", "per-block", "--weight-type", "int4"], True),
+                                           (["--weights", "per-block"], False),   # 8-bit Conv: per-channel instead
+                                           (["--weights", "per-block", "--target", "tflite"], False)])
+def test_encodings_1_0_0_and_conv_blocks_over_a_kernel_refused_before_work(tmp_path, capsys, args, refused):
+    # the 1.0.0 writer refused them at the end of the run, after calibration and evaluation (AIMET interop audit)
+    out = tmp_path / "o"
+    rc = main(["quantize", *args, "--encodings-version", "1.0.0", "--calibration-samples", "4",
+               "--evaluation-samples", "4", "-o", str(out)])
+    err = " ".join(capsys.readouterr().err.split())
+    if refused:
+        assert rc == EXIT_ERROR and "calibrating" not in err and not out.exists(), err
+        assert "block Conv weight 'stem.weight' [16, 3, 3, 3] at each of its kernel positions; 1.0.0 cannot hold" in err
+    else:
+        assert rc == 0 and (out / "model.encodings").exists(), err

@@ -127,6 +127,7 @@ def quantize(
             "full_integer": full_integer or None, "workers": workers, "ray_address": ray_address}
     cfg = settled_config(model, config, over)
     _check_encodings_version(cfg, encodings_version)
+    _check_kernel_blocks(cfg, encodings_version, model)
     if data is None and not (cfg.weight_only and cfg.w_method in ("minmax", "mse")):
         raise ConfigError("--data is required with a model (an .npz file or a folder of samples); only weight-only "
                           "round to nearest (--activation-type float, --weight-method minmax or mse) runs without it")
@@ -190,6 +191,32 @@ def _check_encodings_version(cfg, version: str) -> None:
     if cannot_hold(version, [cfg.weights.replace("-", "_")]):
         raise ConfigError(f"--encodings-version {version} has no blocks, so it cannot hold {cfg.weights} weights; use "
                           "--encodings-version 1.0.0 or 2.0.0 (the default), or --weights per-channel")
+
+
+def _check_kernel_blocks(cfg, version: str, model: Path) -> None:
+    """Refuse before any work a version that cannot hold the block grid of a Conv weight whose kernel is larger than
+    1x1 (blocked at each kernel position), when the run blocks Conv weights (its writer would refuse at the end)."""
+    import numpy as np
+
+    from qlinear.encodings.io import cannot_hold
+    from qlinear.errors import ConfigError
+    from qlinear.ptq.pipeline import load_checked
+    from qlinear.ptq.settle import CONV_OPS, per_channel_instead, settle
+
+    why = cannot_hold(version, ["kernel_blocks"])
+    if why is None or cfg.weight_only or cfg.weights not in ("per-block", "lpbq"):
+        return
+    cfg = settle(cfg)[0]   # LPBQ settles to int4 weights, target tflite to per-channel
+    if cfg.weights not in ("per-block", "lpbq") or per_channel_instead(cfg, "Conv"):
+        return
+    m = load_checked(model, keep=True)[0]
+    inits = {t.name: t for t in m.graph.initializer}
+    for n in m.graph.node:
+        w = inits.get(n.input[1]) if n.op_type in CONV_OPS and len(n.input) > 1 else None
+        if w is not None and len(w.dims) > 2 and int(np.prod(w.dims[2:])) > 1:
+            raise ConfigError(f"--encodings-version {version}: {cfg.weights} weights block Conv weight {w.name!r} "
+                              f"{list(w.dims)} at each of its kernel positions; {why} (--encodings-version, 2.0.0 "
+                              "by default), or use --weights per-channel")
 
 
 SENSITIVITY_SAMPLES = 4  #: held-out samples ``--sensitivity`` runs on

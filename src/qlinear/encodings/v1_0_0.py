@@ -152,13 +152,17 @@ def _check_two_axes(e: Encoding, grid: np.ndarray) -> None:
     b = e.axis % grid.ndim
     sizes = sorted((grid.shape[i] for i in range(grid.ndim) if i != b), reverse=True)
     if sizes[1] > 1:
+        why, to = CANNOT_HOLD["kernel_blocks"]
         raise EncodingError(f"{e.name}: its blocks (scale shape {list(grid.shape)}, block axis {e.axis}) also vary "
-                            "along a third axis (a Conv kernel larger than 1x1), which 1.0.0 cannot hold (it stores "
-                            "one value per channel and block; AIMET reads them as (O, I/B, 1, 1)); write 2.0.0")
+                            f"along a third axis (a Conv kernel larger than 1x1), which 1.0.0 cannot hold ({why}); "
+                            f"write {to}")
 
 
-#: what 1.0.0 cannot hold (:func:`qlinear.encodings.io.cannot_hold`): kind -> (why, the versions that can)
-CANNOT_HOLD = {"float": ("its FLOAT entries have no scale", "2.0.0")}
+#: what 1.0.0 cannot hold (:func:`qlinear.encodings.io.cannot_hold`): kind -> (why, the versions that can);
+#: ``kernel_blocks``: the blocks of a Conv weight whose kernel is larger than 1x1 (one block grid per position)
+CANNOT_HOLD = {"float": ("its FLOAT entries have no scale", "2.0.0"),
+               "kernel_blocks": ("it stores one value per channel and block; AIMET reads them as (O, I/B, 1, 1)",
+                                 "2.0.0")}
 
 
 def _write_entry(e: Encoding, style: Style) -> dict:
