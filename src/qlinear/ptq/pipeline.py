@@ -41,6 +41,7 @@ from qlinear.graph.passes.fold_batchnorm import FoldBatchNorm
 from qlinear.graph.passes.fold_conv_affine import FoldConvAffine
 from qlinear.graph.passes.normalize import check_upgrade, subgraph_notes
 from qlinear.graph.passes.shapes import fix_input_shapes, fold_static_shapes
+from qlinear.graph.passes.unshare_biases import UnshareBiases, unshare_note
 from qlinear.graph.plan import (
     asked_float_weight_note,
     float_weight_note,
@@ -270,6 +271,11 @@ def _rewrite(run: _Run) -> str:
     placement = placement_for(cfg, run.m)  # the op types it reads (Softmax, norms, MatMul) are not rewritten
     model = to_ir(run.m)
     modified = DropIdentity()(model).modified  # Identity nodes between layers: no second, equal quantizer
+    if not cfg.weight_only:  # one int32 bias encoding per layer (its input_scale * weight_scale)
+        unshare = UnshareBiases()
+        modified = unshare(model).modified or modified
+        if unshare.copied:
+            notes.append(unshare_note(unshare.copied))
     fold = FoldBatchNorm()
     modified = fold(model).modified or modified
     if fold.folded:

@@ -7,6 +7,8 @@
 attributes), in the order :func:`qlinear.quantize` runs them on one :class:`onnx_ir.Model`:
 
 * :class:`~qlinear.graph.passes.drop_identity.DropIdentity`: ``Identity`` nodes between layers dropped;
+* :class:`~qlinear.graph.passes.unshare_biases.UnshareBiases`: a bias several layers read copied, one per layer (each
+  int32 bias at its own layer's scales; not for weight-only runs);
 * :class:`~qlinear.graph.passes.fold_batchnorm.FoldBatchNorm`: ``Conv -> BatchNormalization`` folded into the Conv;
 * :class:`~qlinear.graph.passes.fold_conv_affine.FoldConvAffine`: ``Conv -> Mul/Add/Sub`` of a per-channel constant
   folded into the Conv's weight and bias;
