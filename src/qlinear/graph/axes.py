@@ -55,9 +55,9 @@ def resolve_encoding(e: Encoding, g: GraphIndex) -> Encoding:
     changes: dict[str, Any] = {}
     if role != e.role:
         changes["role"] = role
-    if not e.resolved and is_param:
-        shape = tuple(int(d) for d in g.shape(e.name))
-        c, b = param_axes(g, e.name)
+    if not e.resolved and (is_param or qdq_param):  # a Q/DQ model: the shape of the quantized initializer
+        shape = tuple(int(d) for d in g.shape(e.name if is_param else input_name(p, 0)))
+        c, b = value_axes(g.consumers.get(e.name, []), len(shape))
         n = e.scale.size
         if isinstance(e.grain, gr.PerAxis):
             if n != shape[c]:

@@ -125,7 +125,7 @@ def _validate_one(e: Encoding, g: GraphIndex, rep: Report) -> None:
         bad(f"the shifted {e.dtype} grid on an activation has no ONNX QuantizeLinear equivalent (zero points are "
             "integers)")
         return
-    if e.name in g.initializers:
+    if is_param:  # an initializer, or the DequantizeLinear of one in a Q/DQ model
         e = resolve_encoding(e, g)
     for f in ("scale", "int_scale"):
         v = getattr(e, f)
