@@ -65,6 +65,17 @@ def test_regression_output_departs_by_its_sqnr():
     assert note is not None and "'mos' (SQNR 9.5 dB)" in note
 
 
+def test_mixed_output_departs_by_its_worst_part():
+    """A mixed output (box coordinates in pixels next to scores in [0, 1]) has the cosine of its wide part: it is
+    named when its worst part's SQNR is below 15 dB (nudenet-320n, --target qnn --weights lpbq: scores 4.9 dB,
+    cosine 0.999, detections 0.740 of float's, no note)."""
+    good = {"cosine_mean": 0.999, "sqnr_db": 41.6, "sqnr_db_worst_part": 25.5}
+    bad = {"cosine_mean": 0.999, "sqnr_db": 25.6, "sqnr_db_worst_part": 4.9}
+    assert _departure_note({"o": "mixed"}, {"o": good}, None) is None
+    note = _departure_note({"o": "mixed"}, {"o": bad}, None)
+    assert note is not None and "'o' (cosine 1.00, SQNR 25.6 dB, worst part 4.9 dB)" in note
+
+
 def test_no_note_for_agreeing_outputs_sequences_or_a_target():
     good = {"cosine_mean": 0.99, "sqnr_db": 20.0}
     bad = {"cosine_mean": 0.5, "sqnr_db": 1.0}

@@ -366,18 +366,22 @@ def _eight_bit_weights(cfg: Any) -> str:
 def _departure_note(kinds: dict[str, str], res: dict[str, dict], target: str | None, cfg: Any = None) -> str | None:
     """One note naming the outputs (other than sequences, which have their own, and passthroughs) whose mean cosine
     with float is below ``POOR_COSINE`` (a regression output, which has no cosine: SQNR below ``POOR_SQNR``; a
-    classifier: top-1 agreement below ``POOR_AGREEMENT``, ppocr-cls with LPBQ weights at 0.906 had no note), with
-    the options that repair them; none when a target was asked for."""
+    classifier: top-1 agreement below ``POOR_AGREEMENT``, ppocr-cls with LPBQ weights at 0.906 had no note; a mixed
+    output, whose wide part sets its cosine: its worst part's SQNR below ``POOR_SQNR``, nudenet-320n's scores with
+    LPBQ weights at 4.9 dB had no note), with the options that repair them; none when a target was asked for."""
     poor = [(o, r) for o, r in res.items() if kinds.get(o) not in ("passthrough", "sequence")
             and (r.get("cosine_mean", 1.0) < POOR_COSINE
                  or (kinds.get(o) == "regression" and r.get("sqnr_db", float("inf")) < POOR_SQNR)
+                 or (kinds.get(o) == "mixed" and r.get("sqnr_db_worst_part", float("inf")) < POOR_SQNR)
                  or (kinds.get(o) == "classifier" and r.get("top1_agreement", 1.0) < POOR_AGREEMENT))]
     if target or not poor:
         return None
     named = ", ".join(f"{o!r} (" + ", ".join(([f"top-1 agreement {r['top1_agreement']:.3f}"]
                                               if "top1_agreement" in r else [])
                                              + ([f"cosine {r['cosine_mean']:.2f}"] if "cosine_mean" in r else [])
-                                             + ([f"SQNR {r['sqnr_db']:.1f} dB"] if "sqnr_db" in r else [])) + ")"
+                                             + ([f"SQNR {r['sqnr_db']:.1f} dB"] if "sqnr_db" in r else [])
+                                             + ([f"worst part {r['sqnr_db_worst_part']:.1f} dB"]
+                                                if "sqnr_db_worst_part" in r else [])) + ")"
                       for o, r in poor[:4])
     return (f"{len(poor)} output(s) depart from float on the held-out samples: {named}"
             + (" ..." if len(poor) > 4 else "") + _remedy(cfg, "sqnr_db>=15", "them"))
