@@ -140,3 +140,15 @@ def test_the_placement_note_names_the_convolutions_it_leaves_float():
         [onnx.numpy_helper.from_array(np.ones((3, 2, 1, 1), np.float32), "w")]))
     note = _matmul_placement_note(conv)
     assert "inputs of its 1 convolution(s)" in note and 'placement "all"' in note
+
+
+def test_masked_scores_left_float_are_named_where_the_softmax_would_be_quantized():
+    """On target qnn (every tensor quantized) the scores an attention mask is added to stayed float with no word
+    (the qnn audit: MiniLM's 3 layers); a note names them. On target ort the matmul placement leaves the Softmax
+    float anyway and says so: no second note."""
+    m, d = tiny_encoder(), _data()
+    qnn = qlinear.quantize(m, d, dict(CFG, target="qnn"))
+    said = [n for n in qnn.notes if "where an attention mask is added" in n]
+    assert len(said) == 1 and "scores_m" in said[0] and said[0].startswith("1 tensor(s)"), qnn.notes
+    ort_run = qlinear.quantize(m, d, CFG)
+    assert not [n for n in ort_run.notes if "where an attention mask is added" in n]

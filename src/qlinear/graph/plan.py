@@ -110,6 +110,8 @@ UNFUSED_CLAMP_TARGETS = ("ort",)
 #: pair into a Gemm, so the MatMul's output is no tensor of AIMET's sim and an encoding for it fails to load); the
 #: bias then gets its int32 encoding like a Gemm's
 MATMUL_BIAS_TARGETS = ("qnn",)
+#: why a tensor where an attention mask is added to data is left float (``Plan.skipped``, :func:`masked_note`)
+MASKED = "an attention mask is added here (extreme values): left in float"
 
 
 @dataclass
@@ -396,7 +398,7 @@ def _why_not(g: _Graph, n: ir.Node, ins: list[str], v: ir.Value, data: set[str],
     if n.op_type in DATA_MOVEMENT and ins and ins[0] in floats:
         return (ins[0],)
     if n.op_type == "Add" and any(_is_mask(x, g, data, floats) for x in n.inputs):
-        return "an attention mask is added here (extreme values): left in float"
+        return MASKED
     if n.op_type == "Where" and len(ins) == 3 and out in data:
         branches = [x for x in ins[1:] if x in data]
         if len(branches) == 1:
@@ -627,6 +629,17 @@ def float_weight_note(m: onnx.ModelProto, plan: Plan, quantized: Iterable[str] =
     return out + ([f"{len(first)} constant first operand(s) of a layer stay float (qlinear quantizes a layer's "
                    "second operand as its weight; its first is computed in float): " + ", ".join(first[:6])
                    + (" ..." if len(first) > 6 else "")] if first else [])
+
+
+def masked_note(plan: Plan) -> list[str]:
+    """A note naming the tensors where an attention mask is added to data (left float: the masked scores hold
+    -3.4e38, which no 8- or 16-bit grid holds beside the scores), when the plan quantizes activations."""
+    masked = [t for t, why in plan.skipped.items() if why == MASKED]
+    if not masked or not plan.activations:
+        return []
+    return [f"{len(masked)} tensor(s) where an attention mask is added to the scores stay float (they hold the mask's "
+            "-3.4e38, which no 8- or 16-bit grid holds beside the scores), so the Softmax reading each runs on float "
+            "input: " + ", ".join(masked[:3]) + (" ..." if len(masked) > 3 else "")]
 
 
 def asked_float_weight_note(m: onnx.ModelProto, plan: Plan, exclude_nodes: Iterable[str] = (),

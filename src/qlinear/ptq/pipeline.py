@@ -46,6 +46,7 @@ from qlinear.graph.plan import (
     asked_float_weight_note,
     float_weight_note,
     make_plan,
+    masked_note,
     no_activation_note,
     nothing_quantized_note,
 )
@@ -393,7 +394,7 @@ def _plan(run: _Run, placement: str) -> tuple[Any, Any, TensorConfigs]:
     plan = make_plan(model, exclude_nodes=cfg.exclude_nodes, exclude_op_types=cfg.exclude_op_types,
                      quantize_outputs=cfg.quantize_outputs, placement=placement, target=cfg.target, proto=m,
                      float_stats=False if cfg.full_integer else None)
-    notes += _weight_notes(cfg, m, plan)
+    notes += _weight_notes(cfg, m, plan) + (masked_note(plan) if placement != "matmul" else [])
     tcfg = TensorConfigs(cfg, m, plan, _implicit_methods(cfg, model, plan, placement, notes), notes)
     notes += asked_float_weight_note(m, plan, cfg.exclude_nodes, cfg.exclude_op_types)
     if cfg.size_budget is not None or cfg.average_bits is not None:  # refused before calibration if out of reach
