@@ -608,27 +608,26 @@ def float_weight_note(m: onnx.ModelProto, plan: Plan, quantized: Iterable[str] =
     and a constant first operand of a MatMul/Gemm (``W @ x``: the layer's weight is its second operand)."""
     inits = {t.name: t for t in m.graph.initializer}
     planned = {w.name for w in plan.weights} | set(quantized)
-    left: list[str] = []
-    first: list[str] = []
+    kernel = "weight(s) stay float (no integer kernel for their operator in this pipeline)"
+    table = "embedding table(s) stay float (stored quantized on target ort only, where ONNX Runtime gathers the integers)"
+    first = ("constant first operand(s) of a layer stay float (qlinear quantizes a layer's second operand as its "
+             "weight; its first is computed in float)")
+    left: dict[str, list[str]] = {kernel: [], table: [], first: []}
     for n in m.graph.node:
         if n.op_type in ops.WEIGHT_BEARING and n.op_type not in WEIGHTED:
-            idx, into = (1, 2), left
+            idx, why = (1, 2), kernel
         elif n.op_type in ops.LOOKUPS:
-            idx, into = (0,), left
+            idx, why = (0,), table
         elif n.op_type in WEIGHTED and n.op_type != "Conv" and n.op_type != "ConvTranspose":
-            idx, into = (0,), first
+            idx, why = (0,), first
         else:
             continue
         for i in idx:
             t = inits.get(n.input[i]) if i < len(n.input) else None
             if t is not None and t.name not in planned and len(t.dims) >= 2 \
                     and t.data_type in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16):
-                into.append(f"{t.name} ({n.op_type} {n.name or n.output[0]})")
-    out = [f"{len(left)} weight(s) stay float (no integer kernel for their operator in this pipeline): "
-           + ", ".join(left[:6]) + (" ..." if len(left) > 6 else "")] if left else []
-    return out + ([f"{len(first)} constant first operand(s) of a layer stay float (qlinear quantizes a layer's "
-                   "second operand as its weight; its first is computed in float): " + ", ".join(first[:6])
-                   + (" ..." if len(first) > 6 else "")] if first else [])
+                left[why].append(f"{t.name} ({n.op_type} {n.name or n.output[0]})")
+    return [f"{len(ws)} {why}: " + ", ".join(ws[:6]) + (" ..." if len(ws) > 6 else "") for why, ws in left.items() if ws]
 
 
 def masked_note(plan: Plan) -> list[str]:
