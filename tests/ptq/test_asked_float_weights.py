@@ -76,3 +76,26 @@ def test_a_constant_first_operand_of_a_matmul_is_named():
     said = [n for n in qm.notes if "first operand" in n]
     assert said and said[0].startswith("1 constant first operand(s) of a layer stay float") \
         and said[0].endswith("W (MatMul mm_left)"), qm.notes
+
+
+def test_a_layer_whose_input_stays_float_is_named_on_target_qnn():
+    # magika's first Dense multiplies a one-hot of the input bytes (Cast of integers: not on any grid) by its int8
+    # weight; target qnn, which quantizes every tensor, said nothing (the qnn audit)
+    rng = np.random.default_rng(2)
+    w1 = numpy_helper.from_array(rng.normal(size=(4, 3)).astype(np.float32), "w1")
+    w2 = numpy_helper.from_array(rng.normal(size=(4, 3)).astype(np.float32), "w2")
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["y1"], name="dense_x"),
+             helper.make_node("Cast", ["ids"], ["idf"], to=TensorProto.FLOAT, name="cast"),
+             helper.make_node("MatMul", ["idf", "w2"], ["y2"], name="dense_ids")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4]),
+                                       helper.make_tensor_value_info("ids", TensorProto.INT64, ["N", 4])],
+                          [helper.make_tensor_value_info("y1", TensorProto.FLOAT, ["N", 3]),
+                           helper.make_tensor_value_info("y2", TensorProto.FLOAT, ["N", 3])], [w1, w2])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    data = {"x": rng.normal(size=(16, 4)).astype(np.float32), "ids": rng.integers(0, 2, (16, 4)).astype(np.int64)}
+    qm = qlinear.quantize(m, data, dict(calibration_samples=8, evaluation_samples=0, target="qnn"))
+    said = [n for n in qm.notes if "take a float input beside their quantized weight" in n]
+    assert len(said) == 1 and said[0].startswith("1 layer(s)") and "dense_ids (MatMul, input idf" in said[0], qm.notes
+    assert {s.name for s in qm.plan.weights} == {"w1", "w2"}
+    ort_run = qlinear.quantize(m, data, dict(calibration_samples=8, evaluation_samples=0))
+    assert not [n for n in ort_run.notes if "take a float input" in n]

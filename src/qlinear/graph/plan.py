@@ -630,6 +630,19 @@ def float_weight_note(m: onnx.ModelProto, plan: Plan, quantized: Iterable[str] =
     return [f"{len(ws)} {why}: " + ", ".join(ws[:6]) + (" ..." if len(ws) > 6 else "") for why, ws in left.items() if ws]
 
 
+def float_input_note(plan: Plan) -> list[str]:
+    """A note naming the layers whose weight the plan quantizes while their input stays float (computed from integer
+    inputs alone: a one-hot of bytes, a mask), with the reason the plan gives: such a layer multiplies a float input
+    by the dequantized weight."""
+    held = set(plan.activations) | set(plan.inherit)
+    left = [f"{w.node} ({w.op}, input {w.input}: {plan.skipped.get(w.input, 'not computed from float data')})"
+            for w in plan.weights if w.input and w.input not in held]
+    if not left or not plan.activations:   # no activation quantized: no_activation_note says so
+        return []
+    return [f"{len(left)} layer(s) take a float input beside their quantized weight (the input is not on any grid): "
+            + "; ".join(left[:3]) + (" ..." if len(left) > 3 else "")]
+
+
 def masked_note(plan: Plan) -> list[str]:
     """A note naming the tensors where an attention mask is added to data (left float: the masked scores hold
     -3.4e38, which no 8- or 16-bit grid holds beside the scores), when the plan quantizes activations."""

@@ -44,6 +44,7 @@ from qlinear.graph.passes.shapes import fix_input_shapes, fold_static_shapes
 from qlinear.graph.passes.unshare_biases import UnshareBiases, unshare_note
 from qlinear.graph.plan import (
     asked_float_weight_note,
+    float_input_note,
     float_weight_note,
     make_plan,
     masked_note,
@@ -394,7 +395,8 @@ def _plan(run: _Run, placement: str) -> tuple[Any, Any, TensorConfigs]:
     plan = make_plan(model, exclude_nodes=cfg.exclude_nodes, exclude_op_types=cfg.exclude_op_types,
                      quantize_outputs=cfg.quantize_outputs, placement=placement, target=cfg.target, proto=m,
                      float_stats=False if cfg.full_integer else None)
-    notes += _weight_notes(cfg, m, plan) + (masked_note(plan) if placement != "matmul" else [])
+    notes += _weight_notes(cfg, m, plan) + (masked_note(plan) if placement != "matmul" else []) \
+        + (float_input_note(plan) if cfg.target == "qnn" else [])   # ort: _finish's float-layer note; tflite: islands
     tcfg = TensorConfigs(cfg, m, plan, _implicit_methods(cfg, model, plan, placement, notes), notes)
     notes += asked_float_weight_note(m, plan, cfg.exclude_nodes, cfg.exclude_op_types)
     if cfg.size_budget is not None or cfg.average_bits is not None:  # refused before calibration if out of reach
