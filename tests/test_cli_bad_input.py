@@ -144,7 +144,8 @@ def test_an_image_cut_short_is_refused_before_work(tmp_path, capsys, fmt):
 @pytest.mark.parametrize("args, refused", [(["--weights", "lpbq"], True),
                                            (["--weights", "per-block", "--weight-type", "int4"], True),
                                            (["--weights", "per-block"], False),   # 8-bit Conv: per-channel instead
-                                           (["--weights", "per-block", "--target", "tflite"], False)])
+                                           (["--weights", "per-block", "--target", "tflite"], False),
+                                           (["--weights", "lpbq", "--target", "qnn"], False)])   # AIMET's blocks
 def test_encodings_1_0_0_and_conv_blocks_over_a_kernel_refused_before_work(tmp_path, capsys, args, refused):
     # the 1.0.0 writer refused them at the end of the run, after calibration and evaluation (AIMET interop audit)
     out = tmp_path / "o"

@@ -29,7 +29,10 @@ WEIGHTS = ("conv.weight", "fc1.weight", "fc2.weight")
 
 
 def _model(f: Path) -> Path:
-    """The model of a file: the probe model for aimet-onnx files, the 2.0.0 export's ONNX for aimet-torch ones."""
+    """The model of a file: the probe model for aimet-onnx files (the Conv-block probe's for its two), the 2.0.0
+    export's ONNX for aimet-torch ones."""
+    if "_conv_" in f.name:
+        return DATA / "conv_blocks_model.onnx"
     if not f.name.startswith("aimet-torch"):
         return MODEL
     if f.with_suffix(".onnx").exists():
@@ -52,7 +55,7 @@ def _entries(doc: dict, version: str) -> dict:
 
 
 def test_the_probe_files_are_there():
-    assert len(FILES) == 25 and len(FLOAT_FILES) == 7 and len(TORCH_SHIFT) == 12
+    assert len(FILES) == 27 and len(FLOAT_FILES) == 7 and len(TORCH_SHIFT) == 12
     assert (DATA / "int2_shift_qdq.npz").exists() and (DATA / "int2_shift_qdq_torch.npz").exists() and MODEL.exists()
     assert all(_model(f).exists() for f in FILES)
 

@@ -195,17 +195,19 @@ def _check_encodings_version(cfg, version: str) -> None:
 
 def _check_kernel_blocks(cfg, version: str, model: Path) -> None:
     """Refuse before any work a version that cannot hold the block grid of a Conv weight whose kernel is larger than
-    1x1 (blocked at each kernel position), when the run blocks Conv weights (its writer would refuse at the end)."""
+    1x1 (blocked at each kernel position; target qnn blocks over the whole kernel instead), when the run blocks Conv
+    weights (its writer would refuse at the end)."""
     import numpy as np
 
     from qlinear.encodings.io import cannot_hold
     from qlinear.errors import ConfigError
+    from qlinear.ptq.encode import KERNEL_BLOCK_TARGETS
     from qlinear.ptq.pipeline import load_checked
     from qlinear.ptq.settle import CONV_OPS, per_channel_instead, settle
 
     why = cannot_hold(version, ["kernel_blocks"])
-    if why is None or cfg.weight_only or cfg.weights not in ("per-block", "lpbq"):
-        return
+    if why is None or cfg.weight_only or cfg.weights not in ("per-block", "lpbq") or cfg.target in KERNEL_BLOCK_TARGETS:
+        return   # (target qnn blocks a Conv over its whole kernel, as AIMET: one value per channel and block)
     cfg = settle(cfg)[0]   # LPBQ settles to int4 weights, target tflite to per-channel
     if cfg.weights not in ("per-block", "lpbq") or per_channel_instead(cfg, "Conv"):
         return

@@ -66,11 +66,18 @@ class TensorConfigs:
         return self._cache[key]
 
 
+#: targets whose Conv weight blocks span the whole kernel, AIMET's layout (:func:`kernel_wide_blocks`)
+KERNEL_BLOCK_TARGETS = ("qnn",)
+
+
 def weight_encoding(name: str, w: np.ndarray, spec: WeightSpec, cfg: QuantizeConfig) -> Encoding:
     kw: dict[str, Any] = {}
     g = cfg.weight_granularity
     if per_channel_instead(cfg, spec.op, spec.op == "MatMul" and bool(spec.bias)):  # QLinearConv takes no blocks
         g = PerAxis(None)
+    if isinstance(g, PerBlock) and cfg.target in KERNEL_BLOCK_TARGETS and spec.op == "Conv" and w.ndim > 2 \
+            and spec.block_axis == 1 and spec.channel_axis == 0 and int(np.prod(w.shape[2:])) > 1:
+        return kernel_wide_blocks(name, w, g, cfg)
     if isinstance(g, PerBlock) and spec.block_axis is not None:
         # a block longer than the axis is one block: store its real length
         kw.update(block_size=min(g.block_size, int(w.shape[spec.block_axis])), block_axis=spec.block_axis)
@@ -81,6 +88,24 @@ def weight_encoding(name: str, w: np.ndarray, spec: WeightSpec, cfg: QuantizeCon
     method = "minmax" if cfg.w_method in DATA_WEIGHT_METHODS else cfg.w_method
     return C.calibrate(w, cfg.weight_type, method=method, policy=cfg.policy, symmetric=cfg.weight_symmetric,
                        name=name, role="param", percentile=cfg.percentile, **kw)
+
+
+def kernel_wide_blocks(name: str, w: np.ndarray, g: PerBlock, cfg: QuantizeConfig) -> Encoding:
+    """The blocked encoding of Conv weight ``w`` [O, I, kh, kw] with each block spanning ``block_size`` input
+    channels over the whole kernel, as AIMET blocks Conv weights (its scales ``(O, I/B, 1, 1)``; ONNX's blocked
+    DequantizeLinear takes them repeated over the kernel, :func:`qlinear.graph.apply`): QNN takes AIMET's layout, and
+    AIMET 2.42 refuses per-position blocks (its sim for per-block, both its readers for LPBQ). In [O, I*kh*kw] such a
+    block is ``block_size * kh * kw`` consecutive values: calibrated there, then given the 4-D shape."""
+    o, i, k = w.shape[0], w.shape[1], int(np.prod(w.shape[2:]))
+    b = min(g.block_size, i)
+    kw: dict[str, Any] = {"lpbq_scale_bits": g.scale_bits} if isinstance(g, LPBQ) else {}
+    method = "minmax" if cfg.w_method in DATA_WEIGHT_METHODS else cfg.w_method
+    e = C.calibrate(w.reshape(o, i * k), cfg.weight_type, method=method, policy=cfg.policy,
+                    symmetric=cfg.weight_symmetric, name=name, role="param", percentile=cfg.percentile,
+                    block_size=b * k, block_axis=1, **kw)
+    grid = (o, -1) + (1,) * (w.ndim - 2)
+    shaped = {f: getattr(e, f).reshape(grid) for f in ("scale", "zero_point", "int_scale") if getattr(e, f) is not None}
+    return e.replace(block_size=b, **shaped)
 
 
 def build_encodings(m: onnx.ModelProto, plan: Plan, obs: dict, tcfg: TensorConfigs) -> list[Encoding]:
