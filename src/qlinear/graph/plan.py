@@ -454,9 +454,19 @@ def _float_data(g: _Graph, floats: set[str]) -> set[str]:
         # a layer with a float weight makes data of what it reads (a one-hot encoding of bytes or tokens times the
         # weight is a lookup written as a MatMul); masks are added or multiplied, never weighted
         weighted = n.op_type in WEIGHTED and len(n.inputs) > 1 and _float_init(g, n.inputs[1])
-        if lookup or weighted or any(x is not None and x.name in data for x in n.inputs):
+        if lookup or weighted or any(x is not None and x.name in data for x in n.inputs) \
+                or not data.isdisjoint(_subgraph_reads(n)):
             data.update(o.name for o in n.outputs if o.name)
     return data
+
+
+def _subgraph_reads(n: ir.Node) -> set[str]:
+    """The names the nodes of ``n``'s subgraphs (an ``If``'s branches, a ``Loop``'s body) read: an ``If`` whose
+    branches compute from outer float data (silero-vad's decoder state) gives data, whatever decides it."""
+    subs = [a.value for a in n.attributes.values() if a.type == ir.AttributeType.GRAPH] + \
+        [sg for a in n.attributes.values() if a.type == ir.AttributeType.GRAPHS for sg in a.value]
+    return {x.name for sg in subs for sn in ir.traversal.RecursiveGraphIterator(sg) for x in sn.inputs
+            if x is not None and x.name}
 
 
 def matmul_bias(g: _Graph, n: ir.Node) -> str:
