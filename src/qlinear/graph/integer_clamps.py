@@ -24,11 +24,11 @@ from onnx import helper, numpy_helper
 from qlinear.core.dequantize import dequantize_linear
 from qlinear.core.quantize import quantize_linear
 from qlinear.graph.model import node_inputs, opset, prune
-from qlinear.graph.ops import CONSTANT_CLAMPS
-from qlinear.graph.satisfied_clamps import per_tensor_params
+from qlinear.graph.satisfied_clamps import against_constant, per_tensor_params
 
-#: the integer types ONNX Runtime's CPU Min/Max take
+#: the integer types ONNX Runtime's CPU Min/Max take (as NumPy dtypes, as ONNX tensor types)
 _INT8 = (np.dtype(np.int8), np.dtype(np.uint8))
+_INT8_TYPES = (onnx.TensorProto.INT8, onnx.TensorProto.UINT8)
 
 
 def integer_clamps(m: onnx.ModelProto) -> list[str]:
@@ -98,16 +98,8 @@ def _chain(n: onnx.NodeProto, prod: dict[str, onnx.NodeProto], readers: dict[str
 
 def _clamped(n: onnx.NodeProto, inits: dict[str, onnx.TensorProto]) -> str | None:
     """The input ``n`` clamps when it is a ``Max``/``Min`` of one tensor against a finite float32 constant."""
-    if n.op_type not in CONSTANT_CLAMPS or n.domain not in ("", "ai.onnx") or len(n.input) != 2 \
-            or len(n.output) != 1:
-        return None
-    x, c = n.input
-    if x in inits:
-        x, c = c, x
-    if c not in inits or x in inits:
-        return None
-    cv = numpy_helper.to_array(inits[c])
-    return x if cv.dtype == np.float32 and cv.size and np.all(np.isfinite(cv)) else None
+    x, c = against_constant(n, inits, (onnx.TensorProto.FLOAT,))
+    return x if c is not None and np.all(np.isfinite(numpy_helper.to_array(inits[c]))) else None
 
 
 def _quantized_bound(c: onnx.NodeProto, inits: dict[str, onnx.TensorProto], s: np.ndarray, zp: np.ndarray,
@@ -143,7 +135,7 @@ def float_clamps(m: onnx.ModelProto) -> list[str]:
     nodes: list[onnx.NodeProto] = []
     done: list[str] = []
     for n in g.node:
-        x, c = _int_clamped(n, inits)
+        x, c = against_constant(n, inits, _INT8_TYPES)
         q = prod.get(x) if x is not None else None
         q = start.get(x) or (q if q is not None and q.op_type == "QuantizeLinear" else None)
         params = per_tensor_params(q, inits, "QuantizeLinear")
@@ -174,19 +166,7 @@ def float_clamps(m: onnx.ModelProto) -> list[str]:
 def has_integer_clamps(m: onnx.ModelProto) -> bool:
     """Whether the main graph holds a ``Max``/``Min`` against an int8/uint8 constant (:func:`float_clamps`)."""
     inits = {t.name: t for t in m.graph.initializer}
-    return any(_int_clamped(n, inits)[0] is not None for n in m.graph.node)
-
-
-def _int_clamped(n: onnx.NodeProto, inits: dict[str, onnx.TensorProto]) -> tuple[str | None, str | None]:
-    """The tensor and the integer constant of a ``Max``/``Min`` against one."""
-    if n.op_type not in CONSTANT_CLAMPS or n.domain not in ("", "ai.onnx") or len(n.input) != 2:
-        return None, None
-    x, c = n.input
-    if x in inits:
-        x, c = c, x
-    if c not in inits or x in inits or inits[c].data_type not in (onnx.TensorProto.INT8, onnx.TensorProto.UINT8):
-        return None, None
-    return x, c
+    return any(against_constant(n, inits, _INT8_TYPES)[0] is not None for n in m.graph.node)
 
 
 def _float_name(n: onnx.NodeProto, names: set[str]) -> str:

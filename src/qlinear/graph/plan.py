@@ -619,7 +619,8 @@ def float_weight_note(m: onnx.ModelProto, plan: Plan, quantized: Iterable[str] =
     inits = {t.name: t for t in m.graph.initializer}
     planned = {w.name for w in plan.weights} | set(quantized)
     kernel = "weight(s) stay float (no integer kernel for their operator in this pipeline)"
-    table = "embedding table(s) stay float (stored quantized on target ort only, where ONNX Runtime gathers the integers)"
+    table = ("embedding table(s) stay float (stored quantized on target ort only, where ONNX Runtime gathers the "
+             "integers)")
     first = ("constant first operand(s) of a layer stay float (qlinear quantizes a layer's second operand as its "
              "weight; its first is computed in float)")
     left: dict[str, list[str]] = {kernel: [], table: [], first: []}
@@ -637,7 +638,8 @@ def float_weight_note(m: onnx.ModelProto, plan: Plan, quantized: Iterable[str] =
             if t is not None and t.name not in planned and len(t.dims) >= 2 \
                     and t.data_type in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16):
                 left[why].append(f"{t.name} ({n.op_type} {n.name or n.output[0]})")
-    return [f"{len(ws)} {why}: " + ", ".join(ws[:6]) + (" ..." if len(ws) > 6 else "") for why, ws in left.items() if ws]
+    return [f"{len(ws)} {why}: " + ", ".join(ws[:6]) + (" ..." if len(ws) > 6 else "")
+            for why, ws in left.items() if ws]
 
 
 def float_input_note(plan: Plan) -> list[str]:

@@ -35,18 +35,13 @@ def drop_satisfied_clamps(m: onnx.ModelProto) -> list[str]:
     into: dict[str, str] = {}     # dropped output -> the tensor its readers read now
     dropped: list[str] = []
     for n in g.node:
-        if n.op_type not in CONSTANT_CLAMPS or n.domain not in ("", "ai.onnx") or len(n.input) != 2 \
-                or len(n.output) != 1 or n.output[0] in keep_names:
+        x, c = against_constant(n, inits, (onnx.TensorProto.FLOAT,))
+        if x is None or n.output[0] in keep_names:
             continue
-        x, c = n.input
-        if x in inits:
-            x, c = c, x
         x = into.get(x, x)
-        if c not in inits or x in inits:
-            continue
         ends = grid_ends(prod.get(x), inits)
         cv = numpy_helper.to_array(inits[c])
-        if ends is None or cv.dtype != np.float32 or not cv.size or not np.all(np.isfinite(cv)):
+        if ends is None or not np.all(np.isfinite(cv)):
             continue
         lo, hi = ends
         satisfied = (n.op_type == "Max" and float(cv.max()) <= lo) or (n.op_type == "Min" and float(cv.min()) >= hi)
@@ -56,6 +51,21 @@ def drop_satisfied_clamps(m: onnx.ModelProto) -> list[str]:
     if into:
         _rewire(g, into)
     return dropped
+
+
+def against_constant(n: onnx.NodeProto, inits: dict[str, onnx.TensorProto],
+                     types: tuple[int, ...]) -> tuple[str | None, str | None]:
+    """The tensor and the constant (an initializer of one of ``types``, not empty) of a ``Max``/``Min`` of the
+    default domain that takes one of each; ``(None, None)`` for anything else."""
+    if n.op_type not in CONSTANT_CLAMPS or n.domain not in ("", "ai.onnx") or len(n.input) != 2 \
+            or len(n.output) != 1:
+        return None, None
+    x, c = n.input
+    if x in inits:
+        x, c = c, x
+    if c not in inits or x in inits or inits[c].data_type not in types or not np.prod(inits[c].dims, dtype=int):
+        return None, None
+    return x, c
 
 
 def per_tensor_params(d: onnx.NodeProto | None, inits: dict[str, onnx.TensorProto],
@@ -153,4 +163,4 @@ def _rewire(g: onnx.GraphProto, into: dict[str, str]) -> None:
     prune(g)
 
 
-__all__ = ["drop_satisfied_clamps", "grid_ends", "per_tensor_params"]
+__all__ = ["against_constant", "drop_satisfied_clamps", "grid_ends", "per_tensor_params"]

@@ -211,9 +211,9 @@ def _hidden_saturation(fm: onnx.ModelProto, qm: onnx.ModelProto, matches: list[_
     """Set ``saturate`` on the quantized activations that only ``Max``/``Min`` against constants read in ``fm``,
     element by element (a bound per channel) where those bounds lie within the activation's grid: a ``Max`` at or
     above the grid's bottom hides its saturation there (a ReLU6 of cross-layer equalization: the layer takes the
-    clamp's grid, which starts at 0), a ``Min`` at or below its top hides the top's. The float value is then compared cut where the grid cuts it; otherwise the
-    values the clamps remove anyway counted as that tensor's error (EfficientNet-Lite0 per-tensor: a "first jump" at
-    the first Conv, 4.7 dB)."""
+    clamp's grid, which starts at 0), a ``Min`` at or below its top hides the top's. The float value is then
+    compared cut where the grid cuts it; otherwise the values the clamps remove anyway counted as that tensor's error
+    (EfficientNet-Lite0 per-tensor: a "first jump" at the first Conv, 4.7 dB)."""
     finits = {t.name: t for t in fm.graph.initializer}
     readers = _consumers(fm)
     qinits = {t.name: t for t in qm.graph.initializer}
