@@ -157,3 +157,25 @@ def test_efficientnet_no_overflow_every_target(shared_dir, target, weights):
     # has its weight written float for ONNX Runtime
     assert not [n for n in qm.notes if "run in float in ONNX Runtime (" in n]
     assert len([lc for lc in qm.integer_check.layers if lc.accumulator == "int32"]) == 50
+
+
+def test_lpbq_accumulator_sums_the_expanded_8bit_integers():
+    """An LPBQ layer runs on the 8-bit integers its blocks expand to (``w_q * int_scale``, at the per-channel float
+    scale its int32 bias is at): the bound is the worst accumulator of those integers, reached by an input (ONNX
+    Runtime's MatMulInteger on the expanded weights), not of the int4 values."""
+    k, n, b = 64, 4, 16
+    rng = np.random.default_rng(3)
+    m = _matmul_model(k, n)
+    w = rng.normal(0, 1, (k, n)).astype(np.float32)
+    m.graph.initializer[0].CopyFrom(numpy_helper.from_array(w, "w"))
+    ints = rng.integers(1, 17, (k // b, n))
+    ints[0] = 16
+    pcs = (np.abs(w).max(0, keepdims=True) / (7 * 16)).astype(np.float64)
+    es = E.EncodingSet((E.Encoding("x", "uint8", scale=0.01, zero_point=0),
+                        E.Encoding("w", "int4", scale=pcs, int_scale=ints, axis=0, block_size=b, role="param",
+                                   decompressed_bits=8)))
+    (lc,) = check_integer(G.apply(es, m)).layers
+    w4 = es["w"].quantize(w).astype(np.int64)
+    expanded = w4 * np.repeat(ints, b, axis=0)
+    assert np.abs(expanded).max() <= 128 and lc.bound == _worst_input_acc(expanded, 0)
+    assert lc.bound > _worst_input_acc(w4, 0)

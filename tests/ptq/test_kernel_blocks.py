@@ -44,3 +44,20 @@ def test_target_qnn_conv_blocks_are_aimets(kind, weights, tmp_path):
     ort_run = qlinear.quantize(m, X, dict(cfg, target="ort"))   # ONNX's blocks: one grid per kernel position
     e = ort_run.encodings["conv.weight"]
     assert (e.int_scale if kind == "lpbq" else e.scale).shape == (8, 4, 3, 3)
+
+
+@pytest.mark.parametrize("kind, weights", [("lpbq", "lpbq"), ("blockwise", "per-block")])
+def test_target_qnn_conv_bias_scale_is_aimets(kind, weights):
+    """The int32 bias of a blocked Conv is at AIMET's scale: input scale x per-channel float scale for LPBQ (the
+    8-bit integers its blocks expand to; qlinear used the largest block scale, 16x coarser), x the largest block
+    scale for per-block weights. AIMET multiplies in float32, qlinear in float64: equal to a float32 rounding."""
+    m = onnx.load(GOLD / "conv_blocks_model.onnx")
+    cfg = dict(target="qnn", weights=weights, weight_type="int4", block_size=16, calibration_samples=6,
+               evaluation_samples=0, activation_type="uint8")
+    qm = qlinear.quantize(m, X, cfg)
+    ours = {e["name"]: e for e in json.loads(E.dumps(qm.encodings, "2.0.0"))["encodings"]}
+    gold = GOLD / f"aimet-onnx-2.42.0_conv_{kind}_v2.0.0.encodings"
+    aimet = {e["name"]: e for e in json.loads(gold.read_text())["encodings"]}
+    assert ours["x"]["y_scale"] == aimet["x"]["y_scale"]
+    np.testing.assert_allclose(ours["conv.bias"]["y_scale"], aimet["conv.bias"]["y_scale"], rtol=2.0 ** -22)
+    assert qlinear.graph.check_integer(qm.model).ok

@@ -14,8 +14,10 @@ The rule (TFLite ``AdjustWeightsForBiasScale``; ONNX Runtime's quantizer adapted
    (:func:`accumulator_bound`, exact) stays ``<= 2^31 - 1``; a channel that exceeds it (a reduction of ~66k int8
    products) gets its scale raised in proportion until it fits.
 
-Per-block and LPBQ weights raise every block scale of the channel by the same factor (LPBQ: the per-channel float
-scale), so the block structure is kept. Asymmetric weights keep their zero point: the scaled grid covers more than
+An LPBQ layer runs as its blocks expand: 8-bit integers ``w_q * int_scale`` at the per-channel float scale ``s_c``,
+so ``b_q = round(b / (s_x s_c))`` and the accumulator sums those integers (AIMET's int32 bias, QNN's 4-to-8-bit
+expansion). Per-block and LPBQ weights raise every block scale of the channel by the same factor (LPBQ: the
+per-channel float scale), so the block structure is kept. Asymmetric weights keep their zero point: the scaled grid covers more than
 the old range.
 """
 
@@ -96,7 +98,7 @@ def fit_accumulator(weight: Encoding, w: np.ndarray, bias: np.ndarray | None, in
     for _ in range(8 if x_range is not None else 0):  # requantized weights round: a second small step may be needed
         ws = np.broadcast_to(e.channel_scale(ax, rank), (n,))
         bq = None if bias is None else bias_q(bias, s_x, ws)
-        bound = accumulator_bound(e.centered(w32), bq, x_range[0], x_range[1], ax)
+        bound = accumulator_bound(e.kernel_integers(w32), bq, x_range[0], x_range[1], ax)
         over = bound > I32_MAX
         if not np.any(over):
             break

@@ -326,9 +326,13 @@ class Encoding:
         return (self.int_scale.astype(np.float32) * self.scale.astype(np.float32)).astype(np.float64)
 
     def channel_scale(self, channel_axis: int, rank: int) -> np.ndarray:
-        """One scale per output channel along ``channel_axis`` of a tensor of ``rank`` (a scalar per-tensor): the
-        scale itself, or for per-block and LPBQ encodings the largest block scale of the channel (what an int32 bias
-        scale is built from)."""
+        """One scale per output channel along ``channel_axis`` of a tensor of ``rank`` (a scalar per-tensor), what
+        an int32 bias scale is built from: the scale itself; for LPBQ the per-channel float scale, the scale of the
+        8-bit integers ``w_q * int_scale`` its blocks expand to (QNN's accumulator, AIMET's int32 bias, notes
+        §2.9); for other per-block encodings the largest block scale of the channel."""
+        if self.int_scale is not None:
+            self._need_resolved("its per-channel scale")
+            return np.asarray(self.scale, np.float64).reshape(-1)
         s = np.asarray(self.effective_scale, np.float64)
         if not isinstance(self.grain, gr.PerBlock):
             return s
@@ -345,6 +349,15 @@ class Encoding:
         p = self.onnx_params(x.shape)
         g = gr.resolve(x.shape, p["scale"].shape, p["axis"], p["block_size"])
         return q - gr.expand(np.asarray(p["zero_point"]).astype(np.int64), x.shape, g)
+
+    def kernel_integers(self, x: Any) -> np.ndarray:
+        """The integers an integer kernel multiplies (int64): :meth:`centered`, for LPBQ times each block's integer
+        scale (8-bit values at the per-channel float scale, :meth:`channel_scale`)."""
+        c = self.centered(x)
+        if self.int_scale is None:
+            return c
+        i = expand_block_scale(np.asarray(self.int_scale, np.int64), c.shape, self.axis, self.block_size)
+        return c * gr.expand(i, c.shape, gr.resolve(c.shape, i.shape, self.axis, self.block_size))
 
     def _need_resolved(self, what: str) -> None:
         if not self.resolved:

@@ -106,20 +106,23 @@ def _dq_of(g: _Lookup, name: str) -> onnx.NodeProto | None:
 
 
 def _centered_weight(g: _Lookup, const: dict, dq: onnx.NodeProto) -> tuple[np.ndarray, str] | None:
-    """``w_q - z_w`` (int64, the weight's shape) of a weight DequantizeLinear, and its quantized type name."""
+    """``w_q - z_w`` (int64, the weight's shape) of a weight DequantizeLinear, and its quantized type name. An LPBQ
+    weight (its scale itself a DequantizeLinear of integer scales) is multiplied by each block's integer scale: the
+    8-bit integers its blocks expand to, whose scale, the per-channel float scale, its int32 bias is at."""
     q = _value(g, const, dq.input[0])
     t = None if q is None else int_stored_as(q.dtype)
     if t is None:
         return None
+    axis, block = attr(dq, "axis", 1), attr(dq, "block_size", 0)
     z = _value(g, const, dq.input[2]) if len(dq.input) > 2 else None
     qi = q.astype(np.int64)
-    if z is None or not np.any(z.astype(np.int64)):
-        return qi, t.name
-    s = _value(g, const, dq.input[1])
-    if s is None:  # LPBQ: the scale is itself a DequantizeLinear; the zero point is what matters
-        s = np.ones(z.shape, np.float32)
-    gran = gr.resolve(q.shape, s.shape, attr(dq, "axis", 1), attr(dq, "block_size", 0))
-    return qi - gr.expand(z.astype(np.int64), q.shape, gran), t.name
+    if z is not None and np.any(z.astype(np.int64)):
+        qi = qi - gr.expand(z.astype(np.int64), q.shape, gr.resolve(q.shape, z.shape, axis, block))
+    sdq = _dq_of(g, dq.input[1])
+    i = None if sdq is None else _value(g, const, sdq.input[0])
+    if i is not None and i.dtype.kind in "iu":
+        qi = qi * gr.expand(i.astype(np.int64), q.shape, gr.resolve(q.shape, i.shape, axis, block))
+    return qi, t.name
 
 
 def check_integer(model: Any) -> IntegerCheck:
