@@ -40,7 +40,7 @@ def test_embedding_table_named_and_quantized_weight_not():
     note = float_weight_note(m, make_plan(m))
     assert len(note) == 1 and "emb (Gather lookup)" in note[0] and "w (" not in note[0]
     # the reason is the table's, not the LSTM's (target qnn said "no integer kernel for their operator")
-    assert note[0].startswith("1 embedding table(s) stay float (stored quantized on target ort only")
+    assert note[0].startswith("1 embedding table(s) stay float (stored quantized on targets ort and qnn only")
 
 
 def test_recurrent_weights_named_in_the_run_notes():
@@ -106,3 +106,22 @@ def test_a_model_with_nothing_to_quantize_says_so():
     assert not any(n.startswith("nothing inside") for n in qlinear.quantize(
         _embedding_model(), {"ids": RNG.integers(0, 10, (16, 5)).astype(np.int64)},
         dict(calibration_samples=8, evaluation_samples=0)).notes)
+
+
+def test_embedding_table_stored_quantized_on_target_qnn():
+    """Target qnn quantizes a Gather's table as AIMET's HTP configs do (an input quantizer at the activation type,
+    per tensor over the whole table; aimet-onnx 2.42's sim on MiniLM: 8-bit quantizers on its 3 tables): QNN runs
+    the lookup on the integers. It was left float, named in a note."""
+    m = _embedding_model()
+    ids = RNG.integers(0, 10, (24, 5)).astype(np.int64)
+    qm = qlinear.quantize(m, {"ids": ids}, dict(target="qnn", activation_type="uint8", calibration_samples=16,
+                                                evaluation_samples=0))
+    t, e = qm.encodings["emb"], qm.encodings["e"]
+    assert t.dtype == "uint8" and float(t.scale) == float(e.scale) and int(t.zero_point) == int(e.zero_point)
+    emb = numpy_helper.to_array(m.graph.initializer[0])
+    assert float(t.scale) * 255 >= float(emb.max() - emb.min()) - 1e-6
+    assert not any("stay float" in n for n in qm.notes)
+    prod = {o: n for n in qm.model.graph.node for o in n.output}
+    dq = prod[next(n for n in qm.model.graph.node if n.op_type == "Gather").input[0]]
+    stored = {i.name: i for i in qm.model.graph.initializer}[dq.input[0]]
+    assert dq.op_type == "DequantizeLinear" and stored.data_type == TensorProto.UINT8

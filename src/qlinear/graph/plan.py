@@ -619,8 +619,8 @@ def float_weight_note(m: onnx.ModelProto, plan: Plan, quantized: Iterable[str] =
     inits = {t.name: t for t in m.graph.initializer}
     planned = {w.name for w in plan.weights} | set(quantized)
     kernel = "weight(s) stay float (no integer kernel for their operator in this pipeline)"
-    table = ("embedding table(s) stay float (stored quantized on target ort only, where ONNX Runtime gathers the "
-             "integers)")
+    table = ("embedding table(s) stay float (stored quantized on targets ort and qnn only, where ONNX Runtime gathers "
+             "the integers and AIMET/QNN quantize a table as an input)")
     first = ("constant first operand(s) of a layer stay float (qlinear quantizes a layer's second operand as its "
              "weight; its first is computed in float)")
     left: dict[str, list[str]] = {kernel: [], table: [], first: []}

@@ -143,8 +143,9 @@ def build_encodings(m: onnx.ModelProto, plan: Plan, obs: dict, tcfg: TensorConfi
     return list(weights.values()) + list(out.values())
 
 
-#: targets whose embedding tables are stored quantized (:func:`table_encodings`)
-TABLE_TARGETS = ("ort",)
+#: targets whose embedding tables are stored quantized (:func:`table_encodings`): ONNX Runtime gathers the integers;
+#: AIMET's HTP configs quantize a table a Gather reads per tensor as an input (its output keeps that grid)
+TABLE_TARGETS = ("ort", "qnn")
 
 
 def lookup_tables(m: onnx.ModelProto, cfg: QuantizeConfig) -> dict[str, list[onnx.NodeProto]]:
@@ -168,12 +169,13 @@ def lookup_tables(m: onnx.ModelProto, cfg: QuantizeConfig) -> dict[str, list[onn
 
 
 def table_encodings(m: onnx.ModelProto, cfg: QuantizeConfig) -> dict[str, Encoding]:
-    """Target ort: each embedding table (:func:`lookup_tables`) quantized per-tensor with the activation type over
-    its whole range (every row, seen in calibration or not), and the output of every ``Gather`` reading it given the
-    same parameters. ONNX Runtime runs ``DequantizeLinear -> Gather -> QuantizeLinear`` of equal parameters as one
-    Gather of the integers, and the gathered values are already on that grid, so the output's quantizer adds no
-    error: the table is stored in 8 bits (LAC's 58,224 x 128 table: 29.8 MB as float), as ONNX Runtime's
-    ``quantize_static`` stores it."""
+    """Targets ort and qnn: each embedding table (:func:`lookup_tables`) quantized per-tensor with the activation
+    type over its whole range (every row, seen in calibration or not), and the output of every ``Gather`` reading it
+    given the same parameters. ONNX Runtime runs ``DequantizeLinear -> Gather -> QuantizeLinear`` of equal
+    parameters as one Gather of the integers, and the gathered values are already on that grid, so the output's
+    quantizer adds no error: the table is stored in 8 bits (LAC's 58,224 x 128 table: 29.8 MB as float), as ONNX
+    Runtime's ``quantize_static`` stores it. AIMET's HTP configs (aimet-onnx 2.42) quantize the table the same way,
+    an input quantizer at the activation bit width, for QNN, which runs the lookup on the integers."""
     from onnx import numpy_helper
 
     inits = {t.name: t for t in m.graph.initializer}
