@@ -208,8 +208,10 @@ def test_a_plan_without_activations_says_so():
     x = np.random.default_rng(4).integers(0, 16, (40, 8))
     qm = qlinear.quantize(m, {"bytes": x}, dict(calibration_samples=24, evaluation_samples=0,
                                                 exclude_op_types=("Relu", "Add"), quantize_outputs=False))
-    assert not qm.plan.activations and qm.plan.weights
+    assert not qm.plan.activations
     (note,) = [n for n in qm.notes if n.startswith("no activation is quantized")]
     assert "excluded" in note
+    # on target ort every layer then reads a float input and computes in float: the weights keep their float values
+    assert not qm.plan.weights and any("keep their float values" in n for n in qm.notes)
     ok = qlinear.quantize(m, {"bytes": x}, dict(calibration_samples=24, evaluation_samples=0))
     assert not any(n.startswith("no activation is quantized") for n in ok.notes)

@@ -1,7 +1,7 @@
 """A size budget is honoured in the written file: on target ort the weights of layers ONNX Runtime runs in float are
 written as float values by default (:mod:`qlinear.graph.float_weights`), which the budget did not count (nudenet at
 ``--size-budget 0.5``: the note said 0.265 of the float file, the file was 1.003). Under a budget they stay quantized
-and a note says so; without one they are written float as before."""
+and a note says so; without one they keep their float values (no int8 encoding: they would only add error)."""
 
 from __future__ import annotations
 
@@ -43,10 +43,15 @@ def _weight_dequantized(qm, name: str) -> bool:
     return any(n.op_type == "DequantizeLinear" and n.output[0] == name for n in qm.model.graph.node)
 
 
-def test_without_a_budget_the_float_layers_weight_is_written_float(tmp_path):
+def test_without_a_budget_the_float_layers_weight_keeps_its_float_values(tmp_path):
+    """Without a budget the weight of the layer ONNX Runtime computes in float keeps its float values (not its int8
+    ones written as float): no encoding, named in a note."""
     qm, _, _ = _quantize(tmp_path)
     assert not _weight_dequantized(qm, "w1") and _weight_dequantized(qm, "w2")
-    assert any("their weights are written as float" in n and "conv1" in n for n in qm.notes)
+    w1 = {t.name: numpy_helper.to_array(t) for t in qm.model.graph.initializer}["w1"]
+    assert np.array_equal(w1, numpy_helper.to_array(qm.float_model.graph.initializer[0]))   # the model as given
+    assert "w1" not in qm.encodings.names() and "w2" in qm.encodings.names()
+    assert any("keep their float values" in n and "w1" in n for n in qm.notes)
 
 
 def test_under_a_size_budget_it_stays_quantized_and_the_file_keeps_the_budget(tmp_path):

@@ -107,8 +107,10 @@ def test_ort_keeps_the_scores(runs):
     rep = qm.report()
     r = rep.outputs["det"]
     assert rep.kinds["det"] == "mixed" and rep.headlines["det"] == "sqnr_db_worst_part"
-    assert r["sqnr_db[4:10]"] == pytest.approx(_sqnr(f[:, N_BOX:], q[:, N_BOX:]), abs=0.5)
-    assert r["sqnr_db_worst_part"] == min(r["sqnr_db[0:4]"], r["sqnr_db[4:10]"])
+    # the score cone runs in float with its float weights: the float model's numbers (up to float32 summation order
+    # against the reference evaluator; the report's ONNX Runtime float run gives them bit for bit)
+    assert _sqnr(f[:, N_BOX:], q[:, N_BOX:]) > 100 and r["sqnr_db[4:10]"] > 100
+    assert r["sqnr_db_worst_part"] == min(r["sqnr_db[0:4]"], r["sqnr_db[4:10]"]) == r["sqnr_db[0:4]"]
     row, = rep.mixed
     assert row["concat"] == "head_concat" and not row["tied"] and row["remedy"] is None
 
@@ -218,8 +220,18 @@ def test_scores_above_the_calibration_maximum_are_kept(target):
     f, q = run_reference(m, {"x": ev})[0], _ort(qm.model, ev)
     assert f[:, N_BOX:].max() > 2 * f_cal.max()   # what min-max over the calibration samples clipped
     assert _sqnr(f[:, N_BOX:], q[:, N_BOX:]) >= 15
-    rep = qm.report()
-    assert rep.outputs["det"]["sqnr_db[4:10]"] == pytest.approx(_sqnr(f[:, N_BOX:], q[:, N_BOX:]), abs=0.5)
+    _report_scores_sqnr(qm, _sqnr(f[:, N_BOX:], q[:, N_BOX:]), target)
+
+
+def _report_scores_sqnr(qm, scores: float, target: str) -> None:
+    """The report's SQNR of the scores part is the one computed here; on target ort the scores run in float with
+    their float weights (the float model's numbers: > 100 dB here, float32 summation order against the reference
+    evaluator; the report's float run in ONNX Runtime gives them bit for bit, inf)."""
+    got = qm.report().outputs["det"]["sqnr_db[4:10]"]
+    if target == "ort":
+        assert scores > 100 and got > 100
+    else:
+        assert got == pytest.approx(scores, abs=0.5)
 
 
 def trunk_detector(depth: int = 4, width: int = 16) -> onnx.ModelProto:
@@ -259,7 +271,7 @@ def _trunk_data() -> np.ndarray:
 def test_scores_computed_from_a_shared_trunk_reach_15_db(target):
     """The activations a Sigmoid part of a mixed output is computed from (the whole trunk, back to the input) are
     quantized at 16 bits over twice their calibrated ranges on target qnn, and left float on target ort (its CPU
-    session runs a 16-bit layer in float between its Q/DQ pairs; the weights stay quantized): the scores' SQNR of
+    session runs a 16-bit layer in float between its Q/DQ pairs; the weights keep their float values): the scores' SQNR of
     ONNX Runtime running the written model against the float model is >= 15 dB, where the same model with those
     activations kept at 8 bits by an overrides rule stays below (the trunk's 8-bit noise, not the Concat or the
     Sigmoid, is what the small scores suffer)."""
@@ -270,7 +282,9 @@ def test_scores_computed_from_a_shared_trunk_reach_15_db(target):
     trunk = ("x", "c0", "s0", "h3", "craw", "cls")
     if target == "ort":
         assert not set(trunk) & {e.name for e in qm.encodings} and qm.encodings["box"].dtype == "uint8"
-        assert {"w0", "wc"} <= {e.name for e in qm.encodings}   # the trunk's weights stay quantized
+        # the layers reading them compute in float in ONNX Runtime: their weights keep their float values
+        assert not {"w0", "w3", "wb", "wc"} & {e.name for e in qm.encodings}
+        assert any("keep their float values" in n and "w0" in n for n in qm.notes)
         note, = [n for n in qm.notes if n.startswith("14 activations that cls is computed from")]
         assert "left in float" in note and "float, not 16 bits, on target ort" in note
     else:
@@ -285,7 +299,7 @@ def test_scores_computed_from_a_shared_trunk_reach_15_db(target):
     q = _ort(qm.model, ev)
     scores = _sqnr(f[:, N_BOX:], q[:, N_BOX:])
     assert scores >= 15 and _sqnr(f[:, :N_BOX], q[:, :N_BOX]) >= 15
-    assert qm.report().outputs["det"]["sqnr_db[4:10]"] == pytest.approx(scores, abs=0.5)
+    _report_scores_sqnr(qm, scores, target)
     q8 = qlinear.quantize(m, {"x": x}, dict(CFG, target=target, overrides=[{"name": "*", "role": "activation",
                                                                              "type": "uint8"}]))
     assert q8.encodings["c0"].dtype == "uint8" and not any("is computed from" in n for n in q8.notes)
@@ -429,33 +443,26 @@ def test_mixed_concat_read_by_a_conv_is_named_with_the_remedy(target):
 
 def test_ort_layers_reading_float_activations_get_float_weights():
     """Target ort: the layers that read an activation left in float (the trunk of the score cone) have no integer
-    kernel in ONNX Runtime; their weights are written as the float values their DequantizeLinear computes (on the
-    int8 grid of the encodings, which keep them), so ONNX Runtime does not dequantize them at every inference; the
-    outputs are those of the model with the DequantizeLinear nodes. Layers reading a quantized activation (every
-    activation uint8 by an overrides rule) keep their DequantizeLinear."""
-    from qlinear.ptq.encode import apply_encodings
-
+    kernel in ONNX Runtime, which computes them in float: their weights keep their float values (int8 values, written
+    as float, added their rounding error and saved nothing), leave the encodings before bias correction (their biases
+    are the float model's) and are named in a note. Layers reading a quantized activation (every activation uint8 by
+    an overrides rule) keep their int8 DequantizeLinear."""
     m, x = trunk_detector(), _trunk_data()
     qm = qlinear.quantize(m, {"x": x}, dict(CFG, target="ort"))
     g = qm.model.graph
     prod = {o: n.op_type for n in g.node for o in n.output}
     inits = {t.name: numpy_helper.to_array(t) for t in g.initializer}
+    given = {t.name: numpy_helper.to_array(t) for t in m.graph.initializer}
     convs = [n for n in g.node if n.op_type == "Conv"]
     assert len(convs) == 6 and all(n.input[1] in inits and n.input[1] not in prod for n in convs)
-    for w in ("w0", "w3", "wb", "wc"):
-        e = qm.encodings[w]
-        assert e.dtype == "int8"   # the encodings keep the int8 weights
-        steps = inits[w] / np.asarray(e.scale, np.float32).reshape(-1, 1, 1)
-        assert np.abs(steps - np.round(steps)).max() < 1e-3 and np.abs(steps).max() <= 128
-    note, = [n for n in qm.notes if "run in float in ONNX Runtime (" in n]
-    assert note.startswith("6 layer(s)") and "100% of the weights" in note and "float model's speed" in note
-    assert "kB more than int8" in note
-    with_dq = apply_encodings(qm.encodings, qm.encoded_model)   # the graph the encodings apply to
-    assert sum(n.op_type == "DequantizeLinear" for n in with_dq.graph.node) > \
-        sum(n.op_type == "DequantizeLinear" for n in g.node)
-    np.testing.assert_allclose(_ort(qm.model, x[32:]), _ort(with_dq, x[32:]), rtol=1e-5, atol=1e-4)
+    for n in convs:   # the weights and biases as given
+        assert np.array_equal(inits[n.input[1]], given[n.input[1]]) and n.input[1] not in qm.encodings.names()
+        assert np.array_equal(inits[n.input[2]], given[n.input[2]])
+    note, = [n for n in qm.notes if "keep their float values" in n]
+    assert note.startswith("6 weight(s) (w0, w1, w2 ...; 100% of the weights)") and "float model's speed" in note
+    assert not any("run in float in ONNX Runtime (" in n for n in qm.notes)
     q8 = qlinear.quantize(m, {"x": x}, dict(CFG, target="ort", overrides=[{"name": "*", "role": "activation",
                                                                            "type": "uint8"}]))
     p8 = {o: n.op_type for n in q8.model.graph.node for o in n.output}
     assert all(p8.get(n.input[1]) == "DequantizeLinear" for n in q8.model.graph.node if n.op_type == "Conv")
-    assert not any("run in float in ONNX Runtime (" in n for n in q8.notes)
+    assert not any("run in float in ONNX Runtime (" in n or "keep their float values" in n for n in q8.notes)

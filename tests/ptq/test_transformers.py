@@ -132,14 +132,16 @@ def test_the_placement_note_names_the_convolutions_it_leaves_float():
     from qlinear.ptq.pipeline import _matmul_placement_note
 
     m = tiny_encoder()
-    assert "convolutions" not in _matmul_placement_note(m)
+    assert "convolutions" not in _matmul_placement_note(m, "ort")
     conv = helper.make_model(helper.make_graph(
         [helper.make_node("Conv", ["x", "w"], ["y"])], "g",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 4, 4])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 4, 4])],
         [onnx.numpy_helper.from_array(np.ones((3, 2, 1, 1), np.float32), "w")]))
-    note = _matmul_placement_note(conv)
+    note = _matmul_placement_note(conv, "ort")
     assert "inputs of its 1 convolution(s)" in note and 'placement "all"' in note
+    assert "weights keep their float values" in note   # ONNX Runtime computes them in float
+    assert "weights are quantized" in _matmul_placement_note(conv, "qnn")
 
 
 def test_masked_scores_left_float_are_named_where_the_softmax_would_be_quantized():

@@ -112,6 +112,13 @@ UNFUSED_CLAMP_TARGETS = ("ort",)
 MATMUL_BIAS_TARGETS = ("qnn",)
 #: why a tensor where an attention mask is added to data is left float (``Plan.skipped``, :func:`masked_note`)
 MASKED = "an attention mask is added here (extreme values): left in float"
+#: targets where a weight whose every layer reads a float activation keeps its float values
+#: (:meth:`Plan.leave_float_input_weights`): ONNX Runtime's CPU session has no integer kernel for a float input and
+#: runs such a layer in float, where an int8 weight adds its rounding error and saves nothing (the file would hold its
+#: dequantized values as float, :mod:`qlinear.graph.float_weights`); QNN and TFLite keep integer weights
+FLOAT_INPUT_WEIGHT_TARGETS = ("ort",)
+#: why such a weight is left float (``Plan.skipped``)
+FLOAT_INPUT = "its layer reads a float activation (ONNX Runtime computes it in float): float weight"
 
 
 @dataclass
@@ -146,6 +153,20 @@ class Plan:
         self.inherit = {k: v for k, v in self.inherit.items() if k not in tensors}
         for t in tensors:
             self.skipped[t] = reason
+
+    def leave_float_input_weights(self, quantized: set[str]) -> list[str]:
+        """Take out of the plan, with their biases, the weights whose every layer reads an input not in
+        ``quantized`` (the activations with an integer encoding), reason :data:`FLOAT_INPUT`; their names, in plan
+        order. A weight one layer reads on a quantized input stays."""
+        float_in: dict[str, bool] = {}
+        for w in self.weights:
+            float_in[w.name] = float_in.get(w.name, True) and w.input not in quantized
+        names = [n for n, f in float_in.items() if f]
+        gone = set(names)
+        self.weights = [w for w in self.weights if w.name not in gone]
+        self.biases = [b for b in self.biases if b.weight not in gone]
+        self.skipped.update({n: FLOAT_INPUT for n in names})
+        return names
 
 
 PLACEMENTS = ("all", "matmul")

@@ -34,6 +34,7 @@ from qlinear.graph.integer_clamps import integer_clamps
 from qlinear.graph.ir import to_ir, to_proto
 from qlinear.graph.load import load_checked
 from qlinear.graph.model import load_model, opset, tensor_outputs
+from qlinear.graph.ops import WEIGHTED
 from qlinear.graph.passes.drop_identity import DropIdentity
 from qlinear.graph.passes.equalize import Equalize
 from qlinear.graph.passes.fix_inputs import fix_input_values, input_values
@@ -43,6 +44,7 @@ from qlinear.graph.passes.normalize import check_upgrade, subgraph_notes
 from qlinear.graph.passes.shapes import fix_input_shapes, fold_static_shapes
 from qlinear.graph.passes.unshare_biases import UnshareBiases, unshare_note
 from qlinear.graph.plan import (
+    FLOAT_INPUT_WEIGHT_TARGETS,
     asked_float_weight_note,
     float_input_note,
     float_weight_note,
@@ -255,13 +257,15 @@ class _Run:
     upgrade: Any = None  # the opset upgrade's check (_Upgrade), run after planning
 
 
-def _matmul_placement_note(m: onnx.ModelProto) -> str:
-    """The note of ``matmul`` placement; it names the convolutions whose inputs it leaves float (weights quantized,
-    the layer computed in float) when the transformer has a convolutional part, e.g. an OCR recognizer's backbone."""
+def _matmul_placement_note(m: onnx.ModelProto, target: str) -> str:
+    """The note of ``matmul`` placement; it names the convolutions whose inputs it leaves float (the layer computed
+    in float; on target ort with its float weights, elsewhere with quantized ones) when the transformer has a
+    convolutional part, e.g. an OCR recognizer's backbone."""
     inits = {t.name for t in m.graph.initializer}
     convs = sum(n.op_type in CONV_OPS and len(n.input) > 1 and n.input[1] in inits for n in m.graph.node)
+    weights = "keep their float values" if target in FLOAT_INPUT_WEIGHT_TARGETS else "are quantized"
     return ("transformer placement: quantizers on MatMul/Gemm inputs only (LayerNorm, Softmax, Gelu and residual adds "
-            "stay float" + (f"; so do the inputs of its {convs} convolution(s), whose weights are quantized: placement "
+            "stay float" + (f"; so do the inputs of its {convs} convolution(s), whose weights {weights}: placement "
                             "\"all\" in --config quantizes those activations too" if convs else "") + ")")
 
 
@@ -295,7 +299,7 @@ def _rewrite(run: _Run) -> str:
         notes.append(f"cross-layer equalization of {eq.pairs} layer pairs"
                      + (" (across ReLU only: target tflite)" if cfg.target == "tflite" else ""))
     if placement == "matmul":
-        notes.append(_matmul_placement_note(run.m))
+        notes.append(_matmul_placement_note(run.m, run.cfg.target))
     if cfg.smoothing or (cfg.smoothing is None and placement == "matmul"
                          and cfg.activation_qtype.bits <= 8):
         t0 = time.perf_counter()
@@ -438,8 +442,7 @@ def _calibrate(run: _Run, placement: str) -> QuantizedModel:
     float_log_cones(plan, list(model.graph), obs, cfg.target, tcfg.resolved, notes, cfg.full_integer)
     floated = keep_parts(plan, m, cfg.target, notes, obs, tcfg)
     encs = bounded_parts(build_encodings(m, plan, obs, tcfg), floated, plan, m, tcfg, notes, obs)
-    if cfg.target == "qnn":  # a full-integer .tflite has one activation type: its statistics stay 8-bit there
-        encs = wide_statistics(encs, plan, m, tcfg, notes, obs)
+    encs = _target_rules(encs, plan, m, tcfg, notes, obs)
     es = EncodingSet(tuple(encs), producer={"package": "qlinear", "version": _version()}, version="2.0.0")
     es = targets.finalize(es, m, plan, cfg)
     timings["quantize"] = time.perf_counter() - t0
@@ -547,6 +550,47 @@ def _finish(es: EncodingSet, m: onnx.ModelProto, cfg: QuantizeConfig, label: str
             raise GraphError(f"{label}: the quantized model breaks the TFLite rules ({len(bad)}): "
                              + "; ".join(str(v) for v in bad[:3]) + "; please report this with the model")
     return qm, loaded
+
+
+def _target_rules(encs: list[Any], plan: Any, m: onnx.ModelProto, tcfg: Any, notes: list[str],
+                  obs: dict[str, Any]) -> list[Any]:
+    """The target's rules on the encodings, before any weight method: on qnn the statistics of normalizations
+    widened (:func:`~qlinear.ptq.norms.wide_statistics`; a full-integer .tflite has one activation type, so they
+    stay 8-bit there); on ort the weights of layers reading only float activations left float
+    (:func:`_float_input_weights`)."""
+    if tcfg.cfg.target == "qnn":
+        return wide_statistics(encs, plan, m, tcfg, notes, obs)
+    return _float_input_weights(encs, plan, m, tcfg.cfg, notes)
+
+
+def _float_input_weights(encs: list[Any], plan: Any, m: onnx.ModelProto, cfg: QuantizeConfig,
+                         notes: list[str]) -> list[Any]:
+    """Target ort without a size budget: the weights whose every layer reads a float activation keep their float
+    values (:meth:`~qlinear.graph.plan.Plan.leave_float_input_weights`, before any weight method or bias correction
+    sees them; ONNX Runtime computes those layers in float), with a note; their encodings are dropped from ``encs``.
+    A size budget counts them quantized: they stay, and :func:`_float_layer_weights` says what that costs."""
+    if cfg.target not in FLOAT_INPUT_WEIGHT_TARGETS or cfg.size_budget is not None or cfg.average_bits is not None:
+        return encs
+    names = plan.leave_float_input_weights({e.name for e in encs if e.role == "activation" and e.scale is not None})
+    if not names:
+        return encs
+    gone = set(names)
+    inits = {x.name: x for x in m.graph.initializer}
+    weights = {n.input[1] for n in m.graph.node if n.op_type in WEIGHTED and len(n.input) > 1
+               and n.input[1] in inits and len(inits[n.input[1]].dims) >= 2}
+    size = {w: int(np.prod(inits[w].dims)) for w in weights | gone if w in inits}
+    share = sum(size.get(w, 0) for w in gone) / max(1, sum(size.values()))
+    note = (f"{len(names)} weight(s) ({', '.join(names[:3])}{' ...' if len(names) > 3 else ''}; {_percent(share)} of "
+            "the weights) keep their float values: every layer reading them takes a float input (the plan leaves it "
+            "float), which ONNX Runtime computes in float (it has no integer kernel for a float input), so int8 values "
+            "would add their rounding error and save nothing (the file would hold them as float either way); "
+            "model.encodings has no encoding for them")
+    if share >= 0.5:
+        note += ("; most of the weights are in such layers: in ONNX Runtime's default session the model runs at "
+                 "about the float model's speed, not int8's; an overrides rule setting those activations' type to "
+                 "uint8 gives int8 kernels at their precision")
+    notes.append(note)
+    return [e for e in encs if e.name not in gone]
 
 
 def _float_layer_weights(qm: onnx.ModelProto, notes: list[str], budget: bool = False) -> None:

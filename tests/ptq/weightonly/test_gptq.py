@@ -48,3 +48,17 @@ def test_gptq_dead_inputs_zeroed():
     h = x.T.astype(np.float64) @ x
     g = gptq(w, h, 4, 32, "full")
     assert np.all(g.dequantize()[:, 5] == 0)
+
+
+def test_a_vanishing_damping_on_a_singular_hessian_is_floored():
+    """A singular Hessian (rank 8 of 96: fewer calibration rows than inputs) with ``gptq_damp`` 5.7e-277 (hypothesis
+    found it): the damping started below float64's resolution of the diagonal and stayed there through every retry,
+    ending in numpy's LinAlgError. It starts at DAMP_FLOOR now; a Hessian with NaN gets one CalibrationError."""
+    from qlinear.errors import CalibrationError
+
+    x, w = _problem(t=8)
+    h = x.T.astype(np.float64) @ x
+    g = gptq(w, h, 4, 32, "symmetric", damp=5.679601126466277e-277)
+    assert np.isfinite(g.dequantize()).all()
+    with pytest.raises(CalibrationError, match="NaN/inf"):
+        gptq(w, np.full_like(h, np.nan), 4, 32, "symmetric")

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from qlinear.errors import CalibrationError
 from qlinear.ptq.algorithms.grids import (
     FLOAT32,
     BlockQuant,
@@ -30,13 +31,21 @@ from qlinear.ptq.algorithms.grids import (
     search_clip,
 )
 
+#: the smallest damping tried, relative to the mean diagonal of H: below float64's resolution of H's diagonal a
+#: smaller ``gptq_damp`` adds nothing (a config's 5.7e-277 left a singular Hessian singular through every retry)
+DAMP_FLOOR = 1e-12
+
 
 def _upper_inverse_cholesky(h: np.ndarray, damp: float) -> np.ndarray:
-    """``chol(H^-1)`` (upper) of ``H + damp * mean(diag H) * I``, raising the damping until it is positive
-    definite."""
+    """``chol(H^-1)`` (upper) of ``H + damp * mean(diag H) * I``, raising the damping (tenfold, from at least
+    :data:`DAMP_FLOOR`) until it is positive definite."""
     k = h.shape[0]
-    lam = damp * float(np.mean(np.diag(h))) or 1e-6
-    for _ in range(8):
+    if not np.isfinite(h).all():
+        raise CalibrationError(f"gptq: a layer's Hessian (its inputs' Gram matrix, {k} x {k}) holds NaN/inf values: "
+                               "check the calibration data (or the layer's inputs) for NaN/inf")
+    md = float(np.mean(np.diag(h)))
+    lam = max(damp, DAMP_FLOOR) * md if md > 0 else 1e-6
+    for _ in range(12):
         try:
             lo = np.linalg.cholesky(h + lam * np.eye(k))
             li = np.linalg.inv(lo)
@@ -44,7 +53,8 @@ def _upper_inverse_cholesky(h: np.ndarray, damp: float) -> np.ndarray:
             return np.linalg.cholesky(hinv).T
         except np.linalg.LinAlgError:
             lam *= 10
-    raise np.linalg.LinAlgError("Hessian not positive definite even with heavy damping")
+    raise CalibrationError(f"gptq: a layer's Hessian (its inputs' Gram matrix, {k} x {k}) is not positive definite "
+                           f"even damped by {lam / 10:.3g}; raise gptq_damp")
 
 
 def gptq(w: np.ndarray, h: np.ndarray, bits: int, block: int, grid: str, *, method: str = "minmax",
