@@ -243,6 +243,23 @@ def test_operator_without_island_is_refused_before_work():
         qlinear.quantize(m, {"x": X}, dict(calibration_samples=8, evaluation_samples=0, target="tflite"))
 
 
+def test_three_d_convolution_is_refused_before_work():
+    """A Conv3d (RivaGAN's decoder, a one-frame video [N, 3, 1, H, W]) passed the operator check and failed in the
+    export after calibration with 'only 1-D and 2-D convolutions ... export', no fix named."""
+    x = RNG.normal(0, 1, (8, 3, 1, 8, 8)).astype(np.float32)
+    w = RNG.normal(0, 0.3, (4, 3, 1, 3, 3)).astype(np.float32)
+    g = helper.make_graph([_n("Conv", ["x", "w"], ["y"], pads=[0, 1, 1, 0, 1, 1], name="conv3d")], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 1, 8, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4, 1, 8, 8])],
+                          [numpy_helper.from_array(w, "w")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(ConfigError, match=r"target: tflite writes 1-D and 2-D Conv only, but node conv3d has a 3-D "
+                                          r"kernel \(weight 'w' is 5-D\); use target ort"):
+        qlinear.quantize(m, {"x": x}, dict(calibration_samples=8, evaluation_samples=0, target="tflite"))
+    qm = qlinear.quantize(m, {"x": x}, dict(calibration_samples=8, evaluation_samples=0))   # target ort: as before
+    assert qm.model is not None
+
+
 def test_integer_input_passes_through_to_a_one_hot_matmul():
     """An int32 graph input (magika's bytes) is a .tflite input as it is: RESHAPE, EQUAL, CAST, FULLY_CONNECTED in
     float (one non-zero product per row: exact), then the integer output; LiteRT equals run_integer bit for bit."""

@@ -227,6 +227,21 @@ def _recurrent_refusals(model: Any) -> None:
                               f"{n.name or n.output[0]} has {why}; use target ort or qnn")
 
 
+def _conv_ranks(model: Any) -> None:
+    """The ``.tflite`` export writes 1-D and 2-D Conv and 2-D ConvTranspose only: a Conv3d (RivaGAN's, over a
+    one-frame video [N, C, 1, H, W]) is refused here, before calibration, naming the node and its weight."""
+    ranks = {t.name: len(t.dims) for t in model.graph.initializer}
+    ranks.update({n.output[0]: len(a.t.dims) for n in model.graph.node if n.op_type == "Constant"
+                  for a in n.attribute if a.name == "value"})
+    for n in model.graph.node:
+        allowed = (3, 4) if n.op_type == "Conv" else (4,) if n.op_type == "ConvTranspose" else ()
+        rank = ranks.get(n.input[1]) if allowed and len(n.input) > 1 else None
+        if rank is not None and rank not in allowed:
+            raise ConfigError(f"target: tflite writes {'1-D and ' if n.op_type == 'Conv' else ''}2-D {n.op_type} "
+                              f"only, but node {n.name or n.output[0]} has a {rank - 2}-D kernel (weight "
+                              f"{n.input[1]!r} is {rank}-D); use target ort or qnn")
+
+
 def _tflite_model(model: Any, cfg: QuantizeConfig) -> None:
     """What the ``.tflite`` export needs of the float model: static input shapes (but the batch; ``input_shapes``
     fixes them) and operators it writes: in the integer set (:data:`qlinear.tflite.SUPPORTED`, BatchNormalization
@@ -252,6 +267,7 @@ def _tflite_model(model: Any, cfg: QuantizeConfig) -> None:
                              "--input-shape NAME=D0,D1,..." if shapes else "") + _if_hint(model)
                           + "; or use target ort or qnn")
     _recurrent_refusals(model)
+    _conv_ranks(model)
     if cfg.full_integer:
         consts, readers = targets.constants_of(model)
         wide = cfg.activation_qtype.bits == 16  # 16x8: constant operands stay float islands
