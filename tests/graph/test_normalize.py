@@ -327,6 +327,30 @@ def test_a_weight_computed_by_an_unfolded_node_is_named():
                       "float: MatMul 'mm1', MatMul 'mm2'")]
 
 
+def test_a_weight_reshaped_by_shape_arithmetic_of_itself_folds_and_is_quantized():
+    """tf2onnx's Einsum lowering (g2p-id's BERT): Gemm(x, Reshape(W, Concat(c, ReduceProd(Gather(Shape(W), i)))))
+    with W [1, 1, 8, 2, 4] stayed float ('computed from constants by nodes qlinear does not fold'); ORT's
+    quantize_static quantized it."""
+    w = _f32(1, 1, 8, 2, 4)
+    nodes = [helper.make_node("Shape", ["w5"], ["s"], name="shape"),
+             helper.make_node("Gather", ["s", "i"], ["g"], name="gather"),
+             helper.make_node("ReduceProd", ["g"], ["p"], name="prod", keepdims=1),
+             helper.make_node("Concat", ["c", "p"], ["sh"], name="concat", axis=0),
+             helper.make_node("Reshape", ["w5", "sh"], ["w"], name="reshape"),
+             helper.make_node("Gemm", ["x", "w"], ["y"], name="gemm", transB=1)]
+    m = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8])],
+               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8])],
+               [numpy_helper.from_array(w, "w5"), numpy_helper.from_array(np.array([3, 4], np.int64), "i"),
+                numpy_helper.from_array(np.array([-1], np.int64), "c")])
+    n, notes = normalize(m)
+    assert [x.op_type for x in n.graph.node] == ["Gemm"] and not any("does not fold" in s for s in notes)
+    np.testing.assert_array_equal(numpy_helper.to_array(n.graph.initializer[0]), w.reshape(8, 8))
+    data = _data(m)
+    qm = qlinear.quantize(m, data, CAL)
+    assert len(_int_weight_dqs(qm.model)) == 1 and not any("does not fold" in s for s in qm.notes)
+    _close_to_peer(m, qm.model, data, 0.99)
+
+
 def test_loop_with_a_conv_inside_is_left_float_with_a_note():
     body = helper.make_graph(
         [helper.make_node("Identity", ["cond_in"], ["cond_out"], name="keep_going"),

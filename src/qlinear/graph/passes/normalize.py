@@ -70,7 +70,7 @@ def normalize(model: onnx.ModelProto, label: str = "model", *, copy: bool = True
     notes: list[str] = text_notes(m, label)
     m = upgrade(m, label, notes)
     n_const = constants_to_initializers(m.graph)
-    n_fold = fold_constant_chains(m.graph)
+    n_fold = fold_constant_chains(m.graph, opset(m))
     if n_const or n_fold:
         notes.append(f"{n_const} Constant nodes became initializers"
                      + (f", {n_fold} Identity/Cast/Transpose/Reshape/... nodes of constants were folded" if n_fold else "")
@@ -228,8 +228,8 @@ def constants_to_initializers(graph: onnx.GraphProto) -> int:
     return done
 
 
-def _eval_node(node: onnx.NodeProto, args: list[np.ndarray]) -> np.ndarray:
-    """``node`` on constant ``args``, by the ONNX reference implementation."""
+def _eval_node(node: onnx.NodeProto, args: list[np.ndarray], version: int = TARGET_OPSET) -> np.ndarray:
+    """``node`` on constant ``args``, by the ONNX reference implementation (at opset ``version``)."""
     from onnx.reference import ReferenceEvaluator
 
     names = [f"x{i}" for i in range(len(args))]
@@ -239,14 +239,16 @@ def _eval_node(node: onnx.NodeProto, args: list[np.ndarray]) -> np.ndarray:
            for nm, a in zip(names, args)]
     g = helper.make_graph([n], "fold", [i for i, x in zip(ins, node.input) if x],
                           [helper.make_tensor_value_info("y", onnx.TensorProto.UNDEFINED, None)])
-    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", TARGET_OPSET)])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", version)])
     feeds = {nm: a for nm, a, x in zip(names, args, node.input) if x}
     return np.asarray(ReferenceEvaluator(model).run(None, feeds)[0])
 
 
-def fold_constant_chains(graph: onnx.GraphProto) -> int:
+def fold_constant_chains(graph: onnx.GraphProto, version: int = TARGET_OPSET) -> int:
     """Remove ``Identity`` of initializers (readers rewired) and fold :data:`FOLDABLE` nodes of initializers into
-    initializers; drop the initializers nothing reads any more. Returns the number of nodes removed."""
+    initializers, and the shape arithmetic of constants (:func:`_shape_value`: tf2onnx spells an Einsum's weight as
+    ``Reshape(W, Concat(.., ReduceProd(Gather(Shape(W), ..))))``); drop the initializers nothing reads any more.
+    ``version``: the model's opset, the nodes' semantics. Returns the number of nodes removed."""
     inits = {t.name: t for t in graph.initializer}
     outputs = {o.name for o in graph.output}
     readers = _reader_counts(graph)
@@ -262,6 +264,14 @@ def fold_constant_chains(graph: onnx.GraphProto) -> int:
     keep, folded = [], 0
     for n, key0 in zip(graph.node, keys):
         _rename_inputs(n, rename)
+        y = _shape_value(n, inits, outputs, version)
+        if y is not None:   # read no more by it: the weight whose Shape it was may fold now
+            for x in n.input:
+                readers[x] = readers.get(x, 1) - 1
+            inits[n.output[0]] = t = numpy_helper.from_array(y, n.output[0])
+            graph.initializer.append(t)
+            folded += 1
+            continue
         if key0 is None:
             keep.append(n)
             continue
@@ -283,7 +293,7 @@ def fold_constant_chains(graph: onnx.GraphProto) -> int:
             continue
         if pure and n.op_type in FOLDABLE:
             try:
-                y = _eval_node(n, [numpy_helper.to_array(inits[x]) if x else None for x in n.input])
+                y = _eval_node(n, [numpy_helper.to_array(inits[x]) if x else None for x in n.input], version)
             except Exception:  # noqa: BLE001 - a node the reference cannot fold stays as it is
                 y = None
             if y is None or y.size > sum(_numel(inits[x]) for x in ins):  # Expand/Tile: the file would grow
@@ -305,6 +315,34 @@ def fold_constant_chains(graph: onnx.GraphProto) -> int:
         o.name = rename.get(o.name, o.name)
     prune_initializers(graph)
     return folded
+
+
+_INTEGER_TYPES = (onnx.TensorProto.INT64, onnx.TensorProto.INT32)
+
+
+def _shape_value(n: onnx.NodeProto, inits: Mapping[str, onnx.TensorProto], outputs: set[str],
+                 version: int) -> np.ndarray | None:
+    """The value of a ``Shape``/``Size`` of an initializer (read from its dims), or of a node of the default domain
+    whose inputs are all small integer initializers (shape arithmetic: Gather, ReduceProd, Concat ... of shapes) and
+    whose value is small; else ``None``."""
+    if n.domain not in ("", "ai.onnx") or len(n.output) != 1 or n.output[0] in outputs or list(subgraphs(n)) \
+            or not n.input or n.op_type.startswith("Random"):
+        return None
+    if n.op_type in ("Shape", "Size") and n.input[0] in inits:
+        dims = np.array(inits[n.input[0]].dims, np.int64)
+        if n.op_type == "Size":
+            return np.array(int(np.prod(dims)), np.int64)
+        start = next((a.i for a in n.attribute if a.name == "start"), 0)
+        end = next((a.i for a in n.attribute if a.name == "end"), None)
+        return dims[start:end]
+    ins = [x for x in n.input if x]
+    if not all(x in inits and _small(inits[x]) and inits[x].data_type in _INTEGER_TYPES for x in ins):
+        return None
+    try:
+        y = _eval_node(n, [numpy_helper.to_array(inits[x]) if x else None for x in n.input], version)
+    except Exception:  # noqa: BLE001 - a node the reference cannot fold stays as it is
+        return None
+    return y if y.size <= 64 else None
 
 
 def prune_initializers(graph: onnx.GraphProto) -> None:
