@@ -444,7 +444,7 @@ def _calibrate(run: _Run, placement: str) -> QuantizedModel:
     encs = bounded_parts(build_encodings(m, plan, obs, tcfg), floated, plan, m, tcfg, notes, obs)
     encs = _target_rules(encs, plan, m, tcfg, notes, obs)
     es = EncodingSet(tuple(encs), producer={"package": "qlinear", "version": _version()}, version="2.0.0")
-    es = targets.finalize(es, m, plan, cfg)
+    es = targets.finalize(es, m, plan, cfg, notes)
     timings["quantize"] = time.perf_counter() - t0
     done: set[str] = set()
     methods = {s.name: tcfg.weight(s.name).w_method for s in plan.weights}

@@ -32,7 +32,11 @@ FIXED_TFLITE16 = ops.FIXED_TFLITE16
 SAME_SCALE_TFLITE = ops.SAME_SCALE_TFLITE
 
 
-def finalize(es: EncodingSet, m: onnx.ModelProto, plan: Any, cfg: QuantizeConfig) -> EncodingSet:
+def finalize(es: EncodingSet, m: onnx.ModelProto, plan: Any, cfg: QuantizeConfig,
+             notes: list[str] | None = None) -> EncodingSet:
+    """Target tflite: the fixed output parameters, the same-scale rule and the constant operands' encodings;
+    ``notes`` gets one for each fixed output whose calibrated values the fixed grid cannot resolve
+    (:func:`fixed_grid_note`)."""
     if cfg.target != "tflite":
         return es
     encs = {e.name: e for e in es}
@@ -41,6 +45,9 @@ def finalize(es: EncodingSet, m: onnx.ModelProto, plan: Any, cfg: QuantizeConfig
     for n in m.graph.node:
         if n.op_type in fixed and n.output[0] in encs:
             s, z = fixed[n.op_type]
+            note = fixed_grid_note(n, encs[n.output[0]], s, wide)
+            if note and notes is not None:
+                notes.append(note)
             encs[n.output[0]] = Encoding(n.output[0], cfg.activation_type, scale=s, zero_point=z)
     tied = {g[-1] for g in getattr(plan, "tied", [])}   # a Concat's output: the merged range of its parts
     for n in m.graph.node:  # same-scale operators: output takes the input's parameters
@@ -50,6 +57,31 @@ def finalize(es: EncodingSet, m: onnx.ModelProto, plan: Any, cfg: QuantizeConfig
     if not wide:
         encs.update(constant_operands(m, encs))
     return es.with_encodings(encs.values())  # the int32 biases follow (pipeline.int32_biases)
+
+
+#: fewer steps of its fixed grid than this between a fixed output's calibrated minimum and maximum: a note
+FEW_STEPS = 16
+
+
+def fixed_grid_note(n: onnx.NodeProto, calibrated: Encoding, step: float, wide: bool) -> str | None:
+    """A note when the calibrated range of ``n``'s output (``calibrated``: its min-max encoding before TFLite's fixed
+    parameters replace it) spans fewer than ``FEW_STEPS`` steps of the fixed grid (``step``): TFLite's rule, not a
+    calibration choice, rounds those values together (openwakeword's hey-mycroft: a Sigmoid whose calibration
+    outputs stay below 1e-3 came out 0 on every sample at 1/256)."""
+    sc, zp = np.asarray(calibrated.scale).reshape(-1), np.asarray(calibrated.zero_point_or_zeros).reshape(-1)
+    if sc.size != 1 or not calibrated.qtype.is_int:
+        return None
+    lo = (calibrated.qtype.qmin - float(zp[0])) * float(sc[0])
+    hi = (calibrated.qtype.qmax - float(zp[0])) * float(sc[0])
+    steps = (hi - lo) / step
+    if steps >= FEW_STEPS:
+        return None
+    fix = "target ort (a calibrated output grid)" if wide else \
+        "--activation-type int16 (16x8: a fixed grid of 1/32768) or target ort (a calibrated output grid)"
+    return (f"target tflite: {n.op_type} {n.name or n.output[0]!r} takes TFLite's fixed output grid (step {step:g}), "
+            f"but its calibration outputs span [{lo:.3g}, {hi:.3g}], {steps:.3g} step(s) of it: they round to "
+            f"{max(1, round(steps) + 1)} value(s) at most (TFLite's integer rule, not a calibration choice); {fix} "
+            "keep them apart")
 
 
 def constant_operands(m: onnx.ModelProto, encs: dict[str, Encoding]) -> dict[str, Encoding]:
