@@ -119,7 +119,8 @@ def test_tflite_flags_the_shared_scale(runs):
     m, x, qms = runs
     qm = qms["tflite"]
     assert _scales(qm, "box") == _scales(qm, "det")  # the TFLite rule: the output takes the (merged) input grid
-    assert any(n.startswith("WARNING: Concat 'head_concat'") and "16-bit activations" in n for n in qm.notes)
+    assert any(n.startswith("WARNING: Concat 'head_concat'") and "16-bit activations" in n
+               and "--activation-type int16" in n for n in qm.notes)
     ev = x[32:]
     f, q = run_reference(m, {"x": ev})[0], run_reference(qm.model, {"x": ev})[0]
     scores = _sqnr(f[:, N_BOX:], q[:, N_BOX:])

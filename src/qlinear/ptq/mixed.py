@@ -108,7 +108,8 @@ def keep_parts(plan: Plan, m: Any, target: str, notes: list[str], obs: dict[str,
             f"{t} |x|<={r:.3g}" for t, r in zip(c.inputs, c.ranges)) + ")"
         if target == "tflite":
             notes.append(f"WARNING: {what} but TFLite requires one scale for all of them: the narrow parts lose "
-                         f"precision (per-part SQNR in the report); {REMEDY}")
+                         f"precision (per-part SQNR in the report); {REMEDY} (on target tflite: "
+                         "--activation-type int16, every layer 16x8)")
             continue
         if c.output not in plan.activations:
             continue
