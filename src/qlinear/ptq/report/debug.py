@@ -759,8 +759,8 @@ def name_differences(res: RuntimeDiff, im: IntegerModel, formula: Callable[[IntD
     """Say what each differing tensor of ``res`` (graph order) is: float rounding where both compute the value in
     float32 and it is at most 1 step apart (an operator of a width the runtime does not fuse, or one run_integer runs
     in float; a QuantizeLinear of a float operator's output); carried where computed from the runtime's own inputs it
-    equals the runtime's (``own_differing`` 0, measured on a LiteRT reference run), or where an input already differs
-    by float rounding (or carries it); else a difference, the first one ``res.first_difference``, with
+    equals the runtime's (``own_differing`` 0, measured on a LiteRT reference run), or, where that is not measured,
+    an input already differs by float rounding (or carries it); else a difference, the first one ``res.first_difference``, with
     ``formula(d)``."""
     unfused = _unfused(im)
     floats = {op.output.name for op in im.qg.ops.values()   # no integer kernel, or not one for this node
@@ -778,7 +778,8 @@ def name_differences(res: RuntimeDiff, im: IntegerModel, formula: Callable[[IntD
             d.propagated = True
             d.formula = ("computed from the runtime's own values of its inputs it equals the runtime's: the "
                          f"difference is carried from {before or 'before it'}, not made by this operator")
-        elif d.differing and before is not None and (differ[before].rounding or differ[before].propagated):
+        elif d.differing and d.own_differing is None and before is not None and \
+                (differ[before].rounding or differ[before].propagated):   # not measured: by its input
             d.propagated = True
             why = "float rounding" if differ[before].rounding else "from float rounding before it"
             d.formula = f"its input {before} differs already ({why}): carried here, not made by this operator"
