@@ -71,10 +71,11 @@ def normalize(model: onnx.ModelProto, label: str = "model", *, copy: bool = True
     m = upgrade(m, label, notes)
     n_const = constants_to_initializers(m.graph)
     n_fold = fold_constant_chains(m.graph, opset(m))
-    if n_const or n_fold:
-        notes.append(f"{n_const} Constant nodes became initializers"
-                     + (f", {n_fold} Identity/Cast/Transpose/Reshape/... nodes of constants were folded" if n_fold else "")
-                     + " (weights stored as Constant nodes are quantized like initializers)")
+    done = ([f"{n_const} Constant nodes became initializers"] if n_const else []) + \
+        ([f"{n_fold} Identity/Cast/Transpose/Reshape/... nodes of constants were folded"] if n_fold else [])
+    if done:
+        notes.append(", ".join(done) + " (weights stored as Constant nodes or computed from constants are quantized "
+                     "like initializers)")
     notes += unfolded_weight_notes(m)
     notes += subgraph_notes(m)
     return m, notes
