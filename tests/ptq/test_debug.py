@@ -402,3 +402,20 @@ def test_the_model_as_given_compares_like_the_float_model_after_equalization(tmp
         assert [(t.tensor, round(t.sqnr_db, 6)) for t in given.tensors] == \
             [(t.tensor, round(t.sqnr_db, 6)) for t in written.tensors]
         assert given.first_jump is None and min(t.sqnr_db for t in given.tensors) > 20
+
+
+def test_a_quantized_model_with_a_fixed_batch_runs_one_sample_a_call():
+    """A Q/DQ model whose batch dimension is fixed at 1 (``--input-shape`` for a .tflite) beside a float model with
+    a dynamic one: the stacking check ran the float model only and sent 8 samples at once to the quantized one,
+    which ONNX Runtime refused ("Got: 8 Expected: 1"); both are probed now, and the comparison runs sample by
+    sample with the SQNRs of the dynamic-batch run."""
+    qm = qlinear.quantize(MODEL, DATA, dict(calibration_samples=16, evaluation_samples=0))
+    fixed = onnx.ModelProto()
+    fixed.CopyFrom(qm.model)
+    for v in fixed.graph.input:
+        v.type.tensor_type.shape.dim[0].dim_value = 1
+    a = compare_models(qm.encoded_model, fixed, DATA, samples=4)
+    b = compare_models(qm.encoded_model, qm.model, DATA, samples=4)
+    assert a.samples == b.samples == 4
+    assert [(x.tensor, round(x.sqnr_db, 6)) for x in a.tensors if x.sqnr_db is not None] == \
+        [(x.tensor, round(x.sqnr_db, 6)) for x in b.tensors if x.sqnr_db is not None]

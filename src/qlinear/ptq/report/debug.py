@@ -492,7 +492,8 @@ def compare_models(float_model: Any, quant_model: Any, data: Any, *, samples: in
     qs = Session(qm, q_fetch, level="basic", label="the quantized model", disable_qdq_fusion=True)
     acc = {mt.tensor: _Acc() for mt in matches}
     done, incomparable = 0, {}
-    ds.check_stacking(fs.run_all, batch_size)   # a batch axis only nominally dynamic: one sample per call
+    # a batch axis only nominally dynamic, or fixed in one model (--input-shape): one sample per call
+    ds.check_stacking(lambda feed: (fs.run_all(feed), qs.run_all(feed)), batch_size)
     for feed in ds.batches(0, n, batch_size):
         where = f"{ds.source}, samples {done}..{done + ds.batch_len(feed) - 1}"
         fv = dict(zip(f_fetch, fs.run(f_fetch, feed, where=where)))
