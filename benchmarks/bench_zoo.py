@@ -601,9 +601,11 @@ def main() -> None:
     if a.merge and out.with_suffix(".json").exists():
         old = json.loads(out.with_suffix(".json").read_text())
         mine = {r["model"]: r for r in results}
+        whole = {r["model"] for r in old["results"]} <= set(mine)   # every model re-run: this run's header alone
         results = [mine.pop(r["model"], r) for r in old["results"]] + list(mine.values())
         merged = f"{', '.join(e.name for e in entries)} re-run {meta['date']} at {commit}"
-        meta = dict(old["meta"], merged="; ".join(x for x in (old["meta"].get("merged"), merged) if x))   # every merge kept
+        if not whole:   # every merge kept
+            meta = dict(old["meta"], merged="; ".join(x for x in (old["meta"].get("merged"), merged) if x))
     kept = ""   # the hand-written analysis below the marker survives a re-run
     if out.exists() and ANALYSIS_MARK in out.read_text():
         kept = out.read_text()[out.read_text().index(ANALYSIS_MARK):]
