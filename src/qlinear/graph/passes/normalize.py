@@ -330,12 +330,7 @@ def _shape_value(n: onnx.NodeProto, inits: Mapping[str, onnx.TensorProto], outpu
             or not n.input or n.op_type.startswith("Random"):
         return None
     if n.op_type in ("Shape", "Size") and n.input[0] in inits:
-        dims = np.array(inits[n.input[0]].dims, np.int64)
-        if n.op_type == "Size":
-            return np.array(int(np.prod(dims)), np.int64)
-        start = next((a.i for a in n.attribute if a.name == "start"), 0)
-        end = next((a.i for a in n.attribute if a.name == "end"), None)
-        return dims[start:end]
+        return shape_node_value(n, inits[n.input[0]].dims)
     ins = [x for x in n.input if x]
     if not all(x in inits and _small(inits[x]) and inits[x].data_type in _INTEGER_TYPES for x in ins):
         return None
@@ -344,6 +339,17 @@ def _shape_value(n: onnx.NodeProto, inits: Mapping[str, onnx.TensorProto], outpu
     except Exception:  # noqa: BLE001 - a node the reference cannot fold stays as it is
         return None
     return y if y.size <= 64 else None
+
+
+def shape_node_value(n: onnx.NodeProto, dims: Sequence[int]) -> np.ndarray:
+    """The value of a ``Shape`` (its ``start``/``end`` attributes) or ``Size`` node ``n`` reading a tensor of shape
+    ``dims``."""
+    shp = np.array(dims, np.int64)
+    if n.op_type == "Size":
+        return np.array(int(np.prod(shp)), np.int64)
+    start = next((a.i for a in n.attribute if a.name == "start"), 0)
+    end = next((a.i for a in n.attribute if a.name == "end"), None)
+    return shp[start:end]
 
 
 def prune_initializers(graph: onnx.GraphProto) -> None:

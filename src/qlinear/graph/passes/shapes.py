@@ -31,7 +31,7 @@ from qlinear.errors import GraphError
 from qlinear.graph.model import declared_dims
 from qlinear.graph.ops import QDQ_STRUCTURE, QUANTIZE_OPS
 from qlinear.graph.passes.inline_if import inline_constant_ifs
-from qlinear.graph.passes.normalize import prune_initializers
+from qlinear.graph.passes.normalize import prune_initializers, shape_node_value
 
 #: the largest constant (elements) a fold may create
 FOLD_LIMIT = 1 << 20
@@ -186,12 +186,7 @@ def _fold_value(n: onnx.NodeProto, shapes: Mapping[str, tuple[int, ...]], consts
     if n.domain not in ("", "ai.onnx") or len(n.output) != 1 or n.output[0] in outputs or _not_folded(n.op_type):
         return None
     if n.op_type in ("Shape", "Size") and n.input and n.input[0] in shapes:
-        shp = np.array(shapes[n.input[0]], np.int64)
-        if n.op_type == "Size":
-            return np.array(int(np.prod(shp)), np.int64)
-        start = next((a.i for a in n.attribute if a.name == "start"), 0)
-        end = next((a.i for a in n.attribute if a.name == "end"), None)
-        return shp[start:end]
+        return shape_node_value(n, shapes[n.input[0]])
     ins = [x for x in n.input if x]
     if not ins or not all(x in consts for x in ins) or any(a.type in (onnx.AttributeProto.GRAPH,
                                                                       onnx.AttributeProto.GRAPHS)
