@@ -346,7 +346,13 @@ def _run_cli(key: str, model: Any, data: Any, args: list[str], out: Path, tmp: P
             np.savez(path, **data)
             data = path
         cmd += ["--data", str(data)]
-    r = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp)
+    # the qlinear this process imported, not whichever is installed: a relative PYTHONPATH (src) does not hold in
+    # cwd=tmp, and the CLI runs then measured the installed package (another checkout's, after its CI install)
+    import qlinear
+
+    src = str(Path(qlinear.__file__).resolve().parents[1])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([src] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp, env=env)
     if r.returncode != 0:
         last = (r.stderr.strip() or r.stdout.strip()).splitlines()[-1:] or [""]
         raise CliError(f"exit status {r.returncode}: {last[0]}")
