@@ -227,3 +227,23 @@ def test_the_sequence_note_names_the_calibration_samples_the_repair_needs():
     few = _kind_note("p", "sequence", r, None, QuantizeConfig(calibration_samples=200, repair_samples=32))
     assert "--calibration-samples 200 with repair_samples 59 in --config" in few
     assert "hold" not in _kind_note("p", "sequence", r, None, QuantizeConfig(calibration_samples=16, target="tflite"))
+
+
+def test_repair_on_target_ort_leaves_a_layer_it_floats_with_its_float_weight():
+    """When the repair leaves float every activation a layer reads (target ort: no 16-bit kernels there), ONNX
+    Runtime computes that layer in float: its weight keeps its float values and its bias the float model's (as the
+    plan's own float-input layers do), the repair judges the candidates so, and a note names the weights. Before, the
+    int8 values were written as float, with the bias corrected for them."""
+    from onnx import numpy_helper
+
+    qm = qlinear.quantize(MODEL, DATA, dict(BASE, accuracy_target="sqnr_db>=45"))
+    raised = {d["tensor"] for d in qm.decisions if d["change"].endswith("-> float")}
+    assert {"relu_out", "relu6_out"} <= raised, qm.decisions   # dw reads relu_out, pw reads relu6_out
+    note, = [n for n in qm.notes if "the repair left float are all their layers read" in n]
+    assert "dw.weight" in note and "pw.weight" in note
+    written = {t.name: numpy_helper.to_array(t) for t in qm.model.graph.initializer}
+    ref = {t.name: numpy_helper.to_array(t) for t in qm.reference_model.graph.initializer}
+    for w in ("dw.weight", "pw.weight"):
+        assert w not in qm.encodings.names() and np.array_equal(written[w], ref[w])
+    assert np.array_equal(written["pw.bias"], ref["pw.bias"])   # not corrected for an int8 rounding it lacks
+    assert "stem.weight" in qm.encodings.names()   # its layer reads the quantized input

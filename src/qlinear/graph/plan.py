@@ -154,14 +154,18 @@ class Plan:
         for t in tensors:
             self.skipped[t] = reason
 
-    def leave_float_input_weights(self, quantized: set[str]) -> list[str]:
-        """Take out of the plan, with their biases, the weights whose every layer reads an input not in
-        ``quantized`` (the activations with an integer encoding), reason :data:`FLOAT_INPUT`; their names, in plan
-        order. A weight one layer reads on a quantized input stays."""
+    def float_input_weights(self, quantized: set[str]) -> list[str]:
+        """The weights whose every layer reads an input not in ``quantized`` (the activations with an integer
+        encoding), in plan order; a weight one layer reads on a quantized input is not one."""
         float_in: dict[str, bool] = {}
         for w in self.weights:
             float_in[w.name] = float_in.get(w.name, True) and w.input not in quantized
-        names = [n for n, f in float_in.items() if f]
+        return [n for n, f in float_in.items() if f]
+
+    def leave_float_input_weights(self, quantized: set[str]) -> list[str]:
+        """Take :meth:`float_input_weights` out of the plan, with their biases, reason :data:`FLOAT_INPUT`; their
+        names."""
+        names = self.float_input_weights(quantized)
         gone = set(names)
         self.weights = [w for w in self.weights if w.name not in gone]
         self.biases = [b for b in self.biases if b.weight not in gone]

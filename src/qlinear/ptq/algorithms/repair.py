@@ -27,6 +27,7 @@ import onnx
 from qlinear.core.types import int_type, qtype
 from qlinear.encodings import EncodingSet
 from qlinear.graph.model import GraphIndex, tensor_outputs
+from qlinear.graph.plan import FLOAT_INPUT_WEIGHT_TARGETS
 from qlinear.ptq.algorithms.bias import correct_biases
 from qlinear.ptq.config import DATA_WEIGHT_METHODS
 from qlinear.ptq.encode import apply_encodings, int32_biases, weight_encoding
@@ -175,6 +176,11 @@ def run_repair(inp: RepairInputs, *, progress: Callable[[str, int], Callable[[in
     es2, m2 = builder.build(res.raised)
     if notes is not None:
         notes += _notes(target, res, inp.samples, len(cands))
+        if builder.floated:
+            notes.append(f"{len(builder.floated)} weight(s) ({', '.join(builder.floated[:3])}"
+                         f"{' ...' if len(builder.floated) > 3 else ''}) keep their float values: the activations "
+                         "the repair left float are all their layers read, so ONNX Runtime computes those layers in "
+                         "float (the repair judged them so)")
         per_sample = target.metric != "top1_agreement" or all(x.ndim == 2 for v in float_out.values() for x in v)
         notes += _few_samples_note(target, res.value, inp.samples[1] - inp.samples[0], per_sample,
                                    cfg.repair_samples)
@@ -213,7 +219,12 @@ class _Builder:
         inits = {t.name: t for t in m2.graph.initializer}
         e2 = dict(self.encs)
         restored = []
+        floated = self._float_inputs(raised)
+        for t in floated:   # target ort: a layer left reading only float activations computes in float
+            self._raise_weight(t, "float", inits, e2)
         for t, new in raised.items():
+            if t in floated:
+                continue
             if t in self.specs:
                 self._raise_weight(t, new, inits, e2)
                 if new != "float":
@@ -231,6 +242,19 @@ class _Builder:
             others = {b.name for b in inp.plan.biases} - keep_only
             correct_biases(m2, inp.plan, {t: e2[t] for t in restored}, inp.means, skip=others)
         return EncodingSet(tuple(e2.values()), producer=inp.encodings.producer, version=inp.encodings.version), m2
+
+    def _float_inputs(self, raised: dict[str, str]) -> list[str]:
+        """Target ort without a size budget: the weights whose every layer reads an activation that is float once
+        ``raised`` applies (:meth:`~qlinear.graph.plan.Plan.float_input_weights`); they keep their float values, as
+        the plan's own (:data:`~qlinear.graph.plan.FLOAT_INPUT_WEIGHT_TARGETS`). Recorded in ``self.floated``."""
+        cfg = self.inp.tcfg.cfg
+        self.floated: list[str] = []
+        if cfg.target not in FLOAT_INPUT_WEIGHT_TARGETS or cfg.size_budget is not None or cfg.average_bits is not None:
+            return []
+        quantized = {n for n, e in self.encs.items() if e.role == "activation" and e.scale is not None}
+        quantized -= {x for t, new in raised.items() if new == "float" for x in [t] + self.inheritors.get(t, [])}
+        self.floated = [w for w in self.inp.plan.float_input_weights(quantized) if w in self.encs]
+        return self.floated
 
     def _raise_weight(self, t: str, new: str, inits: dict[str, onnx.TensorProto], e2: dict[str, Any]) -> None:
         """The float weight (not its 4-bit grid) and its bias back in ``inits``, and its encoding at ``new``."""
