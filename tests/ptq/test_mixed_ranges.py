@@ -272,8 +272,8 @@ def _trunk_data() -> np.ndarray:
 def test_scores_computed_from_a_shared_trunk_reach_15_db(target):
     """The activations a Sigmoid part of a mixed output is computed from (the whole trunk, back to the input) are
     quantized at 16 bits over twice their calibrated ranges on target qnn, and left float on target ort (its CPU
-    session runs a 16-bit layer in float between its Q/DQ pairs; the weights keep their float values): the scores' SQNR of
-    ONNX Runtime running the written model against the float model is >= 15 dB, where the same model with those
+    session runs a 16-bit layer in float between its Q/DQ pairs; the weights keep their float values): the scores'
+    SQNR of ONNX Runtime running the written model against the float model is >= 15 dB, where the same model with those
     activations kept at 8 bits by an overrides rule stays below (the trunk's 8-bit noise, not the Concat or the
     Sigmoid, is what the small scores suffer)."""
     m, x = trunk_detector(), _trunk_data()

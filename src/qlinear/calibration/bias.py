@@ -17,8 +17,8 @@ The rule (TFLite ``AdjustWeightsForBiasScale``; ONNX Runtime's quantizer adapted
 An LPBQ layer runs as its blocks expand: 8-bit integers ``w_q * int_scale`` at the per-channel float scale ``s_c``,
 so ``b_q = round(b / (s_x s_c))`` and the accumulator sums those integers (AIMET's int32 bias, QNN's 4-to-8-bit
 expansion). Per-block and LPBQ weights raise every block scale of the channel by the same factor (LPBQ: the
-per-channel float scale), so the block structure is kept. Asymmetric weights keep their zero point: the scaled grid covers more than
-the old range.
+per-channel float scale), so the block structure is kept. Asymmetric weights keep their zero point: the scaled grid
+covers more than the old range.
 """
 
 from __future__ import annotations

@@ -221,12 +221,12 @@ def _wide_cone(by_name: dict[str, Encoding], parts: list[Any], plan: Plan, m: An
         left = unquantize(by_name, cone, plan, tcfg, obs, f"computed into the scores {names}: left in float")
         if left:
             notes.append(f"{len(left)} activations that {names} {'is' if len(parts) == 1 else 'are'} computed from "
-                         "(back to the graph inputs) are left in float (a layer reading only them keeps its float weight): a score "
-                         "sigmoid(z) below ~0.5 has the relative error of the absolute error of z, which the 8-bit "
-                         "noise of every layer before it makes large; float, not 16 bits, on target ort: ONNX "
-                         "Runtime's CPU session runs a 16-bit layer in float between its Q/DQ pairs, so float is "
-                         "exact and faster (target qnn: 16 bits, which its HTP runs natively); an overrides rule "
-                         "setting a tensor's type keeps it")
+                         "(back to the graph inputs) are left in float (a layer reading only them keeps its float "
+                         "weight): a score sigmoid(z) below ~0.5 has the relative error of the absolute error of "
+                         "z, which the 8-bit noise of every layer before it makes large; float, not 16 bits, on "
+                         "target ort: ONNX Runtime's CPU session runs a 16-bit layer in float between its Q/DQ "
+                         "pairs, so float is exact and faster (target qnn: 16 bits, which its HTP runs natively); an "
+                         "overrides rule setting a tensor's type keeps it")
         return
     raised, wide = widen(by_name, cone, plan, m, tcfg, obs, HEADROOM)
     if raised:

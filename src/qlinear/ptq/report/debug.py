@@ -761,8 +761,8 @@ def name_differences(res: RuntimeDiff, im: IntegerModel, formula: Callable[[IntD
     float32 and it is at most 1 step apart (an operator of a width the runtime does not fuse, or one run_integer runs
     in float; a QuantizeLinear of a float operator's output); carried where computed from the runtime's own inputs it
     equals the runtime's (``own_differing`` 0, measured on a LiteRT reference run), or, where that is not measured,
-    an input already differs by float rounding (or carries it); else a difference, the first one ``res.first_difference``, with
-    ``formula(d)``."""
+    an input already differs by float rounding (or carries it); else a difference, the first one
+    ``res.first_difference``, with ``formula(d)``."""
     unfused = _unfused(im)
     floats = {op.output.name for op in im.qg.ops.values()   # no integer kernel, or not one for this node
               if op.output is not None and getattr(op, "_step", None) is None and op.output.name not in unfused}
