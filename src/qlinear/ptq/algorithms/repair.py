@@ -197,6 +197,7 @@ class _Builder:
         self.g_m = GraphIndex.build(inp.model, infer_shapes=False)
         self.specs = {s.name: s for s in inp.plan.weights}
         self.inheritors = inp.plan.followers()
+        self.floated: list[str] = []   # the last build's float-input weights (:meth:`_float_inputs`)
 
     def weight_candidates(self, allow_float: bool) -> list[Candidate]:
         """Weights, ranked by their deployed values against the float ones."""
@@ -248,7 +249,7 @@ class _Builder:
         ``raised`` applies (:meth:`~qlinear.graph.plan.Plan.float_input_weights`); they keep their float values, as
         the plan's own (:data:`~qlinear.graph.plan.FLOAT_INPUT_WEIGHT_TARGETS`). Recorded in ``self.floated``."""
         cfg = self.inp.tcfg.cfg
-        self.floated: list[str] = []
+        self.floated = []
         if cfg.target not in FLOAT_INPUT_WEIGHT_TARGETS or cfg.size_budget is not None or cfg.average_bits is not None:
             return []
         quantized = {n for n, e in self.encs.items() if e.role == "activation" and e.scale is not None}
