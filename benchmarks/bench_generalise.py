@@ -6,6 +6,14 @@ optimizations: Q/DQ stay DequantizeLinear -> float op -> QuantizeLinear, the ONN
 default session options: all optimizations, Q/DQ fused into its int8 kernels).
 
     python benchmarks/bench_generalise.py [--shared ../shared] [--rows w8,w4ada,w4seq] [--set key=value ...]
+    python benchmarks/bench_generalise.py --folds [--rows w4ada] [--set key=value ...]
+
+``--folds``: three-fold cross-validation instead. Each row is calibrated three times, on images 0..99, 100..199 and
+200..299 in turn (the calibration samples are the first 100 of the reordered set), and judged each time on the other
+200 images (ORT basic session): top-1, float's top-1 on the same images, the gap, agreement, and the agreement on the
+calibration fold itself; the last line is the mean over the three folds (600 judgements by three different fits).
+One split of 200 images decides little: at W4A8 a change as small as 10 AdaRound iterations moves one split's top-1
+by several points, so compare settings by the mean gap.
 
 Times: wall and CPU time (all threads) of ``qlinear.quantize``; on a shared machine compare the CPU times.
 ``--set`` passes extra :class:`qlinear.ptq.QuantizeConfig` fields to every qlinear row (e.g. ``--set
@@ -47,6 +55,7 @@ def main() -> None:
     ap.add_argument("--shared", default=str(Path(__file__).resolve().parents[2] / "shared"))
     ap.add_argument("--rows", default="w8,w4ada")
     ap.add_argument("--set", action="append", default=[], help="extra QuantizeConfig field for every row, key=value")
+    ap.add_argument("--folds", action="store_true", help="three-fold cross-validation (module docstring)")
     a = ap.parse_args()
     extra = {k: ast.literal_eval(v) if v[:1].isdigit() or v in ("True", "False", "None") else v
              for k, v in (s.split("=", 1) for s in a.set)}
@@ -56,6 +65,8 @@ def main() -> None:
     labels = np.array(ds.labels)
     arrays = {"input": x, "labels": labels}
     mb = model.read_bytes()
+    if a.folds:
+        return folds(model, x, labels, a.rows.split(","), extra)
     ftop = {s: run(mb, x, "input", fused=(s == "default")).argmax(1) for s in ("basic", "default")}
     print(f"EfficientNet-Lite0; calibration images 0..99, judged on 100..299 (and its halves); CPU flags: "
           f"{cpu_flags()}; extra config: {extra or 'none'}")
@@ -73,6 +84,34 @@ def main() -> None:
         b = qm.model.SerializeToString()
         for s in ("basic", "default"):
             _line(label, s, run(b, x, "input", fused=(s == "default")).argmax(1), ftop[s], labels, t)
+
+
+def folds(model: Path, x: np.ndarray, labels: np.ndarray, rows: list[str], extra: dict) -> None:
+    """Three-fold cross-validation of each row (module docstring)."""
+    f = run(model.read_bytes(), x, "input").argmax(1)
+    print(f"EfficientNet-Lite0, three folds of 100 calibration images, each judged on the other 200 (ORT basic "
+          f"session); CPU flags: {cpu_flags()}; extra config: {extra or 'none'}")
+    print("| row | calibration | top-1 | float top-1 | gap (points) | agreement | agreement on calibration | CPU time (s) |")
+    print("|---|---|---|---|---|---|---|---|")
+    for key in rows:
+        label, kw = ROWS[key]
+        gaps, agree = [], []
+        for k in range(3):
+            cal = np.arange(100 * k, 100 * k + 100)
+            ev = np.setdiff1d(np.arange(len(x)), cal)
+            order = np.r_[cal, ev]
+            c0 = time.process_time()
+            qm = qlinear.quantize(model, {"input": x[order], "labels": labels[order]},
+                                  QuantizeConfig(calibration_samples=100, evaluation_samples=0, **kw, **extra))
+            c = time.process_time() - c0
+            q = run(qm.model.SerializeToString(), x, "input").argmax(1)
+            gaps.append(np.mean(f[ev] == labels[ev]) - np.mean(q[ev] == labels[ev]))
+            agree.append(np.mean(q[ev] == f[ev]))
+            print(f"| {label} | {cal[0]}..{cal[-1]} | {np.mean(q[ev] == labels[ev]):.3f} | "
+                  f"{np.mean(f[ev] == labels[ev]):.3f} | {100 * gaps[-1]:.1f} | {agree[-1]:.3f} | "
+                  f"{np.mean(q[cal] == f[cal]):.3f} | {c:.0f} |", flush=True)
+        print(f"| **{label}** | **mean of 3** | | | **{100 * np.mean(gaps):.2f}** | **{np.mean(agree):.4f}** | | |",
+              flush=True)
 
 
 def _line(label: str, session: str, q: np.ndarray, f: np.ndarray, y: np.ndarray, t: tuple[float, float]) -> None:
