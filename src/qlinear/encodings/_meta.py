@@ -31,16 +31,21 @@ def read_meta_scale(ctx: d.Ctx, ys: dict, where: str, t: QType, outer_axis: int 
                                    "supported")
     if x.ndim == 0:
         raise ctx.error(f"{where}.x", "expected a list of integer block scales")
+    return {"int_scale": x, "scale": xs.reshape(_scale_shape(ctx, ys, where, x, xs)),
+            "decompressed_bits": 2 * t.bits}
+
+
+def _scale_shape(ctx: d.Ctx, ys: dict, where: str, x: np.ndarray, xs: np.ndarray) -> list[int]:
+    """The shape that broadcasts ``x_scale`` over ``x``: all ones for one value, else its length on ``axis``."""
+    shape = [1] * x.ndim
     if xs.ndim == 0 or xs.size == 1:
-        shape = [1] * x.ndim
-    else:
-        inner = d.integer(ctx, d.need(ctx, ys, "axis", where), f"{where}.axis", lo=-x.ndim, hi=x.ndim - 1) % x.ndim
-        if xs.ndim != 1 or xs.size != x.shape[inner]:
-            raise ctx.error(f"{where}.x_scale", f"has shape {xs.shape}; expected ({x.shape[inner]},) along axis "
-                                                f"{inner} of x {x.shape}")
-        shape = [1] * x.ndim
-        shape[inner] = xs.size
-    return {"int_scale": x, "scale": xs.reshape(shape), "decompressed_bits": 2 * t.bits}
+        return shape
+    inner = d.integer(ctx, d.need(ctx, ys, "axis", where), f"{where}.axis", lo=-x.ndim, hi=x.ndim - 1) % x.ndim
+    if xs.ndim != 1 or xs.size != x.shape[inner]:
+        raise ctx.error(f"{where}.x_scale", f"has shape {xs.shape}; expected ({x.shape[inner]},) along axis "
+                                            f"{inner} of x {x.shape}")
+    shape[inner] = xs.size
+    return shape
 
 
 def _float_meta_scale(ctx: d.Ctx, ys: dict, where: str, x: np.ndarray, xs: np.ndarray) -> np.ndarray:
@@ -68,16 +73,7 @@ def _float_meta_scale(ctx: d.Ctx, ys: dict, where: str, x: np.ndarray, xs: np.nd
     if bad.any():
         k = "".join(f"[{int(i)}]" for i in np.argwhere(bad)[0])
         raise ctx.error(f"{where}.x{k}", f"{x[bad][0]!r} is not a positive {it.name} value")
-    if xs.size == 1:
-        s32 = xs.reshape(()).astype(np.float32)
-    else:
-        inner = d.integer(ctx, d.need(ctx, ys, "axis", where), f"{where}.axis", lo=-x.ndim, hi=x.ndim - 1) % x.ndim
-        if xs.ndim != 1 or xs.size != x.shape[inner]:
-            raise ctx.error(f"{where}.x_scale", f"has shape {xs.shape}; expected ({x.shape[inner]},) along axis "
-                                                f"{inner} of x {x.shape}")
-        shape = [1] * x.ndim
-        shape[inner] = xs.size
-        s32 = xs.reshape(shape).astype(np.float32)
+    s32 = xs.reshape(_scale_shape(ctx, ys, where, x, xs)).astype(np.float32)
     return (x32 * s32).astype(np.float64)
 
 
