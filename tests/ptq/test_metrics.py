@@ -348,3 +348,63 @@ def test_output_kinds_override_how_the_report_reads_an_output(tmp_path):
     rep = json.loads((out / "report.json").read_text())["report"]["outputs"]["logits"]
     assert rep["kind"] == "probability" and rep["headline"] == "decision_agreement"
     assert main(["quantize", "-o", str(tmp_path / "p"), "--output-kind", "logits"]) == EXIT_ERROR
+
+
+def test_top1_ties_of_a_coarse_output_are_counted_and_named():
+    """A Softmax over 40 classes, nearly uniform (probabilities about 1/40): in 8 bits (steps near 1/255 of its
+    range) two or more classes often share the top value. The report counts those samples (``top1_ties``, the same
+    fraction as ONNX Runtime's run of the written model gives) and a note says that top-1 there is ArgMax's pick and
+    names the 16-bit activations that order them; float rows with one top class each give no ``top1_ties``."""
+    rng = np.random.default_rng(5)
+    w = {"W": (rng.standard_normal((16, 40)) / 20).astype(np.float32)}
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["z"]), helper.make_node("Softmax", ["z"], ["probs"], axis=-1)]
+    f = TensorProto.FLOAT
+    m = make_model(nodes, [helper.make_tensor_value_info("x", f, ["batch", 16])],
+                   [helper.make_tensor_value_info("probs", f, ["batch", 40])], w)
+    d = {"x": rng.standard_normal((64, 16)).astype(np.float32)}
+    qm = qlinear.quantize(m, d, CFG)
+    rep = qm.report()
+    q = _run(qm.model, {"x": d["x"][N_CAL:]})["probs"]
+    tied = np.mean(np.sum(q == q.max(1, keepdims=True), 1) > 1)
+    assert rep.kinds["probs"] == "classifier" and tied > 0
+    assert rep.outputs["probs"]["top1_ties"] == pytest.approx(tied)
+    note = next(n for n in qm.notes if "'probs'" in n and "shared by two or more classes" in n)
+    assert f"{tied:.3f}" in note and "--activation-type uint16" in note and '"type": "uint16"' in note
+    fl = _run(m, {"x": d["x"][N_CAL:]})["probs"]
+    r = kind_metrics("classifier", [fl], [fl.copy()], [len(fl)], None, "probs", "src")
+    assert "top1_ties" not in r and r["top1_agreement"] == 1.0
+    # the remedies the note names: 16-bit activations, or the output and the logits it is computed from
+    for extra in ({"activation_type": "uint16"},
+                  {"overrides": [{"name": "probs", "type": "uint16"}, {"name": "z", "type": "uint16"}]}):
+        assert "top1_ties" not in qlinear.quantize(m, d, dict(CFG, **extra)).report().outputs["probs"], extra
+    # the output alone is not enough: the Softmax of tied 8-bit logits is tied
+    assert "top1_ties" in qlinear.quantize(m, d, dict(CFG, overrides=[{"name": "probs", "type": "uint16"}])
+                                           ).report().outputs["probs"]
+
+
+def test_top1_ties_of_the_deployed_tflite_are_named(tmp_path):
+    """Target tflite: the .tflite's Softmax output (int8, steps of 1/256) ties too; the deployed file's figures count
+    them as LiteRT gives them, and the note names the .tflite and the 16x8 way out."""
+    pytest.importorskip("ai_edge_litert", reason="ai-edge-litert is not installed: the .tflite cannot be run")
+    from ai_edge_litert.interpreter import Interpreter
+
+    rng = np.random.default_rng(5)
+    w = {"W": (rng.standard_normal((16, 40)) / 20).astype(np.float32)}
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["z"]), helper.make_node("Softmax", ["z"], ["probs"], axis=-1)]
+    f = TensorProto.FLOAT
+    m = make_model(nodes, [helper.make_tensor_value_info("x", f, [1, 16])],
+                   [helper.make_tensor_value_info("probs", f, [1, 40])], w)
+    x = rng.standard_normal((64, 1, 16)).astype(np.float32)
+    qm = qlinear.quantize(m, {"x": x}, dict(CFG, batch_size=1, target="tflite"))
+    qm.save(tmp_path / "o")
+    d = json.loads((tmp_path / "o" / "report.json").read_text())["report"]["deployed"]
+    it = Interpreter(model_path=str(tmp_path / "o" / "model.tflite"))
+    it.allocate_tensors()
+    tied = []
+    for s in x[N_CAL:]:
+        it.set_tensor(it.get_input_details()[0]["index"], s)
+        it.invoke()
+        t = it.get_tensor(it.get_output_details()[0]["index"]).reshape(-1)
+        tied.append(np.sum(t == t.max()) > 1)
+    assert np.mean(tied) > 0 and d["outputs"]["probs"]["top1_ties"] == pytest.approx(np.mean(tied))
+    assert any("the .tflite's top value" in n and "--activation-type int16" in n for n in qm.notes)

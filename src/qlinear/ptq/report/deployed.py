@@ -15,7 +15,7 @@ import numpy as np
 from onnx import numpy_helper
 
 from qlinear.graph.model import tensor_outputs
-from qlinear.ptq.report.evaluate import HEADLINE, Report, kind_metrics
+from qlinear.ptq.report.evaluate import HEADLINE, Report, kind_metrics, ties_note
 
 
 def weight_stats(qm: Any) -> list[dict[str, Any]]:
@@ -134,6 +134,10 @@ def tflite_artifact(qm: Any, rep: Report, path: Path) -> dict[str, Any]:
         if o in missing:
             continue
         outs[o] = kind_metrics(rep.kinds.get(o, "generic"), out_f[o], out_t[o], counts, labels, o, ds.source)
+        if outs[o].get("top1_ties") and rep.kinds.get(o) == "classifier":
+            note = ties_note(o, outs[o]["top1_ties"], ".tflite", qm.config)
+            if note not in qm.notes:
+                qm.notes.append(note)
     return {"artifact": path.name, "runtime": f"LiteRT {_litert_version()} (default resolver)",
             "samples": len(counts), "same_as_outputs": False, "outputs": outs,
             **({"not_in_tflite": missing} if missing else {}),

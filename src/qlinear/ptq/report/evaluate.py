@@ -393,6 +393,8 @@ def _kind_note(o: str, kind: str, r: dict[str, float], target: str | None, cfg: 
     if kind == "passthrough":
         return (f"output {o!r} is an integer output that no quantizer reaches (it passes inputs or shapes through): "
                 "left out of the report's metrics")
+    if kind == "classifier" and r.get("top1_ties"):
+        return ties_note(o, r["top1_ties"], "quantized model", cfg)
     if kind == "sequence" and not target and r.get("ctc_agreement", 1.0) < 0.99:
         return (f"output {o!r} (softmax rows [N, positions, classes]) departs from float on held-out samples: "
                 f"every position's top class agrees on {r['sequence_agreement']:.3f} of them, and read as CTC text "
@@ -400,6 +402,21 @@ def _kind_note(o: str, kind: str, r: dict[str, float], target: str | None, cfg: 
                                                             "for a tagger)", "it", all16=False)
                 + _judge_hint(cfg))
     return None
+
+
+def ties_note(o: str, ties: float, what: str, cfg: Any = None) -> str:
+    """Output ``o``'s top class is a tie in the ``what``'s output on a fraction ``ties`` of the held-out samples: its
+    grid is too coarse near the top (a Softmax in 8 bits: steps of 1/256) to order them, and its top-1 agreement
+    counts ArgMax's first pick, which float may order otherwise; with the option that orders them (the output's own
+    bits are not enough where its input is tied already: a Softmax of 8-bit logits)."""
+    tflite = getattr(cfg, "target", "ort") == "tflite"
+    how = ("--activation-type int16 (16x8) orders them" if tflite else
+           "16-bit activations order them (--activation-type uint16, or overrides giving this output and the "
+           f'tensors it is computed from 16 bits, e.g. {{"name": "{o}", "type": "uint16"}} and the same for the '
+           "logits before a Softmax)")
+    return (f"output {o!r}: the {what}'s top value is shared by two or more classes on {ties:.3f} of the held-out "
+            "samples (its output grid is too coarse near the top to order them); ArgMax takes the first of them, "
+            f"so top-1 agreement there counts a pick, not a decision; {how}")
 
 
 def _judge_hint(cfg: Any) -> str:
@@ -727,6 +744,10 @@ def _top1(fa: list[np.ndarray], qa: list[np.ndarray], counts: list[int], labels:
     ff = np.concatenate([a.reshape(n, -1).argmax(1) for a, n in zip(fa, counts)])
     qq = np.concatenate([b.reshape(n, -1).argmax(1) for b, n in zip(qa, counts)])
     r = {"top1_agreement": float(np.mean(ff == qq))}
+    tied = np.concatenate([np.sum(b2 == b2.max(1, keepdims=True), 1) > 1
+                           for b2 in (b.reshape(n, -1) for b, n in zip(qa, counts))])
+    if tied.any():   # the quantized top value shared by several classes: ArgMax takes the first
+        r["top1_ties"] = float(np.mean(tied))
     if labels is not None:
         classes = fa[0].size // counts[0]
         lab = np.asarray(labels)
