@@ -6,11 +6,11 @@ optimizations: Q/DQ stay DequantizeLinear -> float op -> QuantizeLinear, the ONN
 default session options: all optimizations, Q/DQ fused into its int8 kernels).
 
     python benchmarks/bench_generalise.py [--shared ../shared] [--rows w8,w4ada,w4seq] [--set key=value ...]
-    python benchmarks/bench_generalise.py --folds [--rows w4ada] [--set key=value ...]
+    python benchmarks/bench_generalise.py --folds [--fused] [--rows w4ada,w8,budget] [--set key=value ...]
 
 ``--folds``: three-fold cross-validation instead. Each row is calibrated three times, on images 0..99, 100..199 and
 200..299 in turn (the calibration samples are the first 100 of the reordered set), and judged each time on the other
-200 images (ORT basic session): top-1, float's top-1 on the same images, the gap, agreement, and the agreement on the
+200 images (ORT basic session; ``--fused``: ORT's default session, its fused int8 kernels): top-1, float's top-1 on the same images, the gap, agreement, and the agreement on the
 calibration fold itself; the last line is the mean over the three folds (600 judgements by three different fits).
 One split of 200 images decides little: at W4A8 a change as small as 10 AdaRound iterations moves one split's top-1
 by several points, so compare settings by the mean gap.
@@ -45,6 +45,7 @@ ROWS = {
     "w8nobc": ("W8A8 per-channel, no bias correction", {"bias_correction": False}),
     "w4": ("W4A8 per-channel min-max", {"weight_type": "int4"}),
     "w4nobc": ("W4A8 per-channel min-max, no bias correction", {"weight_type": "int4", "bias_correction": False}),
+    "budget": ("--size-budget 0.2", {"size_budget": 0.2}),
 }
 HALVES = {"100..299": slice(100, 300), "100..199": slice(100, 200), "200..299": slice(200, 300),
           "0..99 (calibration)": slice(0, 100)}
@@ -56,6 +57,7 @@ def main() -> None:
     ap.add_argument("--rows", default="w8,w4ada")
     ap.add_argument("--set", action="append", default=[], help="extra QuantizeConfig field for every row, key=value")
     ap.add_argument("--folds", action="store_true", help="three-fold cross-validation (module docstring)")
+    ap.add_argument("--fused", action="store_true", help="--folds: judge in ORT's default session (fused kernels)")
     a = ap.parse_args()
     extra = {k: ast.literal_eval(v) if v[:1].isdigit() or v in ("True", "False", "None") else v
              for k, v in (s.split("=", 1) for s in a.set)}
@@ -66,7 +68,7 @@ def main() -> None:
     arrays = {"input": x, "labels": labels}
     mb = model.read_bytes()
     if a.folds:
-        return folds(model, x, labels, a.rows.split(","), extra)
+        return folds(model, x, labels, a.rows.split(","), extra, a.fused)
     ftop = {s: run(mb, x, "input", fused=(s == "default")).argmax(1) for s in ("basic", "default")}
     print(f"EfficientNet-Lite0; calibration images 0..99, judged on 100..299 (and its halves); CPU flags: "
           f"{cpu_flags()}; extra config: {extra or 'none'}")
@@ -86,11 +88,11 @@ def main() -> None:
             _line(label, s, run(b, x, "input", fused=(s == "default")).argmax(1), ftop[s], labels, t)
 
 
-def folds(model: Path, x: np.ndarray, labels: np.ndarray, rows: list[str], extra: dict) -> None:
+def folds(model: Path, x: np.ndarray, labels: np.ndarray, rows: list[str], extra: dict, fused: bool = False) -> None:
     """Three-fold cross-validation of each row (module docstring)."""
-    f = run(model.read_bytes(), x, "input").argmax(1)
-    print(f"EfficientNet-Lite0, three folds of 100 calibration images, each judged on the other 200 (ORT basic "
-          f"session); CPU flags: {cpu_flags()}; extra config: {extra or 'none'}")
+    f = run(model.read_bytes(), x, "input", fused=fused).argmax(1)
+    print(f"EfficientNet-Lite0, three folds of 100 calibration images, each judged on the other 200 (ORT "
+          f"{'default' if fused else 'basic'} session); CPU flags: {cpu_flags()}; extra config: {extra or 'none'}")
     print("| row | calibration | top-1 | float top-1 | gap (points) | agreement | agreement on calibration | CPU time (s) |")
     print("|---|---|---|---|---|---|---|---|")
     for key in rows:
@@ -104,7 +106,7 @@ def folds(model: Path, x: np.ndarray, labels: np.ndarray, rows: list[str], extra
             qm = qlinear.quantize(model, {"input": x[order], "labels": labels[order]},
                                   QuantizeConfig(calibration_samples=100, evaluation_samples=0, **kw, **extra))
             c = time.process_time() - c0
-            q = run(qm.model.SerializeToString(), x, "input").argmax(1)
+            q = run(qm.model.SerializeToString(), x, "input", fused=fused).argmax(1)
             gaps.append(np.mean(f[ev] == labels[ev]) - np.mean(q[ev] == labels[ev]))
             agree.append(np.mean(q[ev] == f[ev]))
             print(f"| {label} | {cal[0]}..{cal[-1]} | {np.mean(q[ev] == labels[ev]):.3f} | "
