@@ -10,8 +10,8 @@ default session options: all optimizations, Q/DQ fused into its int8 kernels).
 
 ``--folds``: three-fold cross-validation instead. Each row is calibrated three times, on images 0..99, 100..199 and
 200..299 in turn (the calibration samples are the first 100 of the reordered set), and judged each time on the other
-200 images (ORT basic session; ``--fused``: ORT's default session, its fused int8 kernels): top-1, float's top-1 on the same images, the gap, agreement, and the agreement on the
-calibration fold itself; the last line is the mean over the three folds (600 judgements by three different fits).
+200 images (ORT basic session; ``--fused``: ORT's default session, its fused int8 kernels): top-1, float's top-1 on
+the same images, the gap, agreement, and the agreement on the calibration fold itself; the last line is the mean over the three folds (600 judgements by three different fits).
 One split of 200 images decides little: at W4A8 a change as small as 10 AdaRound iterations moves one split's top-1
 by several points, so compare settings by the mean gap.
 
